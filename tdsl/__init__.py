@@ -1,0 +1,20 @@
+"""tdsl: a tensor-program compiler for Python.
+
+Declare *what* to compute with ``compute``/``reduce_axis``, say *how* with a
+schedule (``create_schedule``) or let ``tdsl.autotune`` find it, then ``build``
+for ``"llvm"`` (CPU) or ``"cuda"``.
+"""
+from .dtype import DType
+from .errors import (BuildError, DTypeError, InternalError, LoweringError, ScheduleError,
+                     ShapeError, TDSLError, TuningError)
+from .expr import Expr, Var, SizeVar, const
+from .intrin import (abs, all, any, cast, ceil, cos, erf, exp, exp2, floor, if_then_else,
+                     isnan, log, log2, log10, maximum, minimum, pow, power, round, rsqrt,
+                     sigmoid, sin, sqrt, tanh, trunc)
+from .reduction import comm_reducer, max, max_value, min, min_value, sum
+from .stmt import Buffer, ForKind, PrimFunc, StorageScope, ThreadTag
+from .target import Target, as_target
+from .tensor import (ComputeOp, IterVar, PlaceholderOp, Range, Tensor, compute, placeholder,
+                     reduce_axis, size_var, thread_axis, var)
+
+__version__ = "0.1.0"

@@ -1,0 +1,308 @@
+"""Tensors and the operations that produce them: placeholder, compute, reductions."""
+from __future__ import annotations
+
+import enum
+import inspect
+from typing import Any, Callable, Sequence
+
+from .dtype import INDEX, DType, as_dtype
+from .errors import DTypeError, ShapeError, TDSLError
+from .expr import Const, Expr, Reduce, SizeVar, TensorLoad, Var, convert
+from .stmt import ThreadTag
+from .visitor import post_order_visit
+
+
+class Range:
+    """The half-open interval ``[min, min + extent)`` of an iteration variable."""
+
+    __slots__ = ("min", "extent")
+
+    def __init__(self, min: Any, extent: Any):
+        self.min = _index(min)
+        self.extent = _index(extent)
+
+    @staticmethod
+    def from_min_extent(min: Any, extent: Any) -> "Range":
+        return Range(min, extent)
+
+    def __repr__(self) -> str:
+        return f"range(min={self.min}, ext={self.extent})"
+
+
+class IterKind(enum.Enum):
+    """The role of an iteration variable."""
+
+    DATA_PAR = "spatial"
+    REDUCE = "reduce"
+    THREAD = "thread"
+
+
+class IterVar(Expr):
+    """A loop of a stage: a variable, its domain and its kind.
+
+    It can be used directly in expressions (``A[i, k]`` with ``k`` a reduce axis),
+    where it stands for its variable.
+    """
+
+    __slots__ = ("var", "dom", "kind", "thread_tag")
+
+    def __init__(self, dom: "Range | None", var: "Var | str", kind: IterKind,
+                 thread_tag: "ThreadTag | None" = None):
+        self.var = var if isinstance(var, Var) else Var(var, INDEX)
+        self.dom = dom
+        self.kind = kind
+        self.thread_tag = thread_tag
+        self.dtype = self.var.dtype
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+    def as_expr(self) -> Var:
+        return self.var
+
+    def __repr__(self) -> str:
+        tag = f", {self.thread_tag}" if self.thread_tag else ""
+        return f"IterVar({self.name}, {self.dom}, {self.kind.value}{tag})"
+
+
+def _index(value: Any) -> Expr:
+    e = convert(value, INDEX)
+    if not e.dtype.is_int:
+        raise DTypeError(f"a size or index must be an integer, got {e.dtype} ({e!r})")
+    return e
+
+
+class Operation:
+    """Something that produces tensors."""
+
+    name: str
+
+    @property
+    def num_outputs(self) -> int:
+        return 1
+
+    def output(self, index: int) -> "Tensor":
+        return self.outputs[index]
+
+    @property
+    def input_tensors(self) -> list["Tensor"]:
+        return []
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name})"
+
+
+class PlaceholderOp(Operation):
+    """An input tensor."""
+
+    def __init__(self, name: str, shape: Sequence[Expr], dtype: DType):
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.outputs = (Tensor(self, 0, self.shape, dtype, name),)
+
+
+class ComputeOp(Operation):
+    """A tensor defined elementwise by ``body`` over ``axis`` (and ``reduce_axis``).
+
+    ``body`` has one expression per output; reductions appear only at its top.
+    """
+
+    def __init__(self, name: str, tag: str, attrs: dict, axis: Sequence[IterVar],
+                 body: Sequence[Expr], output_names: "Sequence[str] | None" = None):
+        self.name = name
+        self.tag = tag
+        self.attrs = dict(attrs or {})
+        self.axis = tuple(axis)
+        self.body = tuple(body)
+        first = self.body[0]
+        self.reduce_axis = tuple(first.axis) if isinstance(first, Reduce) else ()
+        shape = tuple(iv.dom.extent for iv in self.axis)
+        names = output_names or ([name] if len(self.body) == 1
+                                 else [f"{name}.v{i}" for i in range(len(self.body))])
+        self.outputs = tuple(Tensor(self, i, shape, b.dtype, names[i])
+                             for i, b in enumerate(self.body))
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.body)
+
+    @property
+    def shape(self) -> tuple[Expr, ...]:
+        return self.outputs[0].shape
+
+    @property
+    def input_tensors(self) -> list["Tensor"]:
+        seen: dict[int, Tensor] = {}
+
+        def fn(n: Any) -> None:
+            if isinstance(n, TensorLoad):
+                seen.setdefault(id(n.tensor), n.tensor)
+        for b in self.body:
+            post_order_visit(b, fn)
+        return list(seen.values())
+
+    def with_body(self, body: Sequence[Expr]) -> "ComputeOp":
+        """The same operation (same axes and output names) with a new body."""
+        return ComputeOp(self.name, self.tag, self.attrs, self.axis, body,
+                         [t.name for t in self.outputs])
+
+
+class Tensor:
+    """The ``value_index``-th output of ``op``; index it to read an element."""
+
+    __slots__ = ("op", "value_index", "shape", "dtype", "name")
+
+    def __init__(self, op: Operation, value_index: int, shape: Sequence[Expr],
+                 dtype: DType, name: str):
+        self.op = op
+        self.value_index = value_index
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.name = name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, indices: Any) -> TensorLoad:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        return self(*indices)
+
+    def __call__(self, *indices: Any) -> TensorLoad:
+        if len(indices) == 1 and isinstance(indices[0], (list, tuple)):
+            indices = tuple(indices[0])
+        if len(indices) != self.ndim:
+            raise ShapeError(
+                f"tensor '{self.name}' has {self.ndim} dimension(s) "
+                f"{tuple(self.shape)} but is indexed with {len(indices)} index(es)")
+        conv = []
+        for d, ix in enumerate(indices):
+            if isinstance(ix, slice):
+                raise ShapeError(f"tensor '{self.name}': slices are not supported in indices; "
+                                 f"index each element with loop variables")
+            e = convert(ix, INDEX)
+            if not e.dtype.is_int:
+                raise DTypeError(f"tensor '{self.name}': index {d} has dtype {e.dtype}; "
+                                 f"indices must be integers (cast with .astype('int64'))")
+            conv.append(e)
+        return TensorLoad(self, conv)
+
+    def __len__(self) -> int:
+        raise TDSLError("len() of a tdsl tensor is undefined; use .shape")
+
+    def __iter__(self):
+        raise TDSLError(f"tensor '{self.name}' is not iterable; index it with [i, j]")
+
+    def __repr__(self) -> str:
+        return f"Tensor(name={self.name}, shape={list(self.shape)}, dtype={self.dtype})"
+
+
+# ---- the DSL ----------------------------------------------------------------------------
+def var(name: str = "n", dtype: "DType | str" = INDEX) -> SizeVar:
+    """A symbolic size (>= 1), bound at call time from the arguments' shapes."""
+    dtype = as_dtype(dtype)
+    if not dtype.is_int:
+        raise DTypeError(f"td.var('{name}'): symbolic sizes must be integers, got {dtype}")
+    return SizeVar(name, dtype)
+
+
+size_var = var
+
+
+def _shape(shape: Any, what: str) -> tuple[Expr, ...]:
+    if not isinstance(shape, (tuple, list)):
+        shape = (shape,)
+    out = []
+    for d, s in enumerate(shape):
+        e = _index(s)
+        if isinstance(e, Const) and e.value < 1:
+            raise ShapeError(f"{what}: dimension {d} has size {e.value}; sizes must be >= 1")
+        out.append(e)
+    return tuple(out)
+
+
+def placeholder(shape: Any, dtype: "DType | str" = "float32", name: str = "placeholder") -> Tensor:
+    """An input tensor of ``shape`` (ints or symbolic sizes)."""
+    return PlaceholderOp(name, _shape(shape, f"placeholder '{name}'"), as_dtype(dtype)).outputs[0]
+
+
+def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
+    """A reduction variable over ``dom`` = (min, max) or a Range (TVM's te.reduce_axis)."""
+    if isinstance(dom, Range):
+        rng = dom
+    else:
+        lo, hi = dom
+        rng = Range(lo, _index(hi) - _index(lo))
+    return IterVar(rng, name, IterKind.REDUCE)
+
+
+def thread_axis(tag: str = "", name: str = "") -> IterVar:
+    """A GPU hardware index (``"blockIdx.x"``, ``"threadIdx.y"``, ...) to ``bind`` loops to."""
+    try:
+        t = ThreadTag(tag)
+    except ValueError:
+        valid = ", ".join(x.value for x in ThreadTag)
+        raise TDSLError(f"thread_axis: unknown thread tag {tag!r}; use one of {valid}") from None
+    return IterVar(None, name or tag, IterKind.THREAD, t)
+
+
+def _arg_names(fcompute: Callable, ndim: int) -> list[str]:
+    try:
+        sig = inspect.signature(fcompute)
+        params = list(sig.parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return [f"i{d}" for d in range(ndim)]
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(names) != ndim:
+        raise ShapeError(f"compute: the shape has {ndim} dimension(s) but the lambda takes "
+                         f"{len(names)} argument(s) {names}")
+    return names
+
+
+def compute(shape: Any, fcompute: Callable, name: str = "compute", tag: str = "",
+            attrs: "dict | None" = None) -> Any:
+    """A tensor whose element at index ``i`` is ``fcompute(*i)`` (TVM's te.compute).
+
+    If ``fcompute`` returns a tuple, one tensor per value is returned (all
+    reductions of one multi-value reducer, or plain expressions).
+    """
+    shape = _shape(shape, f"compute '{name}'")
+    names = _arg_names(fcompute, len(shape))
+    axis = [IterVar(Range(0, s), n, IterKind.DATA_PAR) for n, s in zip(names, shape)]
+    result = fcompute(*[iv.var for iv in axis])
+    multi = isinstance(result, (tuple, list))
+    body = [convert(b) for b in (result if multi else [result])]
+    _check_body(name, body)
+    op = ComputeOp(name, tag, attrs or {}, axis, body)
+    return list(op.outputs) if multi else op.outputs[0]
+
+
+def _check_body(name: str, body: list[Expr]) -> None:
+    reduces = [b for b in body if isinstance(b, Reduce)]
+    if reduces and len(reduces) != len(body):
+        raise TDSLError(f"compute '{name}': either every output is a reduction or none is")
+    if reduces:
+        r0 = reduces[0]
+        for r in reduces[1:]:
+            if r.combiner is not r0.combiner or r.axis != r0.axis:
+                raise TDSLError(f"compute '{name}': multiple reductions must come from one "
+                                f"call of one reducer (same combiner and axes)")
+    for b in body:
+        inner = [b.source, b.condition] if isinstance(b, Reduce) else [b]
+
+        def fn(n: Any) -> None:
+            if isinstance(n, Reduce):
+                raise TDSLError(
+                    f"compute '{name}': a reduction must be the whole body of a compute, not "
+                    f"part of an expression; compute it in a separate stage first")
+        for x in inner:
+            if isinstance(x, tuple):
+                for y in x:
+                    post_order_visit(y, fn)
+            else:
+                post_order_visit(x, fn)

@@ -1,0 +1,128 @@
+"""Generic traversal of expressions and statements.
+
+Every node lists its child fields in ``_fields``; these helpers walk and rebuild
+nodes through that list, so passes only handle the nodes they care about.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Mapping
+
+from .expr import Expr, Var
+
+_SLOTS: dict[type, tuple[str, ...]] = {}
+
+
+def _all_slots(cls: type) -> tuple[str, ...]:
+    slots = _SLOTS.get(cls)
+    if slots is None:
+        names: list[str] = []
+        for klass in reversed(cls.__mro__):
+            for s in getattr(klass, "__slots__", ()):
+                if s not in names:
+                    names.append(s)
+        slots = _SLOTS[cls] = tuple(names)
+    return slots
+
+
+def _is_node(x: Any) -> bool:
+    return hasattr(type(x), "_fields")
+
+
+def children(node: Any) -> Iterator[Any]:
+    """The child nodes of ``node``, in field order (tuples flattened, None skipped)."""
+    for f in type(node)._fields:
+        v = getattr(node, f)
+        if isinstance(v, tuple):
+            for x in v:
+                if _is_node(x):
+                    yield x
+        elif v is not None and _is_node(v):
+            yield v
+
+
+def replace_fields(node: Any, **changes: Any) -> Any:
+    """A shallow copy of ``node`` with some fields replaced."""
+    cls = type(node)
+    new = object.__new__(cls)
+    for s in _all_slots(cls):
+        object.__setattr__(new, s, changes[s] if s in changes else getattr(node, s))
+    return new
+
+
+def map_children(node: Any, fn: Callable[[Any], Any]) -> Any:
+    """Rebuild ``node`` with ``fn`` applied to each child; returns ``node`` if none changed."""
+    changes = {}
+    for f in type(node)._fields:
+        v = getattr(node, f)
+        if isinstance(v, tuple):
+            nv = tuple(fn(x) if _is_node(x) else x for x in v)
+            if any(a is not b for a, b in zip(nv, v)):
+                changes[f] = nv
+        elif v is not None and _is_node(v):
+            nv = fn(v)
+            if nv is not v:
+                changes[f] = nv
+    return replace_fields(node, **changes) if changes else node
+
+
+def post_order_visit(node: Any, fn: Callable[[Any], None]) -> None:
+    """Call ``fn`` on every node below and including ``node``, children first."""
+    for c in children(node):
+        post_order_visit(c, fn)
+    fn(node)
+
+
+def transform(node: Any, pre: "Callable[[Any], Any] | None" = None,
+              post: "Callable[[Any], Any] | None" = None) -> Any:
+    """Rewrite a tree.
+
+    ``pre(node)`` may return a replacement (not visited further) or None to
+    recurse; ``post(node)`` gets the node after its children were rewritten and
+    returns the final node (or None to keep it).
+    """
+    def visit(n: Any) -> Any:
+        if pre is not None:
+            r = pre(n)
+            if r is not None:
+                return r
+        n = map_children(n, visit)
+        if post is not None:
+            r = post(n)
+            if r is not None:
+                return r
+        return n
+    return visit(node)
+
+
+def substitute(node: Any, vmap: Mapping[Var, Expr]) -> Any:
+    """Replace variables by expressions (identity-keyed)."""
+    if not vmap:
+        return node
+
+    def pre(n: Any) -> Any:
+        if isinstance(n, Var):
+            return vmap.get(n, n)
+        return None
+    return transform(node, pre=pre)
+
+
+def free_vars(node: Any) -> set[Var]:
+    """Variables used in ``node`` (loop variables of inner loops included)."""
+    out: set[Var] = set()
+
+    def fn(n: Any) -> None:
+        if isinstance(n, Var):
+            out.add(n)
+    post_order_visit(node, fn)
+    return out
+
+
+def uses_var(node: Any, var_set: "set[Var] | frozenset[Var]") -> bool:
+    """True if any variable of ``var_set`` occurs in ``node``."""
+    if isinstance(node, Var):
+        return node in var_set
+    return any(uses_var(c, var_set) for c in children(node))
+
+
+def is_expr(x: Any) -> bool:
+    return isinstance(x, Expr)
