@@ -235,7 +235,11 @@ def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
         rng = dom
     else:
         lo, hi = dom
-        rng = Range(lo, _index(hi) - _index(lo))
+        lo_e, hi_e = _index(lo), _index(hi)
+        if isinstance(lo_e, Const) and isinstance(hi_e, Const):
+            rng = Range(lo_e, hi_e.value - lo_e.value)
+        else:
+            rng = Range(lo_e, hi_e - lo_e)
     return IterVar(rng, name, IterKind.REDUCE)
 
 
