@@ -18,3 +18,8 @@ from .tensor import (ComputeOp, IterVar, PlaceholderOp, Range, Tensor, compute, 
                      reduce_axis, size_var, thread_axis, var)
 
 __version__ = "0.1.0"
+
+from .lowering import lower  # noqa: E402
+from .build_module import build, load_module  # noqa: E402
+from tdsl.schedule import Schedule, Stage, create_schedule  # noqa: E402
+from tdsl.schedule.tensorize import TensorIntrin, decl_tensor_intrin  # noqa: E402

@@ -190,14 +190,20 @@ class Evaluate(Stmt):
 
 
 class BufferRegion:
-    """A rectangular window of a buffer: one (min, extent) per dimension."""
+    """A rectangular window of a buffer: one (min, extent) per dimension.
 
-    __slots__ = ("buffer", "mins", "extents")
+    ``axes[d]`` names the dimension of the intrinsic's own tensor that buffer
+    dimension ``d`` runs along (None: a fixed index, extent 1).
+    """
 
-    def __init__(self, buffer: Buffer, mins: Sequence[Expr], extents: Sequence[Expr]):
+    __slots__ = ("buffer", "mins", "extents", "axes")
+
+    def __init__(self, buffer: Buffer, mins: Sequence[Expr], extents: Sequence[Expr],
+                 axes: "Sequence[int | None] | None" = None):
         self.buffer = buffer
         self.mins = tuple(convert(m) for m in mins)
         self.extents = tuple(convert(e) for e in extents)
+        self.axes = tuple(axes) if axes is not None else tuple(range(len(self.mins)))
 
 
 class IntrinCall(Stmt):

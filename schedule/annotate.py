@@ -1,0 +1,105 @@
+"""vectorize, unroll, parallel, bind, pragma, storage_align, double_buffer.
+
+These change how a loop runs, not which iterations exist.  What depends on
+extents known only after bound inference (constant extents for vectorize and
+unroll) is checked again at lowering.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tdsl.errors import ScheduleError
+from tdsl.stmt import ForKind, StorageScope
+from tdsl.tensor import IterKind, IterVar
+
+from .stage import Stage
+
+
+def _set_kind(primitive: str, stage: Stage, var: IterVar, kind: ForKind) -> IterVar:
+    var = stage.find_leaf(primitive, var)
+    a = stage.attr(var)
+    if a.thread_tag is not None:
+        raise ScheduleError(primitive, stage.name, f"the loop is bound to {a.thread_tag}", var.name)
+    if a.kind is not ForKind.SERIAL and a.kind is not kind:
+        raise ScheduleError(primitive, stage.name, f"the loop is already {a.kind}", var.name)
+    a.kind = kind
+    return var
+
+
+def check_vectorize(stage: Stage, var: IterVar) -> IterVar:
+    var = stage.find_leaf("vectorize", var)
+    if var.kind is IterKind.REDUCE:
+        raise ScheduleError("vectorize", stage.name, "cannot vectorize a reduction loop (lanes would "
+                            "race on one accumulator); rfactor it or vectorize a spatial loop", var.name)
+    if stage.leaf_iter_vars[-1] is not var:
+        raise ScheduleError("vectorize", stage.name, "only the innermost loop can be vectorized; "
+                            f"reorder first (innermost now: '{stage.leaf_iter_vars[-1].name}')", var.name)
+    return var
+
+
+def vectorize(stage: Stage, var: IterVar) -> None:
+    _set_kind("vectorize", stage, check_vectorize(stage, var), ForKind.VECTORIZED)
+
+
+def unroll(stage: Stage, var: IterVar) -> None:
+    _set_kind("unroll", stage, var, ForKind.UNROLLED)
+
+
+def parallel(stage: Stage, var: IterVar) -> None:
+    var = stage.find_leaf("parallel", var)
+    if var.kind is IterKind.REDUCE:
+        raise ScheduleError("parallel", stage.name, "cannot run a reduction loop in parallel (threads "
+                            "would race on the accumulator); rfactor it first", var.name)
+    _set_kind("parallel", stage, var, ForKind.PARALLEL)
+
+
+def bind(stage: Stage, var: IterVar, thread_ivar: Any) -> None:
+    var = stage.find_leaf("bind", var)
+    if not isinstance(thread_ivar, IterVar) or thread_ivar.thread_tag is None:
+        raise ScheduleError("bind", stage.name, "the second argument must be a "
+                            "td.thread_axis('blockIdx.x' / 'threadIdx.x' / ...)", var.name)
+    tag = thread_ivar.thread_tag
+    if var.kind is IterKind.REDUCE:
+        raise ScheduleError("bind", stage.name, f"binding reduction loop '{var.name}' to {tag} is a "
+                            "reduction across threads, which needs a cross-thread reduction strategy; "
+                            "rfactor the reduction first and bind the spatial loop", var.name)
+    for other, a in stage.iter_attrs.items():
+        if a.thread_tag == tag and other is not var and other in stage.leaf_iter_vars:
+            raise ScheduleError("bind", stage.name, f"{tag} is already bound to loop '{other.name}' of "
+                                f"this stage; a thread axis can be bound once per kernel nest", var.name)
+    a = stage.attr(var)
+    if a.kind is not ForKind.SERIAL:
+        raise ScheduleError("bind", stage.name, f"the loop is already {a.kind}", var.name)
+    a.kind = ForKind.THREAD_BINDING
+    a.thread_tag = tag
+
+
+def pragma(stage: Stage, var: IterVar, pragma_type: str, pragma_value: Any = None) -> None:
+    var = stage.find_leaf("pragma", var)
+    if not isinstance(pragma_type, str) or not pragma_type:
+        raise ScheduleError("pragma", stage.name, "pragma_type must be a non-empty string", var.name)
+    stage.attr(var).pragmas[pragma_type] = 1 if pragma_value is None else pragma_value
+
+
+def storage_align(stage: Stage, axis: IterVar, factor: int, offset: int) -> None:
+    if stage.is_placeholder:
+        raise ScheduleError("storage_align", stage.name, "inputs have the caller's layout")
+    axes = list(stage.op.axis)
+    if axis not in axes:
+        raise ScheduleError("storage_align", stage.name, f"'{getattr(axis, 'name', axis)}' is not one "
+                            f"of the stage's data axes {[a.name for a in axes]}")
+    if not isinstance(factor, int) or factor < 1 or not isinstance(offset, int) or not 0 <= offset < factor:
+        raise ScheduleError("storage_align", stage.name, f"need an int factor >= 1 and 0 <= offset < "
+                            f"factor, got factor={factor!r}, offset={offset!r}", axis.name)
+    dim = axes.index(axis)
+    if dim == len(axes) - 1:
+        raise ScheduleError("storage_align", stage.name, "the innermost axis has stride 1; align an "
+                            "outer axis", axis.name)
+    stage.storage_align[dim] = (factor, offset)
+
+
+def double_buffer(stage: Stage) -> None:
+    if stage.scope is StorageScope.GLOBAL or stage.is_output:
+        raise ScheduleError("double_buffer", stage.name, "only a shared/local cache stage attached "
+                            "inside a loop can be double-buffered")
+    stage.double_buffer = True

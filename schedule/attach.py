@@ -1,0 +1,79 @@
+"""compute_at, compute_inline, compute_root: where a stage's loop nest goes.
+
+``P.compute_at(s[C], jo)`` before/after::
+
+    for i in range(n):                    for io in range(n // 4):
+      P[i] = A[i] * 2                        for jo in range(...):
+    for io in range(n // 4):        ->         for i in range(io*4, io*4 + 4):   # just what C needs
+      for jo in ...:                              P[i - io*4] = A[i] * 2
+        C[...] = P[...] + 1                     C[...] = P[... - io*4] + 1
+"""
+from __future__ import annotations
+
+from tdsl.errors import ScheduleError
+from tdsl.tensor import ComputeOp, IterVar
+
+from .stage import AttachType, Stage
+
+
+def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
+    sch = stage._sch
+    if not isinstance(parent, Stage) or parent._sch is not sch:
+        raise ScheduleError("compute_at", stage.name, "the parent must be a stage of the same schedule")
+    if stage.is_placeholder:
+        raise ScheduleError("compute_at", stage.name, "an input has no loop nest to move")
+    if stage.is_output:
+        raise ScheduleError("compute_at", stage.name, "an output must be computed whole (at root)")
+    if parent is stage:
+        raise ScheduleError("compute_at", stage.name, "cannot attach a stage to its own loop")
+    if scope not in parent.leaf_iter_vars:
+        owner = sch.owner_of(scope) if isinstance(scope, IterVar) else None
+        where = f" (it belongs to stage '{owner.name}')" if owner is not None and owner is not parent else ""
+        raise ScheduleError("compute_at", stage.name, f"'{getattr(scope, 'name', scope)}' is not a "
+                            f"current loop of stage '{parent.name}'{where}",
+                            loop=getattr(scope, "name", None))
+    consumers = sch.consumers(stage)
+    if parent not in consumers and not any(sch.is_attached_under(c, parent) for c in consumers):
+        names = sorted(c.name for c in consumers) or ["none"]
+        raise ScheduleError("compute_at", stage.name, f"loop '{scope.name}' of stage '{parent.name}' is "
+                            f"not an ancestor of any use of '{stage.name}' (it is read by: "
+                            f"{', '.join(names)})", loop=scope.name)
+    p = parent
+    while p is not None:
+        if p is stage:
+            raise ScheduleError("compute_at", stage.name, f"stage '{parent.name}' is itself attached "
+                                f"inside '{stage.name}': that would be a cycle", loop=scope.name)
+        p = p.attach_stage
+    return scope
+
+
+def compute_at(stage: Stage, parent: Stage, scope: IterVar) -> None:
+    scope = check_compute_at(stage, parent, scope)
+    stage.attach_type = AttachType.SCOPE
+    stage.attach_stage = parent
+    stage.attach_ivar = scope
+
+
+def compute_inline(stage: Stage) -> None:
+    if not isinstance(stage.op, ComputeOp):
+        raise ScheduleError("compute_inline", stage.name, "an input cannot be inlined")
+    if stage.op.reduce_axis:
+        raise ScheduleError("compute_inline", stage.name, "a reduction cannot be inlined into its "
+                            "consumers; use compute_at instead")
+    if stage.is_output:
+        raise ScheduleError("compute_inline", stage.name, "an output of the schedule cannot be inlined")
+    for other in stage._sch.stages:
+        if other.attach_stage is stage:
+            raise ScheduleError("compute_inline", stage.name, f"stage '{other.name}' is attached to a "
+                                f"loop of this stage; move it first")
+    stage.attach_type = AttachType.INLINE
+    stage.attach_stage = None
+    stage.attach_ivar = None
+
+
+def compute_root(stage: Stage) -> None:
+    if stage.is_placeholder:
+        raise ScheduleError("compute_root", stage.name, "an input has no loop nest")
+    stage.attach_type = AttachType.ROOT
+    stage.attach_stage = None
+    stage.attach_ivar = None

@@ -1,0 +1,108 @@
+"""cache_read and cache_write: new stages that stage data through another scope.
+
+``cache_read(A, "shared", [C])``: ``A.shared[i, j] = A[i, j]`` and ``C`` reads
+``A.shared`` instead of ``A``.  ``cache_write(C, "local")``: ``C.local`` computes
+what ``C`` computed, and ``C[i, j] = C.local[i, j]`` copies it out.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tdsl.errors import ScheduleError
+from tdsl.expr import Reduce, TensorLoad
+from tdsl.stmt import StorageScope
+from tdsl.tensor import ComputeOp, IterKind, IterVar, Range, Tensor
+from tdsl.visitor import substitute, transform
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
+
+
+def _scope(primitive: str, name: str, scope: Any) -> StorageScope:
+    try:
+        return StorageScope(scope)
+    except ValueError:
+        raise ScheduleError(primitive, name, f"unknown scope {scope!r}; use 'global', 'shared' or "
+                            f"'local'") from None
+
+
+def replace_reads(sch: "Schedule", body: tuple, src_stage: Any, new_tensors: list[Tensor]) -> tuple:
+    """``body`` with every load of ``src_stage``'s outputs redirected to ``new_tensors``."""
+    def pre(n: Any) -> Any:
+        if isinstance(n, TensorLoad) and sch[n.tensor] is src_stage:
+            idx = tuple(transform(i, pre=pre) for i in n.indices)
+            return TensorLoad(new_tensors[n.tensor.value_index], idx)
+        return None
+    out = []
+    for b in body:
+        if isinstance(b, Reduce):
+            out.append(Reduce(b.combiner, tuple(transform(s, pre=pre) for s in b.source), b.axis,
+                              transform(b.condition, pre=pre), b.value_index, b.init))
+        else:
+            out.append(transform(b, pre=pre))
+    return tuple(out)
+
+
+def cache_read(sch: "Schedule", tensor: Tensor, scope: str, readers: list) -> Tensor:
+    src = sch[tensor]
+    sc = _scope("cache_read", src.name, scope)
+    reader_stages = [sch[r] for r in readers]
+    if not reader_stages:
+        raise ScheduleError("cache_read", src.name, "give at least one reader")
+    for r in reader_stages:
+        if src not in [sch[t] for t in r.op.input_tensors]:
+            raise ScheduleError("cache_read", src.name, f"stage '{r.name}' does not read '{src.name}'")
+    name = sch.unique_op_name(f"{tensor.name}.{sc.value}")
+    cur = sch.current_tensor(tensor)
+    axis = [IterVar(Range(0, s), f"ax{d}", IterKind.DATA_PAR) for d, s in enumerate(cur.shape)]
+    op = ComputeOp(name, "cache_read", {}, axis, [cur(*[a.var for a in axis])])
+    pos_stage = min(reader_stages, key=sch.stages.index)
+    st = sch.insert_stage(op, pos_stage)
+    st.scope = sc
+    cache_t = op.outputs[0]
+    for r in reader_stages:
+        mapping = [cache_t if i == tensor.value_index else t for i, t in enumerate(src.op.outputs)]
+        new_op = r.op.with_body(replace_reads(sch, r.op.body, src, mapping))
+        r.op = new_op
+        sch.register(r, new_op)
+    return cache_t
+
+
+def cache_write(sch: "Schedule", tensor: Any, scope: str) -> Any:
+    multi = isinstance(tensor, (list, tuple))
+    first = tensor[0] if multi else tensor
+    st = sch[first]
+    sc = _scope("cache_write", st.name, scope)
+    if not isinstance(st.op, ComputeOp):
+        raise ScheduleError("cache_write", st.name, "an input cannot be cache-written")
+    if st.is_scheduled() or st.attach_type.value != "root":
+        raise ScheduleError("cache_write", st.name, "call cache_write before scheduling the stage "
+                            "(its loops are about to be replaced)")
+    if st.op.num_outputs > 1 and not multi:
+        raise ScheduleError("cache_write", st.name, "the operation has several outputs; pass them all "
+                            "as a list")
+    op = st.op
+    new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), f"{iv.name}.c", IterKind.DATA_PAR)
+                for iv in op.axis]
+    vmap = {iv.var: n.var for iv, n in zip(op.axis, new_axis)}
+    body = []
+    for b in op.body:
+        if isinstance(b, Reduce):
+            body.append(Reduce(b.combiner, tuple(substitute(s, vmap) for s in b.source), b.axis,
+                               substitute(b.condition, vmap), b.value_index, b.init))
+        else:
+            body.append(substitute(b, vmap))
+    name = sch.unique_op_name(f"{op.name}.{sc.value}")
+    names = [f"{t.name}.{sc.value}" for t in op.outputs] if op.num_outputs > 1 else [name]
+    cache_op = ComputeOp(name, op.tag, op.attrs, new_axis, body, names)
+    cst = sch.insert_stage(cache_op, st)
+    cst.scope = sc
+    copy_body = [t(*[iv.var for iv in op.axis]) for t in cache_op.outputs]
+    new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, copy_body, [t.name for t in op.outputs])
+    st.op = new_op
+    sch.register(st, new_op)
+    st.leaf_iter_vars = list(st.root_iter_vars)
+    st.all_iter_vars = list(st.root_iter_vars)
+    st.iter_attrs.clear()
+    outs = list(cache_op.outputs)
+    return outs if multi else outs[0]

@@ -1,0 +1,114 @@
+"""split, fuse, reorder, tile: rewrites of a stage's loop structure.
+
+Before/after, for ``s[C].split(i, factor=32)`` on ``for i in range(n): C[i] = ...``::
+
+    for i.outer in range((n + 31) // 32):
+        for i.inner in range(32):
+            if i.outer * 32 + i.inner < n:      # only when 32 may not divide n
+                C[i.outer * 32 + i.inner] = ...
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tdsl.errors import ScheduleError
+from tdsl.expr import Const, Expr, convert
+from tdsl.tensor import IterKind, IterVar
+
+from .relations import Fuse, Split
+from .stage import Stage
+
+
+def _positive_size(primitive: str, stage: Stage, loop: IterVar, what: str, value: Any) -> Expr:
+    e = convert(value, loop.dtype) if not isinstance(value, Expr) else value.as_expr()
+    if not e.dtype.is_int:
+        raise ScheduleError(primitive, stage.name, f"{what} must be an integer, got {e.dtype}", loop.name)
+    if isinstance(e, Const) and e.value < 1:
+        raise ScheduleError(primitive, stage.name, f"{what} must be >= 1, got {e.value}", loop.name)
+    return e
+
+
+def _check_unannotated(primitive: str, stage: Stage, iv: IterVar) -> None:
+    a = stage.iter_attrs.get(iv)
+    if a is not None and (a.thread_tag is not None or a.tensor_intrin is not None):
+        raise ScheduleError(primitive, stage.name, "the loop is already bound or tensorized; "
+                            "transform loops before binding them", iv.name)
+
+
+def check_split(stage: Stage, parent: Any, factor: Any, nparts: Any) -> tuple[IterVar, Expr | None, Expr | None]:
+    parent = stage.find_leaf("split", parent)
+    _check_unannotated("split", stage, parent)
+    if (factor is None) == (nparts is None):
+        raise ScheduleError("split", stage.name, "give exactly one of factor= or nparts=", parent.name)
+    f = _positive_size("split", stage, parent, "factor", factor) if factor is not None else None
+    p = _positive_size("split", stage, parent, "nparts", nparts) if nparts is not None else None
+    return parent, f, p
+
+
+def split(stage: Stage, parent: Any, factor: Any = None, nparts: Any = None) -> tuple[IterVar, IterVar]:
+    parent, f, p = check_split(stage, parent, factor, nparts)
+    outer = stage.new_iter_var(f"{parent.name}.outer", parent.kind)
+    inner = stage.new_iter_var(f"{parent.name}.inner", parent.kind)
+    stage.relations.append(Split(parent, outer, inner, f, p))
+    pos = stage.leaf_iter_vars.index(parent)
+    stage.leaf_iter_vars[pos:pos + 1] = [outer, inner]
+    old = stage.iter_attrs.pop(parent, None)
+    if old is not None and old.pragmas:
+        stage.attr(outer).pragmas.update(old.pragmas)
+    return outer, inner
+
+
+def check_fuse(stage: Stage, ivs: tuple) -> list[IterVar]:
+    if not ivs:
+        raise ScheduleError("fuse", stage.name, "give at least one loop")
+    leaves = [stage.find_leaf("fuse", iv) for iv in ivs]
+    pos = [stage.leaf_iter_vars.index(iv) for iv in leaves]
+    for a, b, pa, pb in zip(leaves, leaves[1:], pos, pos[1:]):
+        if pb != pa + 1:
+            raise ScheduleError("fuse", stage.name, f"loops '{a.name}' and '{b.name}' are not adjacent "
+                                f"(outer first); current order: {[v.name for v in stage.leaf_iter_vars]}",
+                                b.name)
+    kinds = {iv.kind for iv in leaves}
+    if len(kinds) > 1:
+        raise ScheduleError("fuse", stage.name, "cannot fuse a spatial loop with a reduction loop",
+                            leaves[0].name)
+    for iv in leaves:
+        _check_unannotated("fuse", stage, iv)
+    return leaves
+
+
+def fuse(stage: Stage, *ivs: IterVar) -> IterVar:
+    leaves = check_fuse(stage, ivs)
+    fused = leaves[0]
+    for inner in leaves[1:]:
+        new = stage.new_iter_var(f"{fused.name}.{inner.name}.fused", fused.kind)
+        stage.relations.append(Fuse(fused, inner, new))
+        pos = stage.leaf_iter_vars.index(fused)
+        stage.leaf_iter_vars[pos:pos + 2] = [new]
+        fused = new
+    return fused
+
+
+def check_reorder(stage: Stage, ivs: tuple) -> list[IterVar]:
+    leaves = [stage.find_leaf("reorder", iv) for iv in ivs]
+    seen = set()
+    for iv in leaves:
+        if iv in seen:
+            raise ScheduleError("reorder", stage.name, f"loop '{iv.name}' is given twice", iv.name)
+        seen.add(iv)
+    return leaves
+
+
+def reorder(stage: Stage, *ivs: IterVar) -> None:
+    leaves = check_reorder(stage, ivs)
+    positions = sorted(stage.leaf_iter_vars.index(iv) for iv in leaves)
+    for pos, iv in zip(positions, leaves):
+        stage.leaf_iter_vars[pos] = iv
+
+
+def tile(stage: Stage, x: IterVar, y: IterVar, x_factor: Any, y_factor: Any
+         ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+    xo, xi = split(stage, x, x_factor)
+    yo, yi = split(stage, y, y_factor)
+    reorder(stage, xo, yo, xi, yi)
+    return xo, yo, xi, yi

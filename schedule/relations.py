@@ -1,0 +1,141 @@
+"""How a stage's loops derive from its root axes: split and fuse relations.
+
+``pass_down`` turns root domains into leaf-loop extents; ``pass_up`` expresses
+each root axis as a function of the leaf loop variables.  Both are shared by
+bound inference, loop-nest construction, rfactor and tensorize.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping
+
+from tdsl.expr import Const, Expr, Var
+from tdsl.tensor import IterVar, Range
+
+if TYPE_CHECKING:
+    from tdsl.arith import Analyzer
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """``parent = outer * factor + inner`` (``factor`` is derived from ``nparts`` when given)."""
+
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: "Expr | None"
+    nparts: "Expr | None"
+
+
+@dataclass(frozen=True, eq=False)
+class Fuse:
+    """``fused = outer * extent(inner) + inner``."""
+
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+Relation = "Split | Fuse"
+
+
+def ceil_div(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and isinstance(b, Const):
+        return Const(-(-a.value // b.value), a.dtype)
+    return (a + b - 1) // b
+
+
+def split_extents(parent_ext: Expr, rel: Split) -> tuple[Expr, Expr]:
+    """(outer extent, inner extent) of a split of a loop of extent ``parent_ext``."""
+    if rel.factor is not None:
+        return ceil_div(parent_ext, rel.factor), rel.factor
+    assert rel.nparts is not None
+    return rel.nparts, ceil_div(parent_ext, rel.nparts)
+
+
+def pass_down(relations: list, root_extents: Mapping[IterVar, Expr],
+              ana: "Analyzer | None" = None) -> dict[IterVar, Expr]:
+    """The extent of every iteration variable, from the extents of the root axes."""
+    ext: dict[IterVar, Expr] = dict(root_extents)
+    simp = ana.simplify if ana is not None else (lambda e: e)
+    for rel in relations:
+        if isinstance(rel, Split):
+            outer, inner = split_extents(ext[rel.parent], rel)
+            ext[rel.outer] = simp(outer)
+            ext[rel.inner] = simp(inner)
+        else:
+            ext[rel.fused] = simp(ext[rel.outer] * ext[rel.inner])
+    return ext
+
+
+def pass_up(relations: list, leaf_values: Mapping[IterVar, Expr],
+            extents: Mapping[IterVar, Expr]) -> dict[IterVar, Expr]:
+    """The 0-based value of every iteration variable given the leaf values."""
+    val: dict[IterVar, Expr] = dict(leaf_values)
+    for rel in reversed(relations):
+        if isinstance(rel, Split):
+            _, inner_ext = split_extents(extents[rel.parent], rel)
+            val[rel.parent] = val[rel.outer] * inner_ext + val[rel.inner]
+        else:
+            inner_ext = extents[rel.inner]
+            val[rel.outer] = val[rel.fused] // inner_ext
+            val[rel.inner] = val[rel.fused] % inner_ext
+    return val
+
+
+def split_predicates(relations: list, values: Mapping[IterVar, Expr],
+                     extents: Mapping[IterVar, Expr], ana: "Analyzer") -> list[tuple[IterVar, Expr]]:
+    """``value(parent) < extent(parent)`` for every split that may not divide evenly.
+
+    A value out of its own range is caught at the split that produced it, so
+    these guards are exactly what keeps tails in bounds (and reductions from
+    counting an element twice).
+    """
+    preds = []
+    for rel in relations:
+        if not isinstance(rel, Split):
+            continue
+        pext = extents[rel.parent]
+        outer_ext, inner_ext = split_extents(pext, rel)
+        if ana.can_prove_equal(outer_ext * inner_ext, pext):
+            continue
+        preds.append((rel.parent, values[rel.parent] < pext))
+    return preds
+
+
+def leaf_ancestry(relations: list, root: IterVar) -> set[IterVar]:
+    """Every iteration variable derived from ``root`` (itself included)."""
+    out = {root}
+    for rel in relations:
+        if isinstance(rel, Split) and rel.parent in out:
+            out.update((rel.outer, rel.inner))
+        elif isinstance(rel, Fuse) and (rel.outer in out or rel.inner in out):
+            out.add(rel.fused)
+    return out
+
+
+def root_of(relations: list, iv: IterVar) -> list[IterVar]:
+    """The iteration variables ``iv`` was derived from, back to the roots."""
+    parents: dict[IterVar, list[IterVar]] = {}
+    for rel in relations:
+        if isinstance(rel, Split):
+            parents[rel.outer] = [rel.parent]
+            parents[rel.inner] = [rel.parent]
+        else:
+            parents[rel.fused] = [rel.outer, rel.inner]
+    out, todo = [], [iv]
+    while todo:
+        x = todo.pop()
+        if x in parents:
+            todo.extend(parents[x])
+        elif x not in out:
+            out.append(x)
+    return out
+
+
+def zero_range(ext: Expr) -> Range:
+    return Range(0, ext)
+
+
+__all__ = ["Split", "Fuse", "pass_down", "pass_up", "split_predicates", "split_extents",
+           "leaf_ancestry", "root_of", "ceil_div", "Var"]

@@ -1,0 +1,227 @@
+"""A stage: one operation's loop nest as it is being scheduled.
+
+The state of a stage is data (root axes, split/fuse relations, the leaf loop
+order, per-loop annotations, where it is attached).  The TVM-named methods
+validate their arguments, run the primitive (a check then a rewrite of this
+state, in the primitive modules) and record the call in the schedule's trace.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Optional
+
+from tdsl.errors import ScheduleError
+from tdsl.stmt import ForKind, StorageScope, ThreadTag
+from tdsl.tensor import ComputeOp, IterKind, IterVar, Operation, PlaceholderOp
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
+
+
+class AttachType(enum.Enum):
+    ROOT = "root"        # its own loop nest at the top level
+    INLINE = "inline"    # substituted into its consumers
+    SCOPE = "scope"      # nested inside a loop of another stage (compute_at)
+
+
+@dataclass
+class IterAttr:
+    """How one loop runs: its kind, thread binding, pragmas, tensor intrinsic."""
+
+    kind: ForKind = ForKind.SERIAL
+    thread_tag: Optional[ThreadTag] = None
+    pragmas: dict = field(default_factory=dict)
+    tensor_intrin: Any = None
+
+
+class Stage:
+    """The schedule of one operation (``s[C]``)."""
+
+    def __init__(self, op: Operation, sch: "Schedule"):
+        self.op = op
+        self.origin_op = op
+        self._sch = sch
+        self.relations: list = []
+        self.leaf_iter_vars: list[IterVar] = list(self.root_iter_vars)
+        self.all_iter_vars: list[IterVar] = list(self.root_iter_vars)
+        self.iter_attrs: dict[IterVar, IterAttr] = {}
+        self.attach_type = AttachType.ROOT
+        self.attach_stage: Optional[Stage] = None
+        self.attach_ivar: Optional[IterVar] = None
+        self.scope = StorageScope.GLOBAL
+        self.is_output = False
+        self.storage_align: dict[int, tuple[int, int]] = {}
+        self.double_buffer = False
+
+    # ---- state queries --------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def is_placeholder(self) -> bool:
+        return isinstance(self.op, PlaceholderOp)
+
+    @property
+    def root_iter_vars(self) -> tuple[IterVar, ...]:
+        if isinstance(self.op, ComputeOp):
+            return self.op.axis + self.op.reduce_axis
+        return ()
+
+    def attr(self, iv: IterVar) -> IterAttr:
+        a = self.iter_attrs.get(iv)
+        if a is None:
+            a = self.iter_attrs[iv] = IterAttr()
+        return a
+
+    def is_scheduled(self) -> bool:
+        return bool(self.relations) or self.leaf_iter_vars != list(self.root_iter_vars) \
+            or any(a.kind is not ForKind.SERIAL or a.pragmas for a in self.iter_attrs.values())
+
+    def find_leaf(self, primitive: str, iv: Any) -> IterVar:
+        """Check that ``iv`` is a current loop of this stage; return it."""
+        if not isinstance(iv, IterVar):
+            raise ScheduleError(primitive, self.name,
+                                f"expected a loop (IterVar) of the stage, got {type(iv).__name__} {iv!r}")
+        if iv in self.leaf_iter_vars:
+            return iv
+        owner = self._sch.owner_of(iv)
+        if owner is not None and owner is not self:
+            raise ScheduleError(primitive, self.name,
+                                f"loop '{iv.name}' belongs to stage '{owner.name}', not to this stage",
+                                loop=iv.name)
+        if iv in self.all_iter_vars:
+            raise ScheduleError(primitive, self.name,
+                                f"loop '{iv.name}' was already split or fused; use the loops that "
+                                f"replaced it: {[v.name for v in self.leaf_iter_vars]}", loop=iv.name)
+        raise ScheduleError(primitive, self.name, f"loop '{iv.name}' is not a loop of this stage",
+                            loop=iv.name)
+
+    def unique_name(self, base: str) -> str:
+        names = {iv.name for iv in self.all_iter_vars}
+        if base not in names:
+            return base
+        k = 1
+        while f"{base}_{k}" in names:
+            k += 1
+        return f"{base}_{k}"
+
+    def new_iter_var(self, name: str, kind: IterKind) -> IterVar:
+        iv = IterVar(None, self.unique_name(name), kind)
+        self.all_iter_vars.append(iv)
+        return iv
+
+    def __repr__(self) -> str:
+        return f"stage({self.name}, {[iv.name for iv in self.leaf_iter_vars]})"
+
+    # ---- TVM API: loop transformations ---------------------------------------------------
+    def split(self, parent: IterVar, factor: Any = None, nparts: Any = None) -> tuple[IterVar, IterVar]:
+        """Split ``parent`` into (outer, inner) by ``factor`` (inner extent) or ``nparts``."""
+        from . import loop_transform
+        outer, inner = loop_transform.split(self, parent, factor, nparts)
+        self._sch.trace.record("split", self, [parent], {"factor": factor, "nparts": nparts},
+                               [outer, inner])
+        return outer, inner
+
+    def fuse(self, *args: IterVar) -> IterVar:
+        """Fuse adjacent loops (outermost first) into one."""
+        from . import loop_transform
+        fused = loop_transform.fuse(self, *args)
+        self._sch.trace.record("fuse", self, list(args), {}, [fused])
+        return fused
+
+    def reorder(self, *args: IterVar) -> None:
+        """Put the given loops in this order, in the positions they occupy together."""
+        from . import loop_transform
+        loop_transform.reorder(self, *args)
+        self._sch.trace.record("reorder", self, list(args), {}, [])
+
+    def tile(self, x_parent: IterVar, y_parent: IterVar, x_factor: Any, y_factor: Any
+             ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+        """Split two loops and reorder to (x.outer, y.outer, x.inner, y.inner)."""
+        from . import loop_transform
+        out = loop_transform.tile(self, x_parent, y_parent, x_factor, y_factor)
+        self._sch.trace.record("tile", self, [x_parent, y_parent],
+                               {"x_factor": x_factor, "y_factor": y_factor}, list(out))
+        return out
+
+    # ---- TVM API: annotations ----------------------------------------------------------------
+    def vectorize(self, var: IterVar) -> None:
+        """Run the (innermost, constant-extent, spatial) loop as SIMD lanes."""
+        from . import annotate
+        annotate.vectorize(self, var)
+        self._sch.trace.record("vectorize", self, [var], {}, [])
+
+    def unroll(self, var: IterVar) -> None:
+        """Fully unroll a constant-extent loop."""
+        from . import annotate
+        annotate.unroll(self, var)
+        self._sch.trace.record("unroll", self, [var], {}, [])
+
+    def parallel(self, var: IterVar) -> None:
+        """Run the iterations of a spatial loop on several CPU threads."""
+        from . import annotate
+        annotate.parallel(self, var)
+        self._sch.trace.record("parallel", self, [var], {}, [])
+
+    def bind(self, ivar: IterVar, thread_ivar: IterVar) -> None:
+        """Map a loop to a GPU hardware index (``td.thread_axis("threadIdx.x")``)."""
+        from . import annotate
+        annotate.bind(self, ivar, thread_ivar)
+        self._sch.trace.record("bind", self, [ivar], {"thread": str(thread_ivar.thread_tag)}, [])
+
+    def pragma(self, var: IterVar, pragma_type: str, pragma_value: Any = None) -> None:
+        """Attach a backend hint to a loop (e.g. ``"unroll_explicit"``)."""
+        from . import annotate
+        annotate.pragma(self, var, pragma_type, pragma_value)
+        self._sch.trace.record("pragma", self, [var], {"pragma_type": pragma_type,
+                                                       "pragma_value": pragma_value}, [])
+
+    annotate = pragma
+
+    def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
+        """Pad this stage's buffer so the stride of ``axis`` is ``k*factor + offset``."""
+        from . import annotate
+        annotate.storage_align(self, axis, factor, offset)
+        self._sch.trace.record("storage_align", self, [axis], {"factor": factor, "offset": offset}, [])
+
+    def double_buffer(self) -> None:
+        """Keep two copies of this (shared) stage so one loads while the other is read."""
+        from . import annotate
+        annotate.double_buffer(self)
+        self._sch.trace.record("double_buffer", self, [], {}, [])
+
+    def tensorize(self, var: IterVar, tensor_intrin: Any) -> None:
+        """Replace the loop nest from ``var`` inward by a tensor intrinsic (checked to match)."""
+        from . import tensorize
+        tensorize.tensorize(self, var, tensor_intrin)
+        self._sch.trace.record("tensorize", self, [var], {"intrin": tensor_intrin.name}, [])
+
+    # ---- TVM API: attachment -------------------------------------------------------------------
+    def compute_at(self, parent: "Stage", scope: IterVar) -> None:
+        """Compute this stage inside loop ``scope`` of stage ``parent``, just the part it needs."""
+        from . import attach
+        attach.compute_at(self, parent, scope)
+        self._sch.trace.record("compute_at", self, [scope], {"parent": parent.name}, [])
+
+    def compute_inline(self) -> None:
+        """Substitute this elementwise stage into its consumers."""
+        from . import attach
+        attach.compute_inline(self)
+        self._sch.trace.record("compute_inline", self, [], {}, [])
+
+    def compute_root(self) -> None:
+        """Give this stage its own top-level loop nest again."""
+        from . import attach
+        attach.compute_root(self)
+        self._sch.trace.record("compute_root", self, [], {}, [])
+
+    def set_scope(self, scope: str) -> None:
+        """Set the storage scope of this stage's output ("global", "shared", "local")."""
+        try:
+            self.scope = StorageScope(scope)
+        except ValueError:
+            raise ScheduleError("set_scope", self.name, f"unknown scope {scope!r}; use "
+                                f"'global', 'shared' or 'local'") from None
+        self._sch.trace.record("set_scope", self, [], {"scope": scope}, [])

@@ -1,0 +1,183 @@
+"""Bound inference: how much of each stage to compute, and where its loops run.
+
+A stage at root computes its whole declared domain.  A stage attached inside
+a loop of a consumer computes the region its consumers read during one
+iteration of that loop: the loops inside the attach point range over their
+extents, the loops outside are fixed symbols.  Loops bound to GPU threads are
+relaxed too when the buffer is shared by those threads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..arith import Analyzer, Interval
+from ..errors import LoweringError
+from ..expr import Const, Expr, Max, Min, TensorLoad, Var
+from ..stmt import StorageScope
+from ..tensor import IterVar, Range
+from ..visitor import post_order_visit, substitute
+from tdsl.schedule.relations import pass_down, pass_up
+from tdsl.schedule.stage import AttachType
+
+if TYPE_CHECKING:
+    from tdsl.schedule import Schedule, Stage
+
+
+@dataclass
+class StageBounds:
+    """What bound inference found for one stage."""
+
+    root_ranges: dict[IterVar, Range]
+    extents: dict[IterVar, Expr]          # every iteration variable's extent
+    values: dict[IterVar, Expr] = field(default_factory=dict)   # 0-based, in leaf loop vars
+    root_values: dict[IterVar, Expr] = field(default_factory=dict)  # min + value, simplified
+
+
+def stage_loops(st: "Stage", bounds: StageBounds) -> dict[Var, Expr]:
+    """The extent of each leaf loop variable of ``st``."""
+    return {iv.var: bounds.extents[iv] for iv in st.leaf_iter_vars}
+
+
+def _loads_of(body: tuple, target: "Stage", sch: "Schedule") -> list[TensorLoad]:
+    out: list[TensorLoad] = []
+
+    def fn(n: Any) -> None:
+        if isinstance(n, TensorLoad) and sch[n.tensor] is target:
+            out.append(n)
+    from .inline import map_body
+
+    def visit(e: Any) -> Any:
+        post_order_visit(e, fn)
+        return e
+    map_body(body, visit)
+    return out
+
+
+def _enclosing_chain(sch: "Schedule", x: "Stage", host: "Stage", ivar: IterVar,
+                     bounds: dict) -> "dict[Var, Expr] | None":
+    """Loop vars of ``x`` and of the stages between ``x`` and ``host`` that lie inside
+    ``host``'s loop ``ivar`` (with their extents), or None if ``x`` is not under it."""
+    relaxed: dict[Var, Expr] = {}
+    cur = x
+    if cur is not host:
+        relaxed.update(stage_loops(cur, bounds[cur]))
+    while cur is not host:
+        parent, at = cur.attach_stage, cur.attach_ivar
+        if parent is None:
+            return None
+        pos = parent.leaf_iter_vars.index(at)
+        if parent is host:
+            hpos = host.leaf_iter_vars.index(ivar)
+            if pos < hpos:
+                return None
+            for iv in host.leaf_iter_vars[hpos + 1:pos + 1]:
+                relaxed[iv.var] = bounds[host].extents[iv]
+            return relaxed
+        for iv in parent.leaf_iter_vars[:pos + 1]:
+            relaxed[iv.var] = bounds[parent].extents[iv]
+        cur = parent
+    hpos = host.leaf_iter_vars.index(ivar)
+    for iv in host.leaf_iter_vars[hpos + 1:]:
+        relaxed[iv.var] = bounds[host].extents[iv]
+    return relaxed
+
+
+def _thread_relaxed(sch: "Schedule", st: "Stage", bounds: dict) -> dict[Var, Expr]:
+    """Thread-bound loops enclosing ``st``'s attach point whose values must be relaxed."""
+    if st.scope is StorageScope.LOCAL:
+        return {}
+    out: dict[Var, Expr] = {}
+    cur, at = st.attach_stage, st.attach_ivar
+    while cur is not None:
+        pos = cur.leaf_iter_vars.index(at)
+        for iv in cur.leaf_iter_vars[:pos + 1]:
+            a = cur.iter_attrs.get(iv)
+            if a is not None and a.thread_tag is not None:
+                if a.thread_tag.is_thread or st.scope is StorageScope.GLOBAL:
+                    out[iv.var] = bounds[cur].extents[iv]
+        cur, at = cur.attach_stage, cur.attach_ivar
+    return out
+
+
+def relax(ana: Analyzer, e: Expr, dom: dict[Var, Interval]) -> Interval:
+    """The interval of ``e`` when the variables in ``dom`` range over their intervals."""
+    s = ana.int_set(e, dom)
+    lo, hi = s.min, s.max
+    for _ in range(4):
+        if lo is None or hi is None:
+            break
+        from ..visitor import uses_var
+        keys = frozenset(dom)
+        if not uses_var(lo, keys) and not uses_var(hi, keys):
+            break
+        lo = ana.int_set(lo, dom).min
+        hi = ana.int_set(hi, dom).max
+    return Interval(lo, hi)
+
+
+def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", StageBounds]:
+    """Bounds of every non-inlined compute stage, consumers before producers."""
+    bounds: dict["Stage", StageBounds] = {}
+    for st in reversed(sch.stages):
+        if st.is_placeholder or st.attach_type is AttachType.INLINE:
+            continue
+        if st.attach_type is AttachType.SCOPE:
+            ranges = _attached_ranges(sch, st, bodies, bounds, ana)
+        else:
+            ranges = {iv: iv.dom for iv in st.op.axis}
+        for iv in st.op.reduce_axis:
+            ranges[iv] = iv.dom
+        ext = pass_down(st.relations, {iv: ana.simplify(r.extent) for iv, r in ranges.items()}, ana)
+        b = StageBounds(ranges, ext)
+        b.values = pass_up(st.relations, {iv: iv.var for iv in st.leaf_iter_vars}, ext)
+        b.root_values = {iv: ana.simplify(ranges[iv].min + b.values[iv]) for iv in st.root_iter_vars}
+        bounds[st] = b
+    return bounds
+
+
+def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
+                     ana: Analyzer) -> dict[IterVar, Range]:
+    host, ivar = st.attach_stage, st.attach_ivar
+    if ivar not in host.leaf_iter_vars:
+        raise LoweringError(f"compute_at: stage '{st.name}' is attached to loop '{ivar.name}' of "
+                            f"'{host.name}', which is no longer a loop of it (it was split or fused "
+                            f"after compute_at); attach to one of {[v.name for v in host.leaf_iter_vars]}")
+    extra = _thread_relaxed(sch, st, bounds)
+    ndim = len(st.op.axis)
+    lo: list[Expr | None] = [None] * ndim
+    hi: list[Expr | None] = [None] * ndim
+    consumers = sch.consumers(st)
+    for x in consumers:
+        if x not in bounds:
+            raise LoweringError(f"compute_at: stage '{st.name}' is read by '{x.name}', which is inlined "
+                                f"or not computed")
+        relaxed = _enclosing_chain(sch, x, host, ivar, bounds)
+        if relaxed is None:
+            raise LoweringError(
+                f"compute_at: stage '{st.name}' is attached to loop '{ivar.name}' of '{host.name}', but "
+                f"stage '{x.name}' also reads it outside that loop; attach it where every reader is "
+                f"inside, or compute it at root")
+        relaxed.update(extra)
+        dom = {v: Interval(Const(0, v.dtype), ana.simplify(e - 1)) for v, e in relaxed.items()}
+        vmap = {iv.var: bounds[x].root_values[iv] for iv in x.root_iter_vars}
+        for load in _loads_of(bodies[x], st, sch):
+            for d, idx in enumerate(load.indices):
+                s = relax(ana, ana.simplify(substitute(idx, vmap)), dom)
+                if s.min is None or s.max is None:
+                    lo[d] = Const(0, "int64")
+                    hi[d] = st.op.axis[d].dom.extent - 1
+                    continue
+                lo[d] = s.min if lo[d] is None else ana.simplify(Min(lo[d], s.min))
+                hi[d] = s.max if hi[d] is None else ana.simplify(Max(hi[d], s.max))
+    ranges: dict[IterVar, Range] = {}
+    for d, iv in enumerate(st.op.axis):
+        if lo[d] is None:
+            ranges[iv] = iv.dom
+            continue
+        dmin = iv.dom.min
+        dmax = ana.simplify(iv.dom.min + iv.dom.extent - 1)
+        a = ana.simplify(Max(lo[d], dmin))
+        b = ana.simplify(Min(hi[d], dmax))
+        ranges[iv] = Range(a, ana.simplify(b - a + 1))
+    return ranges

@@ -1,0 +1,167 @@
+"""``lower``: a schedule to a PrimFunc, as a linear list of named steps."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from ..arith import Analyzer
+from ..errors import LoweringError, ShapeError
+from ..expr import Const, Expr, SizeVar, Var
+from ..stmt import Allocate, Buffer, PrimFunc, StorageScope
+from ..tensor import Tensor
+from ..visitor import free_vars
+from .bound import infer_bounds
+from .inline import inlined_bodies
+from .nest import NestBuilder, Storage
+from .passes import check_loops, simplify_stmt
+
+if TYPE_CHECKING:
+    from tdsl.schedule import Schedule, Stage
+
+
+def aligned_strides(shape: Sequence[Expr], align: dict[int, tuple[int, int]], ana: Analyzer
+                    ) -> "tuple[Expr, ...] | None":
+    """Row-major strides where dimension d's stride is k*factor + offset (storage_align)."""
+    if not align:
+        return None
+    strides: list[Expr] = [Const(1, "int64")] * len(shape)
+    acc: Expr = Const(1, "int64")
+    for d in range(len(shape) - 1, -1, -1):
+        if d in align:
+            factor, offset = align[d]
+            acc = ana.simplify(((acc + (factor - offset) - 1) // factor) * factor + offset) \
+                if not isinstance(acc, Const) else \
+                Const(-(-(acc.value - offset) // factor) * factor + offset, "int64")
+        strides[d] = acc
+        acc = ana.simplify(acc * shape[d])
+    return tuple(strides)
+
+
+def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict:
+    from tdsl.schedule.stage import AttachType
+    storage: dict["Stage", Storage] = {}
+    for st in sch.stages:
+        if st.is_placeholder:
+            t = st.op.outputs[0]
+            if id(st) in params:
+                storage[st] = Storage([params[id(st)][0]], [Const(0, "int64")] * t.ndim, False)
+            continue
+        if st not in bounds:
+            continue
+        b = bounds[st]
+        op = st.op
+        zeros = [Const(0, "int64")] * len(op.axis)
+        if id(st) in params:
+            if st.attach_type is not AttachType.ROOT:
+                raise LoweringError(f"stage '{st.name}' is an argument, so it must be computed whole; "
+                                    f"it is attached with compute_at")
+            bufs = params[id(st)]
+            storage[st] = Storage(bufs, zeros, False)
+            continue
+        if st.attach_type is AttachType.ROOT:
+            shape = [iv.dom.extent for iv in op.axis]
+            offsets = zeros
+        else:
+            shape, offsets = [], []
+            for iv in op.axis:
+                r = b.root_ranges[iv]
+                hi = ana.const_int_bound(r.extent)[1]
+                declared = iv.dom.extent
+                dhi = ana.const_int_bound(declared)[1]
+                shape.append(Const(hi, "int64") if hi is not None and (dhi is None or hi <= dhi)
+                             else declared)
+                offsets.append(r.min)
+        strides = aligned_strides(shape, st.storage_align, ana)
+        bufs = [Buffer(t.name, shape, t.dtype, strides, st.scope) for t in op.outputs]
+        storage[st] = Storage(bufs, offsets, True)
+    return storage
+
+
+def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict]:
+    if not isinstance(args, (list, tuple)):
+        raise LoweringError(f"args must be a list of tensors, got {type(args).__name__}")
+    buffers: list[Buffer] = []
+    by_stage: dict[int, list[Buffer]] = {}
+    for a in args:
+        if not isinstance(a, Tensor):
+            raise LoweringError(f"argument {a!r} is not a tensor (scalar arguments are not supported; "
+                                f"symbolic sizes are taken from the tensors' shapes)")
+        st = sch[a]
+        cur = st.op.outputs[a.value_index] if not st.is_placeholder else a
+        buf = Buffer(a.name, cur.shape, cur.dtype)
+        buffers.append(buf)
+        lst = by_stage.setdefault(id(st), [None] * st.op.num_outputs)  # type: ignore[list-item]
+        if lst[a.value_index] is not None:
+            raise LoweringError(f"tensor '{a.name}' appears twice in the argument list")
+        lst[a.value_index] = buf
+    for st in sch.stages:
+        if st.is_placeholder and id(st) not in by_stage and sch.consumers(st):
+            raise LoweringError(f"input '{st.name}' is read but is not in the argument list")
+    for op in sch.outputs:
+        st = sch[op]
+        if id(st) not in by_stage:
+            raise LoweringError(f"output '{st.name}' is not in the argument list; its result would "
+                                f"be lost")
+    for sid, lst in by_stage.items():
+        st = next(s for s in sch.stages if id(s) == sid)
+        for i, b in enumerate(lst):
+            if b is None:
+                t = st.op.outputs[i]
+                lst[i] = Buffer(t.name, t.shape, t.dtype)
+    return buffers, by_stage
+
+
+def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], dict]:
+    bindings: dict[Var, tuple[int, int]] = {}
+    for pi, buf in enumerate(params):
+        for d, s in enumerate(buf.shape):
+            if isinstance(s, Var) and s not in bindings:
+                bindings[s] = (pi, d)
+    used: set[Var] = set()
+    for buf in params:
+        for s in buf.shape:
+            used |= free_vars(s)
+    used |= {v for v in free_vars(body) if isinstance(v, SizeVar)}
+    for v in sorted(used, key=lambda v: v.name):
+        if isinstance(v, SizeVar) and v not in bindings:
+            raise ShapeError(f"lower '{name}': symbolic size '{v.name}' is not a dimension of any "
+                             f"argument, so no call can bind it; add a tensor with dimension "
+                             f"'{v.name}' to the arguments")
+    size_vars = sorted(bindings, key=lambda v: bindings[v])
+    return size_vars, bindings
+
+
+def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode: bool = False,
+          dump: "Callable[[str, Any], None] | None" = None) -> PrimFunc:
+    """Lower a schedule to the loop IR (``print`` it to read the loop nest).
+
+    ``dump(step_name, ir)``, when given, is called after each step.
+    """
+    from tdsl.schedule import Schedule
+    if not isinstance(sch, Schedule):
+        raise LoweringError(f"lower: expected a Schedule (td.create_schedule(...)), got "
+                            f"{type(sch).__name__}")
+    ana = Analyzer()
+    params, by_stage = _params(sch, args)
+    bodies = inlined_bodies(sch)
+    bounds = infer_bounds(sch, bodies, ana)
+    storage = _storage(sch, bounds, by_stage, ana)
+    builder = NestBuilder(sch, bodies, bounds, storage, ana)
+    body = builder.build_root()
+    if dump:
+        dump("build_nest", body)
+    for st in reversed(sch.stages):
+        stor = storage.get(st)
+        if stor is not None and stor.allocated and st.attach_type.value == "root":
+            for buf in reversed(stor.buffers):
+                body = Allocate(buf, body)
+    body = simplify_stmt(body, Analyzer()) or _empty()
+    if dump:
+        dump("simplify", body)
+    check_loops(body)
+    size_vars, bindings = _bind_sizes(params, body, name)
+    return PrimFunc(name, params, body, size_vars, bindings)
+
+
+def _empty():
+    from ..stmt import SeqStmt
+    return SeqStmt([])

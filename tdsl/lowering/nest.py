@@ -1,0 +1,257 @@
+"""Loop-nest construction: one nest per stage, attached stages spliced in.
+
+For a stage with leaf loops ``l0 .. lm`` this builds::
+
+    for l0: [stages attached at l0] [guards whose loops are all defined]
+      for l1: ...
+        [reduction init nest, just outside the first reduction loop]
+        ...
+            buffer[root values - region offset] = body      (or the reduction update)
+
+Tail guards come from ``split_predicates``; a guard on a serial loop that is
+the inner part of its own split becomes a tighter loop extent instead.
+Inside GPU kernels every guard stays innermost so that no barrier ends up under
+a thread-dependent condition.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..arith import Analyzer
+from ..errors import LoweringError
+from ..expr import BufferLoad, Const, Expr, Reduce, TensorLoad, Var
+from ..intrin import minimum
+from ..stmt import (Allocate, Barrier, Buffer, BufferStore, For, ForKind, IfThenElse,
+                    LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
+from ..tensor import IterKind, IterVar
+from ..visitor import free_vars, substitute, transform
+from tdsl.schedule.relations import Split, split_extents, split_predicates
+from tdsl.schedule.stage import AttachType
+
+from .bound import StageBounds
+
+if TYPE_CHECKING:
+    from tdsl.schedule import Schedule, Stage
+
+
+@dataclass
+class Storage:
+    """Where a stage's outputs live: one buffer per output and the region origin."""
+
+    buffers: list[Buffer]
+    offsets: list[Expr]
+    allocated: bool      # needs an Allocate (not a parameter)
+
+
+def seq(parts: list) -> Stmt:
+    flat: list[Stmt] = []
+    for p in parts:
+        if p is None:
+            continue
+        if isinstance(p, SeqStmt):
+            flat.extend(p.stmts)
+        else:
+            flat.append(p)
+    if len(flat) == 1:
+        return flat[0]
+    return SeqStmt(flat)
+
+
+def guard(conds: list[Expr], body: Stmt) -> Stmt:
+    if not conds:
+        return body
+    c = conds[0]
+    for x in conds[1:]:
+        c = c & x
+    return IfThenElse(c, body)
+
+
+class NestBuilder:
+    """Builds the statement tree of a schedule from its bounds and storage."""
+
+    def __init__(self, sch: "Schedule", bodies: dict, bounds: dict["Stage", StageBounds],
+                 storage: dict["Stage", Storage], ana: Analyzer):
+        self.sch = sch
+        self.bodies = bodies
+        self.bounds = bounds
+        self.storage = storage
+        self.ana = ana
+        self.children: dict[tuple[int, IterVar], list["Stage"]] = {}
+        for st in sch.stages:
+            if st.attach_type is AttachType.SCOPE:
+                self.children.setdefault((id(st.attach_stage), st.attach_ivar), []).append(st)
+
+    # ---- expressions -------------------------------------------------------------------
+    def lower_expr(self, e: Expr, vmap: dict[Var, Expr]) -> Expr:
+        def pre(n: Any) -> Any:
+            if isinstance(n, TensorLoad):
+                st = self.sch[n.tensor]
+                stor = self.storage.get(st)
+                if stor is None:
+                    raise LoweringError(f"stage '{st.name}' is read but never computed")
+                idx = [transform(i, pre=pre) for i in n.indices]
+                idx = [i - o if not (isinstance(o, Const) and o.value == 0) else i
+                       for i, o in zip(idx, stor.offsets)]
+                return BufferLoad(stor.buffers[n.tensor.value_index], idx)
+            if isinstance(n, Var):
+                return vmap.get(n)
+            return None
+        return transform(e, pre=pre)
+
+    # ---- a stage's nest ----------------------------------------------------------------------
+    def in_kernel(self, st: "Stage") -> bool:
+        cur: "Stage | None" = st
+        while cur is not None:
+            if any(a.thread_tag is not None for a in cur.iter_attrs.values()):
+                return True
+            cur = cur.attach_stage
+        return False
+
+    def build_root(self) -> Stmt:
+        parts = [self.build_stage(st) for st in self.sch.stages
+                 if st in self.bounds and st.attach_type is AttachType.ROOT]
+        return seq(parts)
+
+    def build_stage(self, st: "Stage") -> Stmt:
+        b = self.bounds[st]
+        leaves = st.leaf_iter_vars
+        m = len(leaves)
+        pos = {iv.var: i for i, iv in enumerate(leaves)}
+        vmap = {iv.var: b.root_values[iv] for iv in st.root_iter_vars}
+        stor = self.storage[st]
+        body = self.bodies[st]
+        is_reduce = isinstance(body[0], Reduce)
+        tpos = next((i for i, iv in enumerate(leaves)
+                     if st.iter_attrs.get(iv) and st.iter_attrs[iv].tensor_intrin is not None), m)
+        qpos = next((i for i, iv in enumerate(leaves) if iv.kind is IterKind.REDUCE), m) if is_reduce else m
+        init_pos = min(qpos, tpos)
+        kernel = self.in_kernel(st)
+
+        # tail guards: tighten serial inner loops, else place at the deepest loop they use
+        ext = {iv: b.extents[iv] for iv in leaves}
+        preds: list[tuple[int, bool, Expr]] = []   # (level, involves reduce, cond)
+        for rel_parent, cond in split_predicates(st.relations, b.values, b.extents, self.ana):
+            used = [pos[v] for v in free_vars(cond) if v in pos]
+            level = max(used) if used else -1
+            rel = next(r for r in st.relations if isinstance(r, Split) and r.parent is rel_parent)
+            inner = rel.inner
+            kind = self.kind_of(st, inner)
+            if (inner in leaves and leaves.index(inner) == level and level < tpos
+                    and kind in (ForKind.SERIAL, ForKind.PARALLEL)):
+                pext = b.extents[rel_parent]
+                _, inner_ext = split_extents(pext, rel)
+                start = substitute(b.values[rel_parent], {inner.var: Const(0, inner.var.dtype)})
+                ext[inner] = self.ana.simplify(minimum(inner_ext, pext - start))
+                continue
+            involves_reduce = any(leaves[p].kind is IterKind.REDUCE for p in used)
+            if level >= tpos:
+                raise LoweringError(f"tensorize: stage '{st.name}': the loops under "
+                                    f"'{leaves[tpos].name}' have a tail (split factors that may not "
+                                    f"divide the extent); choose factors that divide it")
+            preds.append((m - 1 if kernel else level, involves_reduce, cond))
+
+        # the innermost statement
+        if tpos < m:
+            from tdsl.schedule.tensorize import make_intrin_call
+            core = make_intrin_call(self, st, leaves[tpos:], vmap)
+            last = tpos - 1
+        else:
+            core = self.update_stmt(st, body, vmap, stor) if is_reduce else self.store_stmt(st, body, vmap, stor)
+            last = m - 1
+        preds = [(min(lv, last), r, c) for lv, r, c in preds]
+        init = None
+        if is_reduce:
+            init = self.init_nest(st, body, vmap, stor, leaves[init_pos:], ext, preds, init_pos, kernel)
+
+        stmt = guard([c for lv, _, c in preds if lv == last], core) if last >= 0 else core
+        for p in range(last, -1, -1):
+            iv = leaves[p]
+            parts = self.children_nests(st, iv)
+            if init is not None and p == init_pos - 1:
+                parts.append(init)
+            inner_stmt = seq(parts + [stmt]) if parts else stmt
+            stmt = self.make_loop(st, iv, ext[iv], self.wrap_allocs(st, iv, inner_stmt))
+            if p > 0:
+                stmt = guard([c for lv, _, c in preds if lv == p - 1], stmt)
+        top_guards = [c for lv, _, c in preds if lv < 0]
+        parts = [init] if init is not None and init_pos == 0 else []
+        return guard(top_guards, seq(parts + [stmt]))
+
+    def kind_of(self, st: "Stage", iv: IterVar) -> ForKind:
+        a = st.iter_attrs.get(iv)
+        return a.kind if a is not None else ForKind.SERIAL
+
+    def make_loop(self, st: "Stage", iv: IterVar, extent: Expr, body: Stmt) -> For:
+        a = st.iter_attrs.get(iv)
+        kind = a.kind if a is not None else ForKind.SERIAL
+        tag = a.thread_tag if a is not None else None
+        ann = {f"pragma_{k}": v for k, v in a.pragmas.items()} if a is not None else {}
+        if tag is ThreadTag.VTHREAD:
+            kind, tag = ForKind.SERIAL, None
+        return For(iv.var, Const(0, iv.var.dtype), self.ana.simplify(extent), kind, body, tag, ann)
+
+    def children_nests(self, st: "Stage", iv: IterVar) -> list[Stmt]:
+        out = []
+        for child in self.children.get((id(st), iv), []):
+            if child not in self.bounds:
+                continue
+            nest = self.build_stage(child)
+            if child.scope is StorageScope.SHARED and self.in_kernel(child):
+                out.extend([Barrier(), nest, Barrier()])
+            else:
+                out.append(nest)
+        return out
+
+    def wrap_allocs(self, st: "Stage", iv: IterVar, body: Stmt) -> Stmt:
+        for child in reversed(self.children.get((id(st), iv), [])):
+            stor = self.storage.get(child)
+            if stor is not None and stor.allocated:
+                for buf in reversed(stor.buffers):
+                    body = Allocate(buf, body)
+        return body
+
+    # ---- statements ---------------------------------------------------------------------------
+    def out_indices(self, st: "Stage", vmap: dict, stor: Storage) -> list[Expr]:
+        idx = []
+        for iv, off in zip(st.op.axis, stor.offsets):
+            v = vmap[iv.var]
+            idx.append(v if isinstance(off, Const) and off.value == 0 else v - off)
+        return idx
+
+    def store_stmt(self, st: "Stage", body: tuple, vmap: dict, stor: Storage) -> Stmt:
+        idx = self.out_indices(st, vmap, stor)
+        return seq([BufferStore(buf, self.lower_expr(e, vmap), idx)
+                    for buf, e in zip(stor.buffers, body)])
+
+    def update_stmt(self, st: "Stage", body: tuple, vmap: dict, stor: Storage) -> Stmt:
+        red: Reduce = body[0]
+        idx = self.out_indices(st, vmap, stor)
+        acc = [BufferLoad(buf, idx) for buf in stor.buffers]
+        src = [self.lower_expr(s, vmap) for s in red.source]
+        new = red.combiner.combine(acc, src)
+        if len(new) == 1:
+            stmt: Stmt = BufferStore(stor.buffers[0], new[0], idx)
+        else:
+            tmps = [Var(f"{st.name}_v{i}", e.dtype) for i, e in enumerate(new)]
+            stmt = seq([BufferStore(buf, t, idx) for buf, t in zip(stor.buffers, tmps)])
+            for t, e in reversed(list(zip(tmps, new))):
+                stmt = LetStmt(t, e, stmt)
+        cond = self.lower_expr(red.condition, vmap)
+        if not (isinstance(cond, Const) and cond.value):
+            stmt = IfThenElse(cond, stmt)
+        return stmt
+
+    def init_nest(self, st: "Stage", body: tuple, vmap: dict, stor: Storage, inner_leaves: list,
+                  ext: dict, preds: list, init_pos: int, kernel: bool) -> Stmt:
+        red: Reduce = body[0]
+        idx = self.out_indices(st, vmap, stor)
+        values = red.init if red.init else red.combiner.identity
+        values = [self.lower_expr(v, vmap) for v in values]
+        stmt = seq([BufferStore(buf, v, idx) for buf, v in zip(stor.buffers, values)])
+        spatial = [iv for iv in inner_leaves if iv.kind is not IterKind.REDUCE]
+        conds = [c for lv, r, c in preds if not r and (kernel or lv >= init_pos - 1)]
+        stmt = guard(conds, stmt)
+        for iv in reversed(spatial):
+            stmt = self.make_loop(st, iv, ext[iv], stmt)
+        return stmt

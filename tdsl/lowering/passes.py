@@ -1,0 +1,80 @@
+"""Passes over the built loop nest: simplification and legality checks."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..arith import Analyzer
+from ..errors import LoweringError
+from ..expr import Const, Expr
+from ..stmt import (Allocate, Barrier, BufferStore, For, ForKind, IfThenElse, IntrinCall, LetStmt,
+                    SeqStmt, Stmt)
+from ..tensor import Range
+from ..visitor import map_children, substitute, transform
+from .nest import seq
+
+
+def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
+    """Simplify every expression with the loop bounds known; drop dead branches and
+    unit loops.  Returns None for a statement that does nothing."""
+    if isinstance(stmt, For):
+        ext = ana.simplify(stmt.extent)
+        lo = ana.simplify(stmt.min)
+        hi_bound = ana.const_int_bound(ext)[1]
+        if hi_bound is not None and hi_bound <= 0:
+            return None
+        if isinstance(ext, Const) and ext.value == 1 and stmt.kind in (ForKind.SERIAL, ForKind.UNROLLED,
+                                                                         ForKind.VECTORIZED, ForKind.PARALLEL):
+            return simplify_stmt(substitute(stmt.body, {stmt.var: lo}), ana)
+        ana.bind(stmt.var, Range(lo, ext))
+        body = simplify_stmt(stmt.body, ana)
+        if body is None:
+            return None
+        return For(stmt.var, lo, ext, stmt.kind, body, stmt.thread_tag, stmt.annotations)
+    if isinstance(stmt, IfThenElse):
+        cond = ana.simplify(stmt.cond)
+        if isinstance(cond, Const):
+            branch = stmt.then_case if cond.value else stmt.else_case
+            return None if branch is None else simplify_stmt(branch, ana)
+        with ana.constraint(cond):
+            then = simplify_stmt(stmt.then_case, ana)
+        other = simplify_stmt(stmt.else_case, ana) if stmt.else_case is not None else None
+        if then is None and other is None:
+            return None
+        if then is None:
+            return IfThenElse(ana.simplify(~cond), other)
+        return IfThenElse(cond, then, other)
+    if isinstance(stmt, SeqStmt):
+        parts = [simplify_stmt(s, ana) for s in stmt.stmts]
+        parts = [p for p in parts if p is not None]
+        return seq(parts) if parts else None
+    if isinstance(stmt, (Allocate,)):
+        body = simplify_stmt(stmt.body, ana)
+        return None if body is None else Allocate(stmt.buffer, body)
+    if isinstance(stmt, LetStmt):
+        body = simplify_stmt(stmt.body, ana)
+        return None if body is None else LetStmt(stmt.var, ana.simplify(stmt.value), body)
+    if isinstance(stmt, BufferStore):
+        return BufferStore(stmt.buffer, ana.simplify(stmt.value),
+                           [ana.simplify(i) for i in stmt.indices])
+    if isinstance(stmt, (Barrier, IntrinCall)):
+        return stmt
+    return map_children(stmt, lambda n: ana.simplify(n) if isinstance(n, Expr) else n)
+
+
+def check_loops(stmt: Stmt) -> None:
+    """Vectorized loops are innermost with a constant extent; unrolled ones are constant."""
+    def fn(n: Any) -> Any:
+        if isinstance(n, For):
+            if n.kind in (ForKind.VECTORIZED, ForKind.UNROLLED) and not isinstance(n.extent, Const):
+                raise LoweringError(f"{n.kind.value} loop '{n.var.name}' has a non-constant extent "
+                                    f"{n.extent!r}; split it by a constant factor and "
+                                    f"{'vectorize' if n.kind is ForKind.VECTORIZED else 'unroll'} "
+                                    f"the inner loop")
+            if n.kind is ForKind.VECTORIZED:
+                inner = []
+                transform(n.body, pre=lambda x: inner.append(x) if isinstance(x, (For, Allocate)) else None)
+                if inner:
+                    raise LoweringError(f"vectorize: loop '{n.var.name}' is not innermost: it contains "
+                                        f"another loop or allocation (a stage attached inside it?)")
+        return None
+    transform(stmt, pre=fn)
