@@ -15,11 +15,12 @@ from .visitor import post_order_visit
 class Range:
     """The half-open interval ``[min, min + extent)`` of an iteration variable."""
 
-    __slots__ = ("min", "extent")
+    __slots__ = ("min", "extent", "alloc_bound")
 
     def __init__(self, min: Any, extent: Any):
         self.min = _index(min)
         self.extent = _index(extent)
+        self.alloc_bound: "int | None" = None   # a constant upper bound of extent, when known
 
     @staticmethod
     def from_min_extent(min: Any, extent: Any) -> "Range":

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..arith import Analyzer, Interval
 from ..errors import LoweringError
-from ..expr import Const, Expr, Max, Min, TensorLoad, Var
+from ..expr import Const, Expr, TensorLoad, Var
+from ..intrin import maximum, minimum
 from ..stmt import StorageScope
 from ..tensor import IterVar, Range
 from ..visitor import post_order_visit, substitute
@@ -116,6 +117,16 @@ def relax(ana: Analyzer, e: Expr, dom: dict[Var, Interval]) -> Interval:
     return Interval(lo, hi)
 
 
+def in_kernel(st: "Stage") -> bool:
+    """True if ``st`` or a stage it is attached inside binds a loop to a GPU thread axis."""
+    cur = st
+    while cur is not None:
+        if any(a.thread_tag is not None for a in cur.iter_attrs.values()):
+            return True
+        cur = cur.attach_stage
+    return False
+
+
 def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", StageBounds]:
     """Bounds of every non-inlined compute stage, consumers before producers."""
     bounds: dict["Stage", StageBounds] = {}
@@ -131,6 +142,8 @@ def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", 
         ext = pass_down(st.relations, {iv: ana.simplify(r.extent) for iv, r in ranges.items()}, ana)
         b = StageBounds(ranges, ext)
         b.values = pass_up(st.relations, {iv: iv.var for iv in st.leaf_iter_vars}, ext)
+        for iv in st.leaf_iter_vars:
+            ana.bind(iv.var, Range(0, ext[iv]))
         b.root_values = {iv: ana.simplify(ranges[iv].min + b.values[iv]) for iv in st.root_iter_vars}
         bounds[st] = b
     return bounds
@@ -168,8 +181,8 @@ def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
                     lo[d] = Const(0, "int64")
                     hi[d] = st.op.axis[d].dom.extent - 1
                     continue
-                lo[d] = s.min if lo[d] is None else ana.simplify(Min(lo[d], s.min))
-                hi[d] = s.max if hi[d] is None else ana.simplify(Max(hi[d], s.max))
+                lo[d] = s.min if lo[d] is None else ana.simplify(minimum(lo[d], s.min))
+                hi[d] = s.max if hi[d] is None else ana.simplify(maximum(hi[d], s.max))
     ranges: dict[IterVar, Range] = {}
     for d, iv in enumerate(st.op.axis):
         if lo[d] is None:
@@ -177,7 +190,15 @@ def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
             continue
         dmin = iv.dom.min
         dmax = ana.simplify(iv.dom.min + iv.dom.extent - 1)
-        a = ana.simplify(Max(lo[d], dmin))
-        b = ana.simplify(Min(hi[d], dmax))
-        ranges[iv] = Range(a, ana.simplify(b - a + 1))
+        a = ana.simplify(maximum(lo[d], dmin))
+        # min(hi, dmax) - a + 1, distributed so that each side folds on its own
+        if in_kernel(st):
+            # Keep thread-independent extents inside GPU kernels (barriers may sit in these
+            # loops); the nest guards the declared domain instead of clamping the region.
+            ranges[iv] = Range(lo[d], ana.simplify(hi[d] - lo[d] + 1))
+            continue
+        need = ana.simplify(hi[d] - a + 1)
+        ext = minimum(need, ana.simplify(dmax - a + 1))
+        ranges[iv] = Range(a, ana.simplify(ext))
+        ranges[iv].alloc_bound = ana.const_int_bound(need)[1]  # type: ignore[attr-defined]
     return ranges

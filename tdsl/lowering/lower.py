@@ -65,6 +65,8 @@ def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict
             for iv in op.axis:
                 r = b.root_ranges[iv]
                 hi = ana.const_int_bound(r.extent)[1]
+                if r.alloc_bound is not None:
+                    hi = r.alloc_bound if hi is None else min(hi, r.alloc_bound)
                 declared = iv.dom.extent
                 dhi = ana.const_int_bound(declared)[1]
                 shape.append(Const(hi, "int64") if hi is not None and (dhi is None or hi <= dhi)

@@ -29,7 +29,7 @@ from ..visitor import free_vars, substitute, transform
 from tdsl.schedule.relations import Split, split_extents, split_predicates
 from tdsl.schedule.stage import AttachType
 
-from .bound import StageBounds
+from .bound import StageBounds, in_kernel
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
@@ -101,12 +101,20 @@ class NestBuilder:
 
     # ---- a stage's nest ----------------------------------------------------------------------
     def in_kernel(self, st: "Stage") -> bool:
-        cur: "Stage | None" = st
-        while cur is not None:
-            if any(a.thread_tag is not None for a in cur.iter_attrs.values()):
-                return True
-            cur = cur.attach_stage
-        return False
+        return in_kernel(st)
+
+    def domain_guards(self, st: "Stage", b: StageBounds, kernel: bool) -> list[Expr]:
+        """Inside kernels attached regions are not clamped: guard the declared domain."""
+        if not kernel or st.attach_type is not AttachType.SCOPE:
+            return []
+        out = []
+        for iv in st.op.axis:
+            v = b.root_values[iv]
+            lo, hi = iv.dom.min, iv.dom.min + iv.dom.extent
+            for c in (v >= lo, v < hi):
+                if not self.ana.can_prove(c):
+                    out.append(c)
+        return out
 
     def build_root(self) -> Stmt:
         parts = [self.build_stage(st) for st in self.sch.stages
@@ -150,6 +158,10 @@ class NestBuilder:
                                     f"'{leaves[tpos].name}' have a tail (split factors that may not "
                                     f"divide the extent); choose factors that divide it")
             preds.append((m - 1 if kernel else level, involves_reduce, cond))
+
+        for cond in self.domain_guards(st, b, kernel):
+            used = [pos[v] for v in free_vars(cond) if v in pos]
+            preds.append((m - 1, any(leaves[p].kind is IterKind.REDUCE for p in used), cond))
 
         # the innermost statement
         if tpos < m:

@@ -46,6 +46,8 @@ def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
     if isinstance(stmt, SeqStmt):
         parts = [simplify_stmt(s, ana) for s in stmt.stmts]
         parts = [p for p in parts if p is not None]
+        parts = [p for i, p in enumerate(parts)
+                 if not (isinstance(p, Barrier) and i > 0 and isinstance(parts[i - 1], Barrier))]
         return seq(parts) if parts else None
     if isinstance(stmt, (Allocate,)):
         body = simplify_stmt(stmt.body, ana)
