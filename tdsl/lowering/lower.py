@@ -12,7 +12,7 @@ from ..visitor import free_vars
 from .bound import infer_bounds
 from .inline import inlined_bodies
 from .nest import NestBuilder, Storage
-from .passes import check_loops, simplify_stmt
+from .passes import check_loops, check_thread_extents, simplify_stmt
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
@@ -160,6 +160,7 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     if dump:
         dump("simplify", body)
     check_loops(body)
+    check_thread_extents(body)
     size_vars, bindings = _bind_sizes(params, body, name)
     return PrimFunc(name, params, body, size_vars, bindings)
 

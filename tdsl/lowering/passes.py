@@ -6,7 +6,7 @@ from typing import Any
 from ..arith import Analyzer
 from ..errors import LoweringError
 from ..expr import Const, Expr
-from ..stmt import (Allocate, Barrier, BufferStore, For, ForKind, IfThenElse, IntrinCall, LetStmt,
+from ..stmt import (Allocate, Barrier, BufferRegion, BufferStore, For, ForKind, IfThenElse, IntrinCall, LetStmt,
                     SeqStmt, Stmt)
 from ..tensor import Range
 from ..visitor import map_children, substitute, transform
@@ -58,7 +58,12 @@ def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
     if isinstance(stmt, BufferStore):
         return BufferStore(stmt.buffer, ana.simplify(stmt.value),
                            [ana.simplify(i) for i in stmt.indices])
-    if isinstance(stmt, (Barrier, IntrinCall)):
+    if isinstance(stmt, IntrinCall):
+        def region(r: BufferRegion) -> BufferRegion:
+            return BufferRegion(r.buffer, [ana.simplify(m) for m in r.mins], r.extents, r.axes)
+        return IntrinCall(stmt.intrin, [region(r) for r in stmt.inputs],
+                          [region(r) for r in stmt.outputs], stmt.reset, stmt.update)
+    if isinstance(stmt, Barrier):
         return stmt
     return map_children(stmt, lambda n: ana.simplify(n) if isinstance(n, Expr) else n)
 
@@ -80,3 +85,29 @@ def check_loops(stmt: Stmt) -> None:
                                         f"another loop or allocation (a stage attached inside it?)")
         return None
     transform(stmt, pre=fn)
+
+
+def check_thread_extents(stmt: Stmt) -> None:
+    """Within one kernel, every loop bound to a thread axis has the same extent."""
+    def walk(n: Any, kernel: "dict | None") -> None:
+        if isinstance(n, For) and n.kind is ForKind.THREAD_BINDING:
+            if kernel is None:
+                kernel = {}
+            prev = kernel.get(n.thread_tag)
+            if prev is not None and not _same(prev[0], n.extent):
+                raise LoweringError(
+                    f"bind: thread axis {n.thread_tag} is bound to loop '{prev[1]}' with extent "
+                    f"{prev[0]!r} and to loop '{n.var.name}' with extent {n.extent!r} in one kernel; "
+                    f"every loop bound to one thread axis in a kernel needs the same extent")
+            kernel.setdefault(n.thread_tag, (n.extent, n.var.name))
+        from ..visitor import children
+        for c in children(n):
+            if isinstance(c, Stmt):
+                walk(c, kernel)
+    for top in (stmt.stmts if isinstance(stmt, SeqStmt) else [stmt]):
+        walk(top, None)
+
+
+def _same(a: Expr, b: Expr) -> bool:
+    from ..structural import structural_equal
+    return structural_equal(a, b)
