@@ -152,6 +152,14 @@ def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", 
 def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
                      ana: Analyzer) -> dict[IterVar, Range]:
     host, ivar = st.attach_stage, st.attach_ivar
+    if host.attach_type is AttachType.INLINE:
+        raise LoweringError(f"compute_at: stage '{st.name}' is attached to a loop of '{host.name}', "
+                            f"which was inlined and has no loops; attach it elsewhere")
+    tpos = next((p for p, iv in enumerate(host.leaf_iter_vars)
+                 if host.iter_attrs.get(iv) and host.iter_attrs[iv].tensor_intrin is not None), None)
+    if tpos is not None and ivar in host.leaf_iter_vars and host.leaf_iter_vars.index(ivar) >= tpos:
+        raise LoweringError(f"compute_at: stage '{st.name}' is attached to loop '{ivar.name}' of "
+                            f"'{host.name}', which is inside a tensorized region")
     if ivar not in host.leaf_iter_vars:
         raise LoweringError(f"compute_at: stage '{st.name}' is attached to loop '{ivar.name}' of "
                             f"'{host.name}', which is no longer a loop of it (it was split or fused "
