@@ -102,4 +102,4 @@ def double_buffer(stage: Stage) -> None:
     if stage.scope is StorageScope.GLOBAL or stage.is_output:
         raise ScheduleError("double_buffer", stage.name, "only a shared/local cache stage attached "
                             "inside a loop can be double-buffered")
-    stage.double_buffer = True
+    stage.double_buffered = True

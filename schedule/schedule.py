@@ -156,11 +156,11 @@ class Schedule:
         return ins + outs
 
     def __str__(self) -> str:
-        from tdsl.lower import lower
+        from tdsl.lowering import lower
         return lower(self, self.default_args(), name="main").script()
 
     def _repr_html_(self) -> str:
-        from tdsl.lower import lower
+        from tdsl.lowering import lower
         return lower(self, self.default_args(), name="main")._repr_html_()
 
     def __repr__(self) -> str:

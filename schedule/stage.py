@@ -52,7 +52,7 @@ class Stage:
         self.scope = StorageScope.GLOBAL
         self.is_output = False
         self.storage_align: dict[int, tuple[int, int]] = {}
-        self.double_buffer = False
+        self.double_buffered = False
 
     # ---- state queries --------------------------------------------------------------
     @property

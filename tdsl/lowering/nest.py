@@ -183,7 +183,11 @@ class NestBuilder:
             if init is not None and p == init_pos - 1:
                 parts.append(init)
             inner_stmt = seq(parts + [stmt]) if parts else stmt
-            stmt = self.make_loop(st, iv, ext[iv], self.wrap_allocs(st, iv, inner_stmt))
+            db = [c for c in self.children.get((id(st), iv), []) if self.is_double_buffered(c)]
+            if db:
+                stmt = self.double_buffered(st, iv, ext[iv], db, inner_stmt)
+            else:
+                stmt = self.make_loop(st, iv, ext[iv], self.wrap_allocs(st, iv, inner_stmt))
             if p > 0:
                 stmt = guard([c for lv, _, c in preds if lv == p - 1], stmt)
         top_guards = [c for lv, _, c in preds if lv < 0]
@@ -203,10 +207,49 @@ class NestBuilder:
             kind, tag = ForKind.SERIAL, None
         return For(iv.var, Const(0, iv.var.dtype), self.ana.simplify(extent), kind, body, tag, ann)
 
+    def is_double_buffered(self, child: "Stage") -> bool:
+        return child.double_buffered and child in self.bounds and self.storage[child].allocated
+
+    def double_buffered(self, st: "Stage", iv: IterVar, extent: Expr, db: list, body: Stmt) -> Stmt:
+        """Two copies of each double-buffered child: iteration ``v`` reads copy ``v % 2`` while
+        it fills copy ``(v + 1) % 2`` for the next iteration; one barrier per iteration.
+
+        Before/after (``A.shared`` attached at ``ko``)::
+
+            for ko:                          A.shared = allocate((2, ...))
+              sync; A.shared[...] = A[ko]    A.shared[0, ...] = A[0]; sync
+              sync; C += A.shared[...]       for ko:
+                                               if ko + 1 < K: A.shared[(ko+1) % 2, ...] = A[ko + 1]
+                                               C += A.shared[ko % 2, ...]
+                                               sync
+        """
+        v = iv.var
+        slot = v % 2
+        fills, allocs = [], []
+        for child in db:
+            stor = self.storage[child]
+            nest = self.build_stage(child)
+            for buf in stor.buffers:
+                two = Buffer(buf.name, (Const(2, "int64"),) + buf.shape, buf.dtype,
+                             None if buf.strides is None else
+                             (buf.shape[0] * buf.strides[0],) + buf.strides, buf.scope)
+                nest = _with_slot(nest, buf, two, slot)
+                body = _with_slot(body, buf, two, slot)
+                allocs.append(two)
+            fills.append(nest)
+        fill = seq(fills)
+        prologue = substitute(fill, {v: Const(0, v.dtype)})
+        nxt = IfThenElse(v + 1 < extent, substitute(fill, {v: v + 1}))
+        loop = self.make_loop(st, iv, extent, self.wrap_allocs(st, iv, seq([nxt, body, Barrier()])))
+        out: Stmt = seq([prologue, Barrier(), loop])
+        for buf in reversed(allocs):
+            out = Allocate(buf, out)
+        return out
+
     def children_nests(self, st: "Stage", iv: IterVar) -> list[Stmt]:
         out = []
         for child in self.children.get((id(st), iv), []):
-            if child not in self.bounds:
+            if child not in self.bounds or self.is_double_buffered(child):
                 continue
             nest = self.build_stage(child)
             if child.scope is StorageScope.SHARED and self.in_kernel(child):
@@ -217,6 +260,8 @@ class NestBuilder:
 
     def wrap_allocs(self, st: "Stage", iv: IterVar, body: Stmt) -> Stmt:
         for child in reversed(self.children.get((id(st), iv), [])):
+            if self.is_double_buffered(child):
+                continue
             stor = self.storage.get(child)
             if stor is not None and stor.allocated:
                 for buf in reversed(stor.buffers):
@@ -267,3 +312,15 @@ class NestBuilder:
         for iv in reversed(spatial):
             stmt = self.make_loop(st, iv, ext[iv], stmt)
         return stmt
+
+
+def _with_slot(node: Any, buf: Buffer, two: Buffer, slot: Expr) -> Any:
+    """``node`` with every access to ``buf`` redirected to ``two[slot, ...]``."""
+    def pre(n: Any) -> Any:
+        if isinstance(n, BufferLoad) and n.buffer is buf:
+            return BufferLoad(two, (slot,) + tuple(transform(i, pre=pre) for i in n.indices))
+        if isinstance(n, BufferStore) and n.buffer is buf:
+            return BufferStore(two, transform(n.value, pre=pre),
+                               (slot,) + tuple(transform(i, pre=pre) for i in n.indices))
+        return None
+    return transform(node, pre=pre)
