@@ -55,7 +55,16 @@ def split(stage: Stage, parent: Any, factor: Any = None, nparts: Any = None) -> 
     old = stage.iter_attrs.pop(parent, None)
     if old is not None and old.pragmas:
         stage.attr(outer).pragmas.update(old.pragmas)
+    _move_attachments(stage, [parent], inner)
     return outer, inner
+
+
+def _move_attachments(stage: Stage, old: list[IterVar], new: IterVar) -> None:
+    """Stages attached at a replaced loop move to the loop whose body now holds that body
+    (bound inference recomputes the region they need there)."""
+    for other in stage._sch.stages:
+        if other.attach_stage is stage and other.attach_ivar in old:
+            other.attach_ivar = new
 
 
 def check_fuse(stage: Stage, ivs: tuple) -> list[IterVar]:
@@ -85,6 +94,7 @@ def fuse(stage: Stage, *ivs: IterVar) -> IterVar:
         stage.relations.append(Fuse(fused, inner, new))
         pos = stage.leaf_iter_vars.index(fused)
         stage.leaf_iter_vars[pos:pos + 2] = [new]
+        _move_attachments(stage, [fused, inner], new)
         fused = new
     return fused
 
