@@ -1,0 +1,147 @@
+"""The build cache: compiled kernels in memory and object files on disk.
+
+Keys come from ``key_function`` (swap it with ``set_key_function``); the default
+is the structural hash of the lowered program (so a hit skips code generation)
+with the names the module exposes, the target, the machine it resolves to, and
+the llvmlite version; ``ir_text_key`` hashes the generated LLVM IR instead.  The disk cache lives under ``$TDSL_CACHE_DIR`` (default
+``~/.cache/tdsl``) in ``llvm/<key>.o`` plus ``llvm/<key>.json`` (entry name, flags,
+the IR text); ``TDSL_CACHE_DIR=off`` disables it.  Writes are atomic (temporary
+file + rename), so concurrent builds cannot leave a torn object behind.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+import llvmlite
+
+from tdsl.stmt import PrimFunc
+from tdsl.target import Target
+
+from .machine import MachineSpec
+
+#: Bumped when code generation changes in a way the IR text would not show.
+BACKEND_VERSION = "1"
+MEMORY_ENTRIES = 512
+
+KeyFunction = Callable[[PrimFunc, Target, MachineSpec, Callable[[], str]], str]
+
+
+def ir_text_key(func: PrimFunc, target: Target, spec: MachineSpec,
+                ir_text: Callable[[], str]) -> str:
+    """The default key: a hash of the LLVM IR text, target and resolved machine."""
+    h = hashlib.sha256()
+    for part in (BACKEND_VERSION, llvmlite.__version__, str(target), spec.key(), ir_text()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def structural_key(func: PrimFunc, target: Target, spec: MachineSpec,
+                   ir_text: Callable[[], str]) -> str:
+    """The default key: the lowered program's structural hash, its exposed names,
+    the target and resolved machine -- computed without generating code."""
+    from tdsl.structural import structural_hash
+    h = hashlib.sha256()
+    names = [func.name] + [b.name for b in func.params] + [v.name for v in func.size_vars]
+    for part in (BACKEND_VERSION, llvmlite.__version__, str(target), spec.key(),
+                 structural_hash(func), json.dumps(names), json.dumps(sorted(map(str, func.attrs.items())))):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+key_function: KeyFunction = structural_key
+
+
+def set_key_function(fn: KeyFunction) -> KeyFunction:
+    """Use ``fn(func, target, spec, ir_text_thunk) -> str`` for cache keys; returns
+    the previous one.  A key function that does not call the thunk lets a cache hit
+    skip code generation entirely."""
+    global key_function
+    old, key_function = key_function, fn
+    return old
+
+
+# ---- memory ----------------------------------------------------------------------------------
+_memory: "OrderedDict[str, Any]" = OrderedDict()
+_mem_lock = threading.Lock()
+stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0}
+
+
+def memory_get(key: str) -> Any:
+    with _mem_lock:
+        item = _memory.get(key)
+        if item is not None:
+            _memory.move_to_end(key)
+        return item
+
+
+def memory_put(key: str, item: Any) -> None:
+    with _mem_lock:
+        _memory[key] = item
+        while len(_memory) > MEMORY_ENTRIES:
+            _memory.popitem(last=False)
+
+
+def clear_memory() -> None:
+    """Forget every in-memory kernel (modules already built stay usable)."""
+    with _mem_lock:
+        _memory.clear()
+
+
+# ---- disk --------------------------------------------------------------------------------------
+def cache_dir() -> "Path | None":
+    """The disk cache folder, or None when disabled."""
+    value = os.environ.get("TDSL_CACHE_DIR")
+    if value is not None and value.strip().lower() in ("off", "0", "none", "false"):
+        return None
+    root = Path(value) if value else Path.home() / ".cache" / "tdsl"
+    return root / "llvm"
+
+
+def disk_get(key: str) -> "tuple[bytes, dict[str, Any]] | None":
+    d = cache_dir()
+    if d is None:
+        return None
+    try:
+        meta = json.loads((d / f"{key}.json").read_text())
+        obj = (d / f"{key}.o").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if len(obj) != meta.get("size"):
+        return None
+    return obj, meta
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def disk_put(key: str, obj: bytes, meta: dict[str, Any]) -> None:
+    """Store an object file (best effort: an unwritable cache is skipped silently)."""
+    d = cache_dir()
+    if d is None:
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        _atomic_write(d / f"{key}.o", obj)
+        _atomic_write(d / f"{key}.json", json.dumps({**meta, "size": len(obj)}).encode())
+    except OSError:
+        pass

@@ -1,0 +1,297 @@
+"""Widening VECTORIZED loops into LLVM vector code.
+
+A ``For(kind=VECTORIZED)`` of constant extent L is not emitted as a loop: its body
+is generated once with the loop variable as the ramp ``<min, min+1, ..., min+L-1>``
+(see ``lanes.VVal``).  Loads and stores whose flattened index is a ramp of stride 1
+become contiguous vector loads/stores (aligned to the element size: NumPy only
+guarantees that); other lane-dependent indices become gathers/scatters; an
+``IfThenElse`` or ``Select`` whose condition depends on the lane narrows a lane
+mask, under which loads and stores are masked (``llvm.masked.*``), so a tail guard
+never touches memory out of bounds.
+
+Widening executes the body statement by statement for all lanes at once, which is
+only correct when the iterations do not communicate through memory.
+``widen_blocker`` checks a sufficient condition (every buffer the body stores is
+accessed only at one index expression, affine in the loop variable with a nonzero
+constant coefficient, so each lane owns its elements) and the structural limits
+(no parallel loop, allocation or lane-dependent inner loop bound inside).  When it
+finds a blocker, the loop is emitted as a scalar loop carrying
+``llvm.loop.vectorize.enable`` so that LLVM's own vectorizer may still try: a
+vectorized loop is never miscompiled.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+import llvmlite.ir as ir
+
+from tdsl.errors import InternalError
+from tdsl.expr import Add, BufferLoad, Cast, Const, Expr, Mul, Sub, Var
+from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
+                       IfThenElse, IntrinCall, LetStmt, SeqStmt, Stmt)
+from tdsl.visitor import children, post_order_visit, substitute, uses_var
+
+from .intrinsics import type_suffix
+from .lanes import RAMP, UNIFORM, VECTOR, VVal, materialize, uniform, vector_gep
+from .lltypes import I1, I32, mem_type
+
+if TYPE_CHECKING:
+    from .codegen import CodeGen
+
+#: Widest vectorized loop generated as one vector; wider ones fall back to a loop.
+MAX_LANES = 64
+
+
+# ---- legality --------------------------------------------------------------------------------
+def expr_equal(a: Any, b: Any) -> bool:
+    """Structural equality of two expressions (variables by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, Var):
+        return False
+    if isinstance(a, Const):
+        return a.value == b.value and a.dtype == b.dtype
+    if getattr(a, "dtype", None) != getattr(b, "dtype", None):
+        return False
+    for extra in ("func", "buffer"):
+        if getattr(a, extra, None) is not getattr(b, extra, None) and \
+                getattr(a, extra, None) != getattr(b, extra, None):
+            return False
+    ca, cb = list(children(a)), list(children(b))
+    return len(ca) == len(cb) and all(expr_equal(x, y) for x, y in zip(ca, cb))
+
+
+def const_int(e: Expr) -> "int | None":
+    """The value of an integer expression built from constants only, else None."""
+    if isinstance(e, Const):
+        return int(e.value) if not e.dtype.is_float else None
+    if isinstance(e, (Add, Sub, Mul)):
+        a, b = const_int(e.a), const_int(e.b)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(e, Add) else a - b if isinstance(e, Sub) else a * b
+    if isinstance(e, Cast) and e.dtype.is_int:
+        return const_int(e.value)
+    return None
+
+
+def linear_coeff(e: Expr, var: Var) -> "int | None":
+    """``c`` if ``e == c * var + (terms free of var)`` with a constant ``c``, else None."""
+    if not uses_var(e, {var}):
+        return 0
+    if e is var:
+        return 1
+    if isinstance(e, (Add, Sub)):
+        a, b = linear_coeff(e.a, var), linear_coeff(e.b, var)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(e, Add) else a - b
+    if isinstance(e, Mul):
+        ka, kb = const_int(e.a), const_int(e.b)
+        if kb is not None:
+            a = linear_coeff(e.a, var)
+            return None if a is None else a * kb
+        if ka is not None:
+            b = linear_coeff(e.b, var)
+            return None if b is None else b * ka
+        return None
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int \
+            and e.dtype.bits >= e.value.dtype.bits:
+        return linear_coeff(e.value, var)
+    return None
+
+
+def flat_index(buffer: Buffer, indices: Iterable[Expr]) -> Expr:
+    """The element offset ``sum(index_k * stride_k)`` as an expression."""
+    total: "Expr | None" = None
+    for idx, stride in zip(indices, buffer.effective_strides()):
+        if idx.dtype != "int64":
+            idx = Cast(idx, "int64")
+        if stride.dtype != "int64":
+            stride = Cast(stride, "int64")
+        term = idx if const_int(stride) == 1 else Mul(idx, stride)
+        total = term if total is None else Add(total, term)
+    return total if total is not None else Const(0, "int64")
+
+
+def widen_blocker(loop: For) -> "str | None":
+    """Why ``loop`` cannot be widened into vector code, or None if it can."""
+    lanes = const_int(loop.extent)
+    if lanes is None:
+        return "its extent is not a constant"
+    if lanes > MAX_LANES:
+        return f"its extent {lanes} is above {MAX_LANES} lanes"
+    lane_vars: set[Var] = {loop.var}
+    lets: dict[Var, Expr] = {}
+    accesses: dict[Buffer, list[tuple[tuple[Expr, ...], bool]]] = {}
+    problem: list[str] = []
+
+    def note_loads(e: Any) -> None:
+        def visit(n: Any) -> None:
+            if isinstance(n, BufferLoad):
+                accesses.setdefault(n.buffer, []).append((n.indices, False))
+        post_order_visit(e, visit)
+
+    def walk(s: Stmt) -> None:
+        if problem:
+            return
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                walk(x)
+        elif isinstance(s, For):
+            if s.kind in (ForKind.PARALLEL, ForKind.THREAD_BINDING):
+                problem.append(f"it contains a {s.kind} loop")
+            elif uses_var(s.min, lane_vars) or uses_var(s.extent, lane_vars):
+                problem.append(f"the bounds of inner loop '{s.var.name}' depend on the lane")
+            else:
+                note_loads(s.min)
+                note_loads(s.extent)
+                walk(s.body)
+        elif isinstance(s, LetStmt):
+            note_loads(s.value)
+            if uses_var(s.value, lane_vars):
+                lane_vars.add(s.var)
+            lets[s.var] = s.value
+            walk(s.body)
+        elif isinstance(s, IfThenElse):
+            note_loads(s.cond)
+            walk(s.then_case)
+            if s.else_case is not None:
+                walk(s.else_case)
+        elif isinstance(s, BufferStore):
+            note_loads(s.value)
+            for i in s.indices:
+                note_loads(i)
+            accesses.setdefault(s.buffer, []).append((s.indices, True))
+        elif isinstance(s, Evaluate):
+            note_loads(s.value)
+        elif isinstance(s, Allocate):
+            problem.append(f"it allocates '{s.buffer.name}' inside the loop")
+        elif isinstance(s, (Barrier, IntrinCall)):
+            problem.append(f"it contains a {type(s).__name__}")
+        else:
+            problem.append(f"it contains a {type(s).__name__}")
+
+    walk(loop.body)
+    if problem:
+        return problem[0]
+    for buf, acc in accesses.items():
+        stores = [ix for ix, is_store in acc if is_store]
+        if not stores:
+            continue
+        first = stores[0]
+        for ix, _ in acc:
+            if len(ix) != len(first) or not all(expr_equal(a, b) for a, b in zip(ix, first)):
+                return (f"buffer '{buf.name}' is stored and also accessed at another index, "
+                        f"so lanes may depend on each other")
+        flat = _expand_lets(flat_index(buf, first), lets)
+        coeff = linear_coeff(flat, loop.var)
+        if not coeff:
+            return (f"the store to '{buf.name}' is not at an index affine in "
+                    f"'{loop.var.name}' with a nonzero constant stride")
+    return None
+
+
+def _expand_lets(e: Expr, lets: dict[Var, Expr]) -> Expr:
+    for _ in range(len(lets) + 1):
+        if not uses_var(e, set(lets)):
+            break
+        e = substitute(e, lets)
+    return e
+
+
+# ---- vector memory access ------------------------------------------------------------------
+def _all_true(lanes: int) -> ir.Constant:
+    return ir.Constant(ir.VectorType(I1, lanes), [1] * lanes)
+
+
+def _any_lane(cg: "CodeGen", mask: ir.Value) -> ir.Value:
+    fn = cg.declare(f"llvm.vector.reduce.or.{type_suffix(mask.type)}", I1, [mask.type])
+    return cg.b.call(fn, [mask])
+
+
+def load_lanes(cg: "CodeGen", buffer: Buffer, base: ir.Value, flat: VVal) -> VVal:
+    """Load ``buffer`` at a lane-varying (or uniform, under a mask) flat index."""
+    b, lanes, mask = cg.b, cg.st.lanes, cg.st.mask
+    dt = buffer.dtype
+    et = mem_type(dt)
+    align = dt.itemsize
+    if flat.kind == UNIFORM:
+        ptr = b.gep(base, [flat.value])
+        if mask is not None:  # load only if some lane is active; else read a dummy slot
+            ptr = b.select(_any_lane(cg, mask), ptr, cg.safe_slot(et))
+        raw = b.load(ptr, align=align)
+        return uniform(cg.from_memory(raw, dt, 1))
+    vt = ir.VectorType(et, lanes)
+    zero = ir.Constant(vt, None)
+    if flat.kind == RAMP and flat.stride == 1:
+        vptr = b.bitcast(b.gep(base, [flat.value]), vt.as_pointer())
+        if mask is None:
+            raw = b.load(vptr, align=align)
+        else:
+            fn = cg.declare(f"llvm.masked.load.{type_suffix(vt)}.p0", vt,
+                            [vptr.type, I32, mask.type, vt])
+            raw = b.call(fn, [vptr, ir.Constant(I32, align), mask, zero])
+    else:
+        ptrs = vector_gep(b, base, materialize(b, flat, lanes))
+        m = mask if mask is not None else _all_true(lanes)
+        fn = cg.declare(f"llvm.masked.gather.{type_suffix(vt)}.v{lanes}p0", vt,
+                        [ptrs.type, I32, m.type, vt])
+        raw = b.call(fn, [ptrs, ir.Constant(I32, align), m, zero])
+    return VVal(VECTOR, cg.from_memory(raw, dt, lanes))
+
+
+def store_lanes(cg: "CodeGen", buffer: Buffer, base: ir.Value, flat: VVal, value: VVal) -> None:
+    """Store a vector at a lane-varying flat index (masked by the current lane mask)."""
+    b, lanes, mask = cg.b, cg.st.lanes, cg.st.mask
+    dt = buffer.dtype
+    if flat.kind == UNIFORM:
+        raise InternalError(f"store to '{buffer.name}' at a lane-independent index inside a "
+                            f"widened loop (widen_blocker should have refused it)")
+    vt = ir.VectorType(mem_type(dt), lanes)
+    data = cg.to_memory(materialize(b, value, lanes), dt, lanes)
+    align = ir.Constant(I32, dt.itemsize)
+    if flat.kind == RAMP and flat.stride == 1:
+        vptr = b.bitcast(b.gep(base, [flat.value]), vt.as_pointer())
+        if mask is None:
+            b.store(data, vptr, align=dt.itemsize)
+        else:
+            fn = cg.declare(f"llvm.masked.store.{type_suffix(vt)}.p0", ir.VoidType(),
+                            [vt, vptr.type, I32, mask.type])
+            b.call(fn, [data, vptr, align, mask])
+        return
+    ptrs = vector_gep(b, base, materialize(b, flat, lanes))
+    m = mask if mask is not None else _all_true(lanes)
+    fn = cg.declare(f"llvm.masked.scatter.{type_suffix(vt)}.v{lanes}p0", ir.VoidType(),
+                    [vt, ptrs.type, I32, m.type])
+    b.call(fn, [data, ptrs, align, m])
+
+
+def emit_vectorized(cg: "CodeGen", loop: For) -> None:
+    """Emit a VECTORIZED loop: widened when legal, else a hinted scalar loop."""
+    st = cg.st
+    if st.lanes > 1:
+        # already inside a widened loop: the inner one iterates (its bounds are uniform)
+        cg.serial_loop(loop)
+        return
+    why = widen_blocker(loop)
+    lanes = const_int(loop.extent)
+    if why is not None or lanes is None or lanes < 2:
+        if why is not None:
+            cg.notes.append(f"loop '{loop.var.name}' not widened: {why}")
+        cg.serial_loop(loop, hints=[("llvm.loop.vectorize.enable", True)])
+        return
+    lo = cg.convert_index(cg.scalar(loop.min), loop.min.dtype, loop.var.dtype)
+    saved = st.vars.get(loop.var)
+    st.lanes, st.mask = lanes, None
+    st.vars[loop.var] = VVal(RAMP, lo, 1)
+    try:
+        cg.stmt(loop.body)
+    finally:
+        st.lanes, st.mask = 1, None
+        if saved is None:
+            st.vars.pop(loop.var, None)
+        else:
+            st.vars[loop.var] = saved

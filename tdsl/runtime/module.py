@@ -1,0 +1,149 @@
+"""The backend-neutral base class of compiled kernels, and TVM-style timing."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import BuildError
+from ..expr import Var
+from ..stmt import PrimFunc
+from .args import ArgChecker, written_params
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """What a time evaluator returns: seconds per run, one figure per repeat
+    (TVM's ``ProfileResult``)."""
+
+    mean: float
+    results: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.results)
+
+    @property
+    def min(self) -> float:
+        return min(self.results)
+
+    @property
+    def max(self) -> float:
+        return max(self.results)
+
+    @property
+    def std(self) -> float:
+        return statistics.pstdev(self.results) if len(self.results) > 1 else 0.0
+
+    def __str__(self) -> str:
+        return (f"ProfileResult(mean={self.mean * 1e3:.4f} ms, median={self.median * 1e3:.4f} ms,"
+                f" runs={len(self.results)})")
+
+
+def measure(run: Callable[[], None], number: int = 1, repeat: int = 1,
+            min_repeat_ms: float = 0, sync: Callable[[], None] = lambda: None) -> ProfileResult:
+    """Time ``run`` with TVM's semantics.
+
+    One warm-up call, then ``repeat`` measurements; each calls ``run`` ``number``
+    times back to back.  While one measurement takes less than ``min_repeat_ms``,
+    ``number`` grows (to ``max(min_repeat_ms / per_run + 1, number * 1.618)``) and
+    the measurement is redone.  Each result is the time of one run, in seconds.
+    """
+    if number < 1 or repeat < 1:
+        raise BuildError(f"time_evaluator: number and repeat must be >= 1, got "
+                         f"number={number}, repeat={repeat}")
+    run()
+    sync()
+    results = []
+    for _ in range(repeat):
+        duration_ms = 0.0
+        while True:
+            if duration_ms > 0.0:
+                number = int(max(min_repeat_ms / (duration_ms / number) + 1, number * 1.618))
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run()
+            sync()
+            duration_ms = (time.perf_counter() - t0) * 1e3
+            if duration_ms >= min_repeat_ms:
+                break
+            if duration_ms == 0.0:
+                duration_ms = 1e-6
+        results.append(duration_ms / 1e3 / number)
+    return ProfileResult(math.fsum(results) / len(results), tuple(results))
+
+
+class Module:
+    """A compiled kernel: call it on arrays; inspect, time and export it.
+
+    Subclasses implement ``_launcher`` (native call on checked arguments),
+    ``get_source`` and ``export_library``.  ``func`` is the PrimFunc the module
+    was built from (for a loaded library, a stub with the same parameters).
+    """
+
+    type_key = "module"
+
+    def __init__(self, func: PrimFunc, entry_name: str):
+        self.func = func
+        self.entry_name = entry_name
+        self._written = written_params(func)
+        self._checker = ArgChecker(func, self._written)
+
+    # ---- calling ---------------------------------------------------------------------
+    def bind(self, arrays: Sequence[Any]
+             ) -> tuple[list[np.ndarray], dict[Var, int], list[int]]:
+        """Check and convert the arguments (see ``tdsl.runtime.args.bind_arguments``);
+        also returns the data pointers."""
+        return self._checker.check(arrays)
+
+    def __call__(self, *arrays: Any) -> None:
+        self._launcher(*self.bind(arrays))()
+
+    def _launcher(self, arrays: list[np.ndarray], sizes: dict[Var, int],
+                  pointers: list[int]) -> Callable[[], None]:
+        """A no-argument function running the kernel once on already checked arguments
+        (``pointers`` are the arrays' data addresses)."""
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        """Wait for the device to finish (nothing to wait for on the CPU)."""
+
+    def get_function(self, name: str) -> "Module":
+        if name != self.entry_name:
+            raise BuildError(f"module has no function '{name}' (its entry is "
+                             f"'{self.entry_name}')")
+        return self
+
+    __getitem__ = get_function
+
+    # ---- inspection and export --------------------------------------------------------
+    def get_source(self, fmt: str = "") -> str:
+        raise NotImplementedError
+
+    def export_library(self, path: str, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    # ---- timing -------------------------------------------------------------------------
+    def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,
+                       repeat: int = 1, min_repeat_ms: float = 0,
+                       **_ignored: Any) -> Callable[..., ProfileResult]:
+        """A function that times this kernel on given arrays (TVM's ``time_evaluator``).
+
+        ``func_name`` (default: the entry) and ``dev`` are accepted for TVM
+        compatibility.  The returned callable checks its arguments once, then measures
+        only native calls; see ``measure`` for ``number``/``repeat``/``min_repeat_ms``.
+        """
+        if func_name is not None:
+            self.get_function(func_name)
+
+        def evaluator(*arrays: Any) -> ProfileResult:
+            return measure(self._launcher(*self.bind(arrays)), number, repeat, min_repeat_ms,
+                           self.sync)
+        return evaluator
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} '{self.entry_name}'>"
