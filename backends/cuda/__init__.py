@@ -1,0 +1,47 @@
+"""The CUDA backend: lowered IR to CUDA C, NVRTC to PTX, the CUDA driver to run it,
+and a CPU emulation harness to verify kernels where no GPU is present.
+
+``build(func, target)`` checks the GPU legality of the lowered function (threads per
+block, shared memory, unbound stages, barriers under divergent conditions), splits
+it into host code and kernels, and renders the CUDA C.  Nothing here needs a GPU,
+a driver or even NVRTC until PTX is asked for or the module is run.
+"""
+from __future__ import annotations
+
+from tdsl.errors import BuildError
+from tdsl.stmt import PrimFunc
+from tdsl.target import Target, TargetKind, as_target
+
+from .codegen import generate
+from .errors import (CUDADriverError, EmulationError, NoCUDADeviceError, NVRTCError,
+                     SharedMemoryRaceError)
+from .kernels import split_kernels
+from .module import CUDAModule
+
+__all__ = ["build", "CUDAModule", "NoCUDADeviceError", "CUDADriverError", "NVRTCError",
+           "EmulationError", "SharedMemoryRaceError", "has_device", "wmma_intrin"]
+
+
+def build(func: PrimFunc, target: "Target | str" = "cuda") -> CUDAModule:
+    """Compile a lowered function for an NVIDIA GPU (CUDA C; PTX on demand)."""
+    tgt = as_target(target)
+    if tgt.kind is not TargetKind.CUDA:
+        raise BuildError(f"tdsl.backends.cuda.build: target {tgt} is not a CUDA target")
+    if not isinstance(func, PrimFunc):
+        raise BuildError(f"tdsl.backends.cuda.build: expected a lowered PrimFunc, got "
+                         f"{type(func).__name__}")
+    plan, kernels = split_kernels(func, tgt)
+    source = generate(kernels, tgt)
+    return CUDAModule(func, tgt, source, kernels, plan)
+
+
+def has_device() -> bool:
+    """True if a CUDA driver and at least one device are usable in this process."""
+    from .driver import device_status
+    return device_status()[0]
+
+
+def wmma_intrin():  # noqa: ANN201 - re-exported lazily to keep imports light
+    """The 16x16x16 fp16 x fp16 + fp32 tensor-core intrinsic (see ``wmma.py``)."""
+    from .wmma import wmma_m16n16k16
+    return wmma_m16n16k16()

@@ -1,0 +1,281 @@
+"""CUDA C for the kernels of a lowered function (the C renderer, specialized).
+
+Per kernel: an ``extern "C" __global__`` function whose parameters are the global
+buffers it touches (``const`` and ``__restrict__`` where read-only) and the sizes
+it uses; ``__shared__`` arrays hoisted to the top; thread-bound loops read the
+hardware index (``blockIdx``/``threadIdx``), guarded only where the loop is shorter
+than the launch; ``sync_threads()`` becomes ``__syncthreads()``; tensorized
+regions use the intrinsic's "cuda" implementation or its declared computation.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tdsl.errors import BuildError, InternalError
+from tdsl.expr import BufferLoad, Const, Expr, Var
+from tdsl.stmt import (Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
+                       IntrinCall, LetStmt, Stmt, StorageScope, ThreadTag)
+from tdsl.target import Target
+
+from .cstyle import CStyleRenderer, c_type
+from .kernels import KernelInfo, const_span, same_extent, walk
+from .prelude import prelude
+
+
+class KernelRenderer(CStyleRenderer):
+    """Renders one kernel to its ``__global__`` function."""
+
+    def __init__(self, kernel: KernelInfo, target: Target):
+        super().__init__()
+        self.kernel = kernel
+        self.target = target
+        self.wmma_functions: set[str] = set()
+        self.thread_vars: set[Var] = set()     # values that differ between threads of a block
+        self.divergent = 0                     # depth of thread-dependent conditions
+        self.enclosing_tags: list[ThreadTag] = []
+
+    # ---- the function ----------------------------------------------------------------------
+    def render(self) -> str:
+        k = self.kernel
+        params = []
+        for p in k.params:
+            if p.buffer is not None:
+                p.name = self.names.bind(p.buffer, p.buffer.name)
+                const = "const " if p.is_const else ""
+                p.c_decl = f"{const}{c_type(p.buffer.dtype)}* __restrict__"
+                if p.buffer.dtype.value == "float16":
+                    self.helpers.add("half")
+            else:
+                p.name = self.names.bind(p.var, p.var.name)
+                p.c_decl = "long long"
+            params.append(f"{p.c_decl} {p.name}")
+        bounds = k.threads_per_block
+        launch_bounds = f"__launch_bounds__({bounds}) " if bounds else ""
+        self.depth = 1
+        for buf in k.shared:
+            self.helpers.add("shared")
+            name = self.names.bind(buf, buf.name)
+            k.c_names[name] = buf.name
+            self.emit(f"__shared__ tdsl_shared<{c_type(buf.dtype)}, {const_span(buf)}> {name};")
+        self.stmt(k.root)
+        self.depth = 0
+        body = "\n".join(self.lines)
+        head = f'extern "C" __global__ void {launch_bounds}{k.name}({", ".join(params)}) {{'
+        k.source = f"{head}\n{body}\n}}\n"
+        return k.source
+
+    def stmt_handlers(self) -> dict[type, Callable[[Any], None]]:
+        h = super().stmt_handlers()
+        h.update({Allocate: self.allocate, Barrier: self.barrier, IntrinCall: self.intrin_call})
+        return h
+
+    # ---- thread structure -----------------------------------------------------------------------
+    def loop(self, s: For) -> None:
+        if s.kind is not ForKind.THREAD_BINDING or s.thread_tag is ThreadTag.VTHREAD:
+            dep = self.depends_on_thread(s.min) or self.depends_on_thread(s.extent)
+            if dep:
+                self.thread_vars.add(s.var)
+                self.divergent += 1
+            try:
+                self.serial_loop(s)
+            finally:
+                if dep:
+                    self.divergent -= 1
+            return
+        tag = s.thread_tag
+        assert tag is not None
+        hw = f"(long long){'blockIdx' if tag.is_block else 'threadIdx'}.{tag.value[-1]}"
+        launch = self.kernel.launch_extent[tag]
+        guarded = not same_extent(s.extent, launch)
+        name = self.names.bind(s.var, s.var.name)
+        value = hw if isinstance(s.min, Const) and s.min.value == 0 else \
+            f"{self.operand(s.min, 4)} + {hw}"
+        if tag.is_thread:
+            self.thread_vars.add(s.var)
+        self.bind_loop_range(s.var, s.min, s.extent)
+        self.enclosing_tags.append(tag)
+        try:
+            if not guarded:
+                self.emit(f"const long long {name} = {value};  // {tag}")
+                self.stmt(s.body)
+                return
+            ext = self.expr(s.extent)
+            if not self.ana.can_prove(s.extent <= launch):
+                # a shorter loop is guarded below; a longer one would silently lose iterations
+                self.emit(f"if ({ext} > {self.expr(launch)}) __trap();")
+            self.divergent += 1
+            with self.block(f"if ({hw} < {ext})"):
+                self.emit(f"const long long {name} = {value};  // {tag}")
+                self.stmt(s.body)
+            self.divergent -= 1
+        finally:
+            self.enclosing_tags.pop()
+
+    def depends_on_thread(self, e: Expr) -> bool:
+        found = False
+
+        def fn(n: Any) -> None:
+            nonlocal found
+            if isinstance(n, BufferLoad) or (isinstance(n, Var) and n in self.thread_vars):
+                found = True
+        walk(e, fn)
+        return found
+
+    def if_then_else(self, s: IfThenElse) -> None:
+        dep = self.depends_on_thread(s.cond)
+        self.divergent += dep
+        try:
+            super().if_then_else(s)
+        finally:
+            self.divergent -= dep
+
+    def let(self, s: LetStmt) -> None:
+        if self.depends_on_thread(s.value):
+            self.thread_vars.add(s.var)
+        super().let(s)
+
+    def barrier(self, s: Barrier) -> None:
+        if self.divergent:
+            raise BuildError(f"CUDA kernel '{self.kernel.name}': sync_threads() sits under a "
+                             f"condition that differs between threads of a block (a guarded "
+                             f"thread loop or a thread-dependent if); the threads that skip it "
+                             f"would deadlock the others")
+        self.emit("__syncthreads();")
+
+    # ---- storage ---------------------------------------------------------------------------------
+    def allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        if buf.scope is StorageScope.LOCAL:
+            name = self.names.bind(buf, buf.name)
+            if buf.dtype.value == "float16":
+                self.helpers.add("half")
+            self.emit(f"{c_type(buf.dtype)} {name}[{const_span(buf)}];")
+        elif self.names.get(buf) is None:
+            raise InternalError(f"CUDA codegen: {buf.scope} buffer '{buf.name}' was not hoisted")
+        self.stmt(s.body)
+
+    # ---- tensor intrinsics ------------------------------------------------------------------------
+    def intrin_call(self, s: IntrinCall) -> None:
+        impl = getattr(s.intrin, "impls", {}).get("cuda")
+        name = getattr(s.intrin, "name", type(s.intrin).__name__)
+        if impl is None:
+            fallback = s.intrin.lower_fallback(s)
+            if not isinstance(fallback, Stmt):
+                raise BuildError(f"tensor intrinsic '{name}': lower_fallback returned "
+                                 f"{type(fallback).__name__}, not a statement")
+            self.emit(f"// tensorized '{name}': its declared computation (no CUDA implementation)")
+            self.stmt(fallback)
+            return
+        self.emit(f"{{  // tensorized: {name}")
+        self.depth += 1
+        try:
+            impl(s, IntrinContext(self, s))
+        finally:
+            self.depth -= 1
+            self.emit("}")
+
+
+class IntrinContext:
+    """What a tensor intrinsic's "cuda" implementation may use to emit its code.
+
+    The implementation is called as ``impl(call, ctx)`` and emits statements with
+    ``ctx.emit``; ``ctx.pointer(region)`` and ``ctx.matrix_layout(region, ...)`` give
+    the region's address and leading dimension.
+    """
+
+    def __init__(self, renderer: KernelRenderer, call: IntrinCall):
+        self.r = renderer
+        self.call = call
+
+    @property
+    def kernel(self) -> KernelInfo:
+        return self.r.kernel
+
+    def emit(self, line: str) -> None:
+        self.r.emit(line)
+
+    def fresh(self, hint: str) -> str:
+        return self.r.names.fresh(hint)
+
+    def use(self, helper: str, functions: "set[str] | None" = None) -> None:
+        self.r.helpers.add(helper)
+        if functions:
+            self.r.wmma_functions |= functions
+
+    def expr(self, e: Expr) -> str:
+        return self.r.expr(e)
+
+    def offset(self, region: BufferRegion) -> Expr:
+        return self.r.flat_offset(region.buffer, region.mins)
+
+    def pointer(self, region: BufferRegion) -> str:
+        """A C expression of a pointer to the region's first element."""
+        buf = region.buffer
+        off = self.r.expr(self.offset(region))
+        name = self.r.buffer_ref(buf)
+        if buf.scope is StorageScope.SHARED:
+            return f"{name}.ptr({off})"
+        return name if off == "0" else f"{name} + {off}"
+
+    def stride(self, region: BufferRegion, axis: int) -> "Expr | None":
+        """The buffer stride (elements) along the intrinsic's tensor dimension ``axis``."""
+        strides = region.buffer.effective_strides()
+        for d, a in enumerate(region.axes):
+            if a == axis:
+                return strides[d]
+        return None
+
+    def enclosing_thread_tags(self) -> list[ThreadTag]:
+        return list(self.r.enclosing_tags)
+
+    def require_align(self, region: BufferRegion, nbytes: int, why: str) -> None:
+        """Refuse a region whose start cannot be proven ``nbytes``-aligned; record the need
+        on the kernel parameter (checked at launch) for global buffers."""
+        item = region.buffer.dtype.itemsize
+        off = self.offset(region)
+        if not divisible(off, max(1, nbytes // item), self.r.ana):
+            raise BuildError(f"{why}: the region of '{region.buffer.name}' starts at element "
+                             f"offset {off!r}, which is not provably a multiple of "
+                             f"{nbytes // item} ({nbytes} bytes)")
+        for p in self.kernel.params:
+            if p.buffer is region.buffer:
+                p.min_align = max(p.min_align, nbytes)
+        if region.buffer.scope is StorageScope.LOCAL:
+            raise BuildError(f"{why}: '{region.buffer.name}' is a per-thread (local) buffer; "
+                             f"use a shared or global one")
+
+
+def divisible(e: Expr, k: int, ana: Any) -> bool:
+    """True if integer expression ``e`` is provably a multiple of ``k``."""
+    from tdsl.expr import Add, Mul, Sub
+    if k == 1:
+        return True
+    e = ana.simplify(e)
+    if isinstance(e, Const):
+        return int(e.value) % k == 0
+    if isinstance(e, (Add, Sub)):
+        return divisible(e.a, k, ana) and divisible(e.b, k, ana)
+    if isinstance(e, Mul):
+        for a, b in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(a, Const) and int(a.value) % k == 0:
+                return True
+            if isinstance(a, Const) and int(a.value) != 0:
+                import math
+                g = math.gcd(int(a.value), k)
+                if divisible(b, k // g, ana):
+                    return True
+        return divisible(e.a, k, ana) or divisible(e.b, k, ana)
+    return False
+
+
+def generate(kernels: list[KernelInfo], target: Target) -> str:
+    """The full CUDA C source: prelude, then every kernel in launch order."""
+    helpers: set[str] = set()
+    wmma: set[str] = set()
+    bodies = []
+    for k in kernels:
+        r = KernelRenderer(k, target)
+        bodies.append(r.render())
+        helpers |= r.helpers
+        wmma |= r.wmma_functions
+    return prelude(str(target), helpers, wmma) + "\n" + "\n".join(bodies)

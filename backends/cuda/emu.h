@@ -1,0 +1,506 @@
+// tdsl's CUDA emulation harness: runs unchanged CUDA C kernels on the CPU.
+//
+// The kernel source is compiled with g++ after this header.  Each block runs on one OS
+// thread; its CUDA threads are ucontext fibers that switch back to a block scheduler at
+// __syncthreads() (and, warp by warp, at warp-synchronous operations: __syncwarp and the
+// WMMA shims), so blockIdx/threadIdx are per fiber and `__shared__` storage is per block.
+//
+// Every access to a tdsl_shared array goes through a proxy that keeps shadow state per
+// element: who wrote it and who read it in the current barrier interval.  A location
+// written by one thread and read or written by another between two barriers is reported
+// as a race; so are out-of-bounds shared indices and reads of shared memory no thread of
+// the block has written.  Only the first problem of a launch is described (with a count).
+#pragma once
+#define TDSL_EMULATION 1
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <functional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __shared__ static
+#define __constant__ static
+
+struct uint3 { unsigned int x, y, z; };
+struct dim3 { unsigned int x, y, z; };
+
+namespace emu {
+
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
+
+struct Fiber {
+  ucontext_t ctx;
+  State state;
+  const void* site;
+};
+
+constexpr int kNoActor = -1;
+constexpr int kWarpActor = 1024;  // actor ids from here on stand for a whole warp
+
+struct Shadow {
+  uint64_t w_block;   // block serial of the last write (initialized-ness)
+  uint32_t w_epoch;   // barrier interval of the last write
+  uint32_t r_epoch;   // barrier interval of the reads below
+  int16_t w_actor, r_actor, r_other;
+};
+
+struct SharedBase;
+
+struct Runtime {
+  uint3 thread_idx{0, 0, 0}, block_idx{0, 0, 0};
+  dim3 block_dim{1, 1, 1}, grid_dim{1, 1, 1};
+  int cur = 0, nthreads = 0;
+  bool collective = false;
+  uint32_t epoch = 1;
+  uint64_t block_serial = 1;
+  std::vector<Fiber> fibers;
+  ucontext_t sched;
+  bool use_fibers = false, check = true, error = false, abort = false;
+  int priority = 0;  // of the report kept: a race (2) replaces any other finding (1)
+  char* stacks = nullptr;
+  size_t mapped = 0, stack_bytes = 256 * 1024, mapped_stride = 0;
+  const std::function<void()>* body = nullptr;
+  long nerrors = 0;
+  std::string report;
+  std::vector<SharedBase*> shared;
+};
+inline Runtime rt;
+
+inline int actor() { return rt.collective ? kWarpActor + rt.cur / 32 : rt.cur; }
+
+inline bool conflict(int a, int b) {
+  if (a == b || a == kNoActor || b == kNoActor) return false;
+  if (a >= kWarpActor && b < kWarpActor) return a - kWarpActor != b / 32;
+  if (b >= kWarpActor && a < kWarpActor) return b - kWarpActor != a / 32;
+  return true;
+}
+
+inline std::string where() {
+  char buf[160];
+  snprintf(buf, sizeof buf, "block=%u,%u,%u\nbdim=%u,%u,%u\nthread=%d\n", rt.block_idx.x,
+           rt.block_idx.y, rt.block_idx.z, rt.block_dim.x, rt.block_dim.y, rt.block_dim.z,
+           actor());
+  return buf;
+}
+
+// fatal findings (divergence, deadlock, trap) replace any earlier report
+inline void fail(const char* kind, const std::string& text) {
+  rt.nerrors++;
+  if (rt.error && rt.priority >= 3) return;
+  rt.error = true;
+  rt.priority = 3;
+  rt.report = std::string("kind=") + kind + "\n" + where() + "text=" + text + "\n";
+}
+
+struct SharedBase {
+  unsigned line = 0;
+  long long count = 0;
+  size_t elem = 0;
+  unsigned char* bytes = nullptr;
+  Shadow* shadow = nullptr;
+
+  void init(unsigned char* b, Shadow* s, long long n, size_t e, const std::source_location& loc) {
+    bytes = b; shadow = s; count = n; elem = e; line = loc.line();
+    memset(bytes, 0xff, n * e);  // uninitialized: NaN for floats, -1 for integers
+    memset(shadow, 0, sizeof(Shadow) * n);
+    rt.shared.push_back(this);
+  }
+
+  void report(const char* kind, long long i, const std::string& more) {
+    rt.nerrors++;
+    int priority = strcmp(kind, "race") == 0 ? 2 : 1;
+    if (rt.error && priority <= rt.priority) return;
+    rt.error = true;
+    rt.priority = priority;
+    char buf[96];
+    snprintf(buf, sizeof buf, "line=%u\noffset=%lld\nsize=%lld\n", line, i, count);
+    rt.report = std::string("kind=") + kind + "\n" + where() + buf + more;
+  }
+
+  bool in_bounds(long long i) {
+    if (i >= 0 && i < count) return true;
+    report("oob", i, "");
+    return false;
+  }
+
+  void race(const char* what, long long i, int first, int second) {
+    char buf[96];
+    snprintf(buf, sizeof buf, "race=%s\nfirst=%d\nsecond=%d\n", what, first, second);
+    report("race", i, buf);
+  }
+
+  void on_read(long long i) {
+    if (!rt.check) return;
+    Shadow& s = shadow[i];
+    int a = actor();
+    if (s.w_block != rt.block_serial)
+      report("uninit", i, "");
+    else if (s.w_epoch == rt.epoch && conflict(s.w_actor, a))
+      race("read-after-write", i, s.w_actor, a);
+    if (s.r_epoch != rt.epoch) {
+      s.r_epoch = rt.epoch; s.r_actor = (int16_t)a; s.r_other = kNoActor;
+    } else if (s.r_actor != a && s.r_other == kNoActor) {
+      s.r_other = (int16_t)a;
+    }
+  }
+
+  void on_write(long long i) {
+    if (!rt.check) return;
+    Shadow& s = shadow[i];
+    int a = actor();
+    if (s.w_block == rt.block_serial && s.w_epoch == rt.epoch && conflict(s.w_actor, a))
+      race("write-after-write", i, s.w_actor, a);
+    if (s.r_epoch == rt.epoch) {
+      if (conflict(s.r_actor, a)) race("write-after-read", i, s.r_actor, a);
+      else if (conflict(s.r_other, a)) race("write-after-read", i, s.r_other, a);
+    }
+    s.w_block = rt.block_serial; s.w_epoch = rt.epoch; s.w_actor = (int16_t)a;
+  }
+};
+
+template <typename T> struct SharedRef {
+  SharedBase* arr;
+  T* p;
+  long long i;
+  operator T() const { if (arr) arr->on_read(i); return *p; }
+  SharedRef& operator=(const T& v) { if (arr) arr->on_write(i); *p = v; return *this; }
+  SharedRef& operator=(const SharedRef& o) { T v = o; return *this = v; }
+};
+
+template <typename T> struct SharedPtr {
+  SharedBase* arr;
+  T* base;
+  long long off;
+  T read(long long j) const {
+    long long i = off + j;
+    if (!arr->in_bounds(i)) return T{};
+    arr->on_read(i);
+    return base[i];
+  }
+  void write(long long j, T v) const {
+    long long i = off + j;
+    if (!arr->in_bounds(i)) return;
+    arr->on_write(i);
+    base[i] = v;
+  }
+};
+
+// ---- fibers and the block scheduler ------------------------------------------------------------
+inline void wait(State st, const void* site) {
+  if (!rt.use_fibers) {
+    fail("internal", "a barrier ran in a launch without fibers (tdsl emulator bug)");
+    return;
+  }
+  Fiber& f = rt.fibers[rt.cur];
+  f.state = st;
+  f.site = site;
+  swapcontext(&f.ctx, &rt.sched);
+}
+
+inline void set_thread(int t) {
+  rt.cur = t;
+  unsigned bx = rt.block_dim.x, by = rt.block_dim.y;
+  rt.thread_idx = {t % bx, (t / bx) % by, t / (bx * by)};
+}
+
+inline void fiber_main() {
+  (*rt.body)();
+  rt.fibers[rt.cur].state = DONE;
+}
+
+inline size_t stack_stride() { return rt.stack_bytes + (size_t)sysconf(_SC_PAGESIZE); }
+
+inline bool map_stacks(int n) {
+  size_t need = stack_stride() * (size_t)n;
+  if (rt.mapped >= need && rt.mapped_stride == stack_stride()) return true;
+  if (rt.stacks) munmap(rt.stacks, rt.mapped);
+  void* p = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) { rt.stacks = nullptr; rt.mapped = 0; return false; }
+  rt.stacks = (char*)p;
+  rt.mapped = need;
+  rt.mapped_stride = stack_stride();
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (int t = 0; t < n; ++t) mprotect(rt.stacks + stack_stride() * t, page, PROT_NONE);  // guard
+  return true;
+}
+
+inline void run_block() {
+  const int n = rt.nthreads;
+  if (!rt.use_fibers) {
+    for (int t = 0; t < n && !rt.abort; ++t) { set_thread(t); (*rt.body)(); }
+    return;
+  }
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  for (int t = 0; t < n; ++t) {
+    Fiber& f = rt.fibers[t];
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = rt.stacks + stack_stride() * t + page;
+    f.ctx.uc_stack.ss_size = rt.stack_bytes;
+    f.ctx.uc_link = &rt.sched;
+    makecontext(&f.ctx, (void (*)())fiber_main, 0);
+    f.state = RUNNABLE;
+    f.site = nullptr;
+  }
+  for (;;) {
+    for (int t = 0; t < n; ++t) {
+      if (rt.fibers[t].state != RUNNABLE) continue;
+      set_thread(t);
+      swapcontext(&rt.sched, &rt.fibers[t].ctx);
+      if (rt.abort) return;
+    }
+    int done = 0, at_bar = 0;
+    for (int t = 0; t < n; ++t) {
+      done += rt.fibers[t].state == DONE;
+      at_bar += rt.fibers[t].state == AT_BARRIER;
+    }
+    if (done == n) return;
+    bool released = false;
+    for (int lo = 0; lo < n; lo += 32) {
+      int hi = lo + 32 < n ? lo + 32 : n;
+      bool any = false, all = true;
+      for (int t = lo; t < hi; ++t) {
+        State s = rt.fibers[t].state;
+        if (s == AT_WARP) any = true;
+        else if (s != DONE) all = false;
+      }
+      if (any && all) {
+        for (int t = lo; t < hi; ++t)
+          if (rt.fibers[t].state == AT_WARP) rt.fibers[t].state = RUNNABLE;
+        released = true;
+      }
+    }
+    if (released) continue;
+    if (at_bar > 0 && at_bar + done == n) {
+      if (done > 0) {
+        fail("divergent", std::to_string(done) + " thread(s) of the block finished while " +
+                              std::to_string(at_bar) + " wait at __syncthreads(): a barrier " +
+                              "not reached by all threads");
+        rt.abort = true;
+        return;
+      }
+      const void* site = rt.fibers[0].site;
+      for (int t = 1; t < n; ++t) {
+        if (rt.fibers[t].site != site) {
+          fail("divergent", "threads of the block wait at different __syncthreads() calls "
+                            "(thread 0 and thread " + std::to_string(t) + ")");
+          rt.abort = true;
+          return;
+        }
+      }
+      rt.epoch++;
+      for (int t = 0; t < n; ++t) rt.fibers[t].state = RUNNABLE;
+      continue;
+    }
+    fail("deadlock", "some threads wait at __syncthreads() while others of their warp wait at a "
+                     "warp-synchronous operation (__syncwarp / WMMA)");
+    rt.abort = true;
+    return;
+  }
+}
+
+// dims: grid x, y, z, block x, y, z, fiber stack bytes.  flags: 1 = run threads as fibers,
+// 2 = check races.
+inline int launch(const long long* dims, int flags, char* msg, int msglen,
+                  const std::function<void()>& body) {
+  rt.grid_dim = {(unsigned)dims[0], (unsigned)dims[1], (unsigned)dims[2]};
+  rt.block_dim = {(unsigned)dims[3], (unsigned)dims[4], (unsigned)dims[5]};
+  rt.nthreads = (int)(dims[3] * dims[4] * dims[5]);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  rt.stack_bytes = ((size_t)dims[6] + page - 1) / page * page;
+  rt.use_fibers = flags & 1;
+  rt.check = (flags & 2) != 0;
+  rt.error = rt.abort = false;
+  rt.priority = 0;
+  rt.collective = false;
+  rt.nerrors = 0;
+  rt.report.clear();
+  rt.body = &body;
+  if (rt.use_fibers) {
+    if (!map_stacks(rt.nthreads)) {
+      snprintf(msg, msglen, "kind=internal\ntext=cannot map %d fiber stacks\n", rt.nthreads);
+      return 1;
+    }
+    rt.fibers.resize(rt.nthreads);
+  }
+  for (unsigned bz = 0; bz < rt.grid_dim.z && !rt.abort; ++bz)
+    for (unsigned by = 0; by < rt.grid_dim.y && !rt.abort; ++by)
+      for (unsigned bx = 0; bx < rt.grid_dim.x && !rt.abort; ++bx) {
+        rt.block_idx = {bx, by, bz};
+        rt.block_serial++;
+        rt.epoch++;
+        for (SharedBase* s : rt.shared) memset(s->bytes, 0xff, s->count * s->elem);
+        run_block();
+      }
+  rt.body = nullptr;
+  if (!rt.error) return 0;
+  std::string out = rt.report + "count=" + std::to_string(rt.nerrors) + "\n";
+  snprintf(msg, msglen, "%s", out.c_str());
+  return 1;
+}
+
+struct Collective {  // a warp-collective operation: its accesses belong to the warp
+  Collective() { rt.collective = true; }
+  ~Collective() { rt.collective = false; }
+};
+
+}  // namespace emu
+
+#define threadIdx (::emu::rt.thread_idx)
+#define blockIdx (::emu::rt.block_idx)
+#define blockDim (::emu::rt.block_dim)
+#define gridDim (::emu::rt.grid_dim)
+#define warpSize 32
+
+__attribute__((noinline)) inline void __syncthreads() {
+  emu::wait(emu::AT_BARRIER, __builtin_return_address(0));
+}
+__attribute__((noinline)) inline void __syncwarp(unsigned = 0xffffffffu) {
+  emu::wait(emu::AT_WARP, __builtin_return_address(0));
+}
+inline void __threadfence() {}
+inline void __threadfence_block() {}
+inline void __trap() {
+  emu::fail("trap", "__trap() executed: a thread-bound loop is longer than the launch extent of "
+                    "its thread axis");
+  emu::rt.abort = true;
+  if (emu::rt.use_fibers) {
+    emu::rt.fibers[emu::rt.cur].state = emu::DONE;
+    swapcontext(&emu::rt.fibers[emu::rt.cur].ctx, &emu::rt.sched);
+  }
+}
+
+// ---- device functions kernels call -----------------------------------------------------------------
+#define TDSL_EMU_MINMAX(T) \
+  inline T min(T a, T b) { return a < b ? a : b; } \
+  inline T max(T a, T b) { return a < b ? b : a; }
+TDSL_EMU_MINMAX(int)
+TDSL_EMU_MINMAX(unsigned int)
+TDSL_EMU_MINMAX(long)
+TDSL_EMU_MINMAX(unsigned long)
+TDSL_EMU_MINMAX(long long)
+TDSL_EMU_MINMAX(unsigned long long)
+TDSL_EMU_MINMAX(float)
+TDSL_EMU_MINMAX(double)
+#undef TDSL_EMU_MINMAX
+
+inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
+inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
+inline double __longlong_as_double(long long x) { double d; memcpy(&d, &x, 8); return d; }
+inline long long __double_as_longlong(double x) { long long i; memcpy(&i, &x, 8); return i; }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+
+template <typename T> inline T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }
+template <typename T> inline T atomicMax(T* p, T v) { T o = *p; *p = o < v ? v : o; return o; }
+template <typename T> inline T atomicMin(T* p, T v) { T o = *p; *p = v < o ? v : o; return o; }
+template <typename T> inline T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
+template <typename T> inline T atomicCAS(T* p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
+
+// float16: storage as _Float16; arithmetic in the kernels converts to float and back
+struct tdsl_half { _Float16 v; };
+inline float tdsl_h2f(tdsl_half h) { return (float)h.v; }
+inline tdsl_half tdsl_f2h(float f) { tdsl_half h; h.v = (_Float16)f; return h; }
+inline tdsl_half tdsl_d2h(double d) { tdsl_half h; h.v = (_Float16)d; return h; }
+
+// a block's shared array: per-block storage (a static local of the kernel), tracked accesses
+template <typename T, int N> struct tdsl_shared : emu::SharedBase {
+  alignas(32) T data[N];
+  emu::Shadow sh[N];
+  tdsl_shared(std::source_location loc = std::source_location::current()) {
+    init((unsigned char*)data, sh, N, sizeof(T), loc);
+  }
+  emu::SharedRef<T> operator[](long long i) {
+    if (!in_bounds(i)) { static T dummy; return {nullptr, &dummy, 0}; }
+    return {this, &data[i], i};
+  }
+  emu::SharedPtr<T> ptr(long long i) { return {this, data, i}; }
+};
+
+// ---- WMMA m16n16k16 (f16 x f16 + f32): fragments hold the whole tile in every lane -----------------
+struct tdsl_wmma_a { float v[256]; };
+struct tdsl_wmma_b { float v[256]; };
+struct tdsl_wmma_acc { float v[256]; };
+
+namespace emu {
+inline float ld(const tdsl_half* p, long long i) { return tdsl_h2f(p[i]); }
+inline float ld(const float* p, long long i) { return p[i]; }
+inline float ld(const SharedPtr<tdsl_half>& p, long long i) { return tdsl_h2f(p.read(i)); }
+inline float ld(const SharedPtr<float>& p, long long i) { return p.read(i); }
+inline void st(float* p, long long i, float v) { p[i] = v; }
+inline void st(const SharedPtr<float>& p, long long i, float v) { p.write(i, v); }
+
+__attribute__((noinline)) inline void warp_op() { wait(AT_WARP, __builtin_return_address(0)); }
+
+// element (r, c) of a 16x16 tile at p: row-major p[r * ld + c], column-major p[c * ld + r]
+template <typename F, typename P> inline void load_tile(F& f, const P& p, unsigned ldm, bool row) {
+  warp_op();
+  Collective c;
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k)
+      f.v[r * 16 + k] = ld(p, row ? (long long)r * ldm + k : (long long)k * ldm + r);
+}
+template <typename P> inline void store_tile(const P& p, const tdsl_wmma_acc& f, unsigned ldm,
+                                             bool row) {
+  warp_op();
+  Collective c;
+  for (int r = 0; r < 16; ++r)
+    for (int k = 0; k < 16; ++k)
+      st(p, row ? (long long)r * ldm + k : (long long)k * ldm + r, f.v[r * 16 + k]);
+}
+inline void mma(tdsl_wmma_acc& d, const tdsl_wmma_a& a, const tdsl_wmma_b& b,
+                const tdsl_wmma_acc& c) {
+  float out[256];
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 16; ++n) {
+      float acc = c.v[r * 16 + n];
+      for (int k = 0; k < 16; ++k) acc += a.v[r * 16 + k] * b.v[k * 16 + n];
+      out[r * 16 + n] = acc;
+    }
+  memcpy(d.v, out, sizeof out);
+}
+}  // namespace emu
+
+#define TDSL_EMU_WMMA(layout, row)                                                               \
+  template <typename P> inline void tdsl_wmma_load_a_##layout(tdsl_wmma_a& f, P p, unsigned l) { \
+    emu::load_tile(f, p, l, row); }                                                              \
+  template <typename P> inline void tdsl_wmma_load_b_##layout(tdsl_wmma_b& f, P p, unsigned l) { \
+    emu::load_tile(f, p, l, row); }                                                              \
+  template <typename P>                                                                          \
+  inline void tdsl_wmma_load_acc_##layout(tdsl_wmma_acc& f, P p, unsigned l) {                   \
+    emu::load_tile(f, p, l, row); }                                                              \
+  template <typename P>                                                                          \
+  inline void tdsl_wmma_store_acc_##layout(P p, const tdsl_wmma_acc& f, unsigned l) {            \
+    emu::store_tile(p, f, l, row); }
+TDSL_EMU_WMMA(row, true)
+TDSL_EMU_WMMA(col, false)
+#undef TDSL_EMU_WMMA
+
+#define TDSL_EMU_MMA(al, bl)                                                               \
+  inline void tdsl_wmma_mma_##al##_##bl(tdsl_wmma_acc& d, const tdsl_wmma_a& a,           \
+                                        const tdsl_wmma_b& b, const tdsl_wmma_acc& c) { \
+    emu::mma(d, a, b, c); }
+TDSL_EMU_MMA(row, row)
+TDSL_EMU_MMA(row, col)
+TDSL_EMU_MMA(col, row)
+TDSL_EMU_MMA(col, col)
+#undef TDSL_EMU_MMA
