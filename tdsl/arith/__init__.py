@@ -1,0 +1,13 @@
+"""Integer arithmetic analysis for lowering: simplification with variable bounds.
+
+``Analyzer`` canonicalizes index expressions (sums of coefficient x term), folds
+floor division/modulo, min/max and comparisons using known variable ranges, and
+computes constant and symbolic bounds.  ``to_sympy``/``from_sympy`` bridge to SymPy
+for symbolic shape reasoning (too slow for lowering itself).
+"""
+from .analyzer import Analyzer, simplify
+from .constfold import const_fold
+from .interval import Interval
+from .sympy_bridge import from_sympy, to_sympy
+
+__all__ = ["Analyzer", "Interval", "simplify", "const_fold", "to_sympy", "from_sympy"]
