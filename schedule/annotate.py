@@ -95,11 +95,11 @@ def storage_align(stage: Stage, axis: IterVar, factor: int, offset: int) -> None
     if dim == len(axes) - 1:
         raise ScheduleError("storage_align", stage.name, "the innermost axis has stride 1; align an "
                             "outer axis", axis.name)
-    stage.storage_align[dim] = (factor, offset)
+    stage.storage_alignment[dim] = (factor, offset)
 
 
 def double_buffer(stage: Stage) -> None:
-    if stage.scope is StorageScope.GLOBAL or stage.is_output:
+    if stage.scope in (None, StorageScope.GLOBAL) or stage.is_output:
         raise ScheduleError("double_buffer", stage.name, "only a shared/local cache stage attached "
                             "inside a loop can be double-buffered")
     stage.double_buffered = True

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tdsl.errors import ScheduleError
+from tdsl.errors import ScheduleError, TDSLError
 from tdsl.expr import Const, Expr, convert
 from tdsl.tensor import IterKind, IterVar
 
@@ -20,7 +20,11 @@ from .stage import Stage
 
 
 def _positive_size(primitive: str, stage: Stage, loop: IterVar, what: str, value: Any) -> Expr:
-    e = convert(value, loop.dtype) if not isinstance(value, Expr) else value.as_expr()
+    try:
+        e = convert(value, loop.dtype) if not isinstance(value, Expr) else value.as_expr()
+    except TDSLError:       # a float or non-number: say which primitive and loop
+        raise ScheduleError(primitive, stage.name, f"{what} must be an integer, got {value!r}",
+                            loop.name) from None
     if not e.dtype.is_int:
         raise ScheduleError(primitive, stage.name, f"{what} must be an integer, got {e.dtype}", loop.name)
     if isinstance(e, Const) and e.value < 1:

@@ -49,9 +49,10 @@ class Stage:
         self.attach_type = AttachType.ROOT
         self.attach_stage: Optional[Stage] = None
         self.attach_ivar: Optional[IterVar] = None
-        self.scope = StorageScope.GLOBAL
+        #: where the output lives; None: global at root, inferred when attached in a kernel
+        self.scope: Optional[StorageScope] = None
         self.is_output = False
-        self.storage_align: dict[int, tuple[int, int]] = {}
+        self.storage_alignment: dict[int, tuple[int, int]] = {}   # dim -> (factor, offset)
         self.double_buffered = False
 
     # ---- state queries --------------------------------------------------------------

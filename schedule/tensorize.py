@@ -33,9 +33,12 @@ class TensorIntrin:
     backend invokes with the ``IntrinCall``; its contract is backend-specific.
     """
 
-    def __init__(self, name: str, op: ComputeOp, impls: "Mapping[str, Callable] | None" = None):
+    def __init__(self, name: str, op: ComputeOp, impls: "Mapping[str, Callable] | None" = None,
+                 warp_collective: bool = False):
         self.name = name
         self.op = op
+        #: the lanes of a GPU warp execute one call together (WMMA), rather than each thread
+        self.warp_collective = warp_collective
         self.inputs = op.input_tensors
         self.impls = dict(impls or {})
         self.axes = list(op.axis) + list(op.reduce_axis)
@@ -84,7 +87,8 @@ class TensorIntrin:
 
 
 def decl_tensor_intrin(op: Any, fcompute: "Callable | None" = None, name: str = "tensor_intrin",
-                       impls: "Mapping[str, Callable] | None" = None, **_: Any) -> TensorIntrin:
+                       impls: "Mapping[str, Callable] | None" = None, warp_collective: bool = False,
+                       **_: Any) -> TensorIntrin:
     """Declare a tensor intrinsic from the operation it computes (TVM's decl_tensor_intrin).
 
     ``fcompute`` is accepted for TVM compatibility and stored as the implementation
@@ -97,7 +101,7 @@ def decl_tensor_intrin(op: Any, fcompute: "Callable | None" = None, name: str = 
     for t in op.input_tensors:
         if not isinstance(t.op, PlaceholderOp):
             raise ScheduleError("decl_tensor_intrin", name, f"input '{t.name}' must be a placeholder")
-    intrin = TensorIntrin(name, op, impls)
+    intrin = TensorIntrin(name, op, impls, warp_collective)
     if fcompute is not None:
         intrin.impls.setdefault("default", fcompute)
     return intrin

@@ -129,8 +129,10 @@ def apply_step(sch: "Schedule", step: Step, intrinsics: Mapping[str, Any]) -> No
     from tdsl.tensor import thread_axis
     stage = sch.stage_by_name(step.stage)
     kw = dict(step.kwargs)
-    loops = [_loop(stage, n, step) for n in step.loops]
     p = step.primitive
+    # compute_at's loop belongs to the parent stage, not to the stage being attached
+    owner = sch.stage_by_name(kw["parent"]) if p == "compute_at" else stage
+    loops = [_loop(owner, n, step) for n in step.loops]
     if p == "cache_read":
         readers = [sch.stage_by_name(r).op.outputs[0] for r in step.readers]
         sch.cache_read(stage.op.outputs[0], kw["scope"], readers)
@@ -142,7 +144,7 @@ def apply_step(sch: "Schedule", step: Step, intrinsics: Mapping[str, Any]) -> No
     elif p == "bind":
         stage.bind(loops[0], thread_axis(kw["thread"]))
     elif p == "compute_at":
-        stage.compute_at(sch.stage_by_name(kw["parent"]), loops[0])
+        stage.compute_at(owner, loops[0])
     elif p == "tensorize":
         name = kw["intrin"]
         if name not in intrinsics:

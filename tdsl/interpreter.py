@@ -472,6 +472,11 @@ class _Codegen:
         if not isinstance(fallback, Stmt):
             raise LoweringError(f"{getattr(s.intrin, 'name', s.intrin)}.lower_fallback returned "
                                 f"{type(fallback).__name__}, not a Stmt")
+        if getattr(s.intrin, "warp_collective", False) and self.kernel is not None:
+            # One call per warp: the warp's lanes compute one tile together, so only
+            # lane 0 runs the declared computation.
+            self.emit(depth, f"if _hw[{_HW_INDEX[ThreadTag.THREAD_X]}] % 32 == 0:")
+            depth += 1
         self.stmt(fallback, depth)
 
     def allocate(self, s: Allocate, depth: int) -> None:

@@ -21,9 +21,9 @@ compute one tile.  So the call must run once per warp: the kernel's
 ``threadIdx.x`` extent must be exactly 32 (bind it in a cooperative-fetch stage)
 and the tensorized loops must not sit under a ``threadIdx.x`` loop; warps are told
 apart by ``threadIdx.y``/``z``.  Tiles must start 32-byte aligned and leading
-dimensions be multiples of 16 bytes.  (The reference interpreter runs the
-declared computation once per thread, so it does not model such a schedule;
-verify it with ``emulate``.)
+dimensions be multiples of 16 bytes.  The intrinsic is declared
+``warp_collective``, so the reference interpreter runs its declared computation
+once per warp too.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def wmma_m16n16k16(name: str = "wmma_m16n16k16_f16_f32") -> Any:
     k = td.reduce_axis((0, 16), name="k")
     c = td.compute((16, 16), lambda i, j: td.sum(a[i, k].astype("float32") *
                                                    b[k, j].astype("float32"), axis=k), name="c")
-    return td.decl_tensor_intrin(c.op, name=name, impls={"cuda": emit_wmma})
+    return td.decl_tensor_intrin(c.op, name=name, impls={"cuda": emit_wmma}, warp_collective=True)
 
 
 def _layout(ctx: Any, region: BufferRegion, what: str, elem_bytes: int) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from ..intrin import maximum, minimum
 from ..stmt import StorageScope
 from ..tensor import IterVar, Range
 from ..visitor import post_order_visit, substitute
-from tdsl.schedule.relations import pass_down, pass_up
+from tdsl.schedule.relations import Fuse, pass_down, pass_up
 from tdsl.schedule.stage import AttachType
 
 if TYPE_CHECKING:
@@ -84,9 +84,36 @@ def _enclosing_chain(sch: "Schedule", x: "Stage", host: "Stage", ivar: IterVar,
     return relaxed
 
 
+def enclosing_tags(st: "Stage") -> list:
+    """Thread tags of the loops enclosing ``st``'s attach point."""
+    tags = []
+    cur, at = st.attach_stage, st.attach_ivar
+    while cur is not None:
+        pos = cur.leaf_iter_vars.index(at) if at in cur.leaf_iter_vars else len(cur.leaf_iter_vars) - 1
+        for iv in cur.leaf_iter_vars[:pos + 1]:
+            a = cur.iter_attrs.get(iv)
+            if a is not None and a.thread_tag is not None:
+                tags.append(a.thread_tag)
+        cur, at = cur.attach_stage, cur.attach_ivar
+    return tags
+
+
+def storage_scope(st: "Stage") -> StorageScope:
+    """The scope of a stage's buffer.  Unset, it is global -- except for a stage attached
+    inside a GPU kernel, which is per thread (local), or per block (shared) when its own
+    loops are bound to threads (cooperative computation), as TVM infers."""
+    if st.scope is not None:
+        return st.scope
+    if st.attach_type is AttachType.SCOPE and enclosing_tags(st):
+        own = any(a.thread_tag is not None and a.thread_tag.is_thread for a in st.iter_attrs.values())
+        return StorageScope.SHARED if own else StorageScope.LOCAL
+    return StorageScope.GLOBAL
+
+
 def _thread_relaxed(sch: "Schedule", st: "Stage", bounds: dict) -> dict[Var, Expr]:
     """Thread-bound loops enclosing ``st``'s attach point whose values must be relaxed."""
-    if st.scope is StorageScope.LOCAL:
+    scope = storage_scope(st)
+    if scope is StorageScope.LOCAL:
         return {}
     out: dict[Var, Expr] = {}
     cur, at = st.attach_stage, st.attach_ivar
@@ -95,7 +122,7 @@ def _thread_relaxed(sch: "Schedule", st: "Stage", bounds: dict) -> dict[Var, Exp
         for iv in cur.leaf_iter_vars[:pos + 1]:
             a = cur.iter_attrs.get(iv)
             if a is not None and a.thread_tag is not None:
-                if a.thread_tag.is_thread or st.scope is StorageScope.GLOBAL:
+                if a.thread_tag.is_thread or scope is StorageScope.GLOBAL:
                     out[iv.var] = bounds[cur].extents[iv]
         cur, at = cur.attach_stage, cur.attach_ivar
     return out
@@ -135,6 +162,15 @@ def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", 
             continue
         if st.attach_type is AttachType.SCOPE:
             ranges = _attached_ranges(sch, st, bodies, bounds, ana)
+            if any(isinstance(r, Fuse) for r in st.relations):
+                # In a consumer's tail iteration an attached region can be empty with a
+                # *negative* extent; fusing two such loops would multiply two negative
+                # extents into a positive one (a loop running out of bounds): clamp at 0.
+                for iv, r in list(ranges.items()):
+                    if not ana.can_prove(r.extent >= 0):
+                        clamped = Range(r.min, ana.simplify(maximum(r.extent, 0)))
+                        clamped.alloc_bound = r.alloc_bound
+                        ranges[iv] = clamped
         else:
             ranges = {iv: iv.dom for iv in st.op.axis}
         for iv in st.op.reduce_axis:
@@ -143,7 +179,17 @@ def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", 
         b = StageBounds(ranges, ext)
         b.values = pass_up(st.relations, {iv: iv.var for iv in st.leaf_iter_vars}, ext)
         for iv in st.leaf_iter_vars:
-            ana.bind(iv.var, Range(0, ext[iv]))
+            e = ext[iv]
+            if ana.can_prove(e >= 1):
+                ana.bind(iv.var, Range(0, e))
+            else:
+                # An extent that may be <= 0 (e.g. an attached region in a consumer's tail
+                # iteration).  A range [0, e) would assert e >= 1 -- true only inside the
+                # loop -- and this analyzer's facts are global: guards of the consumer that
+                # depend on it would be "proved" and dropped.  Keep constant bounds only.
+                hi = ana.const_int_bound(e)[1]
+                ana.bind(iv.var, Interval(Const(0, iv.var.dtype),
+                                          None if hi is None else max(hi - 1, 0)))
         b.root_values = {iv: ana.simplify(ranges[iv].min + b.values[iv]) for iv in st.root_iter_vars}
         bounds[st] = b
     return bounds

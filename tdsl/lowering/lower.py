@@ -9,7 +9,7 @@ from ..expr import Const, Expr, SizeVar, Var
 from ..stmt import Allocate, Buffer, PrimFunc, StorageScope
 from ..tensor import Tensor
 from ..visitor import free_vars
-from .bound import infer_bounds
+from .bound import infer_bounds, storage_scope
 from .inline import inlined_bodies
 from .nest import NestBuilder, Storage
 from .passes import check_loops, check_thread_extents, simplify_stmt
@@ -72,8 +72,8 @@ def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict
                 shape.append(Const(hi, "int64") if hi is not None and (dhi is None or hi <= dhi)
                              else declared)
                 offsets.append(r.min)
-        strides = aligned_strides(shape, st.storage_align, ana)
-        bufs = [Buffer(t.name, shape, t.dtype, strides, st.scope) for t in op.outputs]
+        strides = aligned_strides(shape, st.storage_alignment, ana)
+        bufs = [Buffer(t.name, shape, t.dtype, strides, storage_scope(st)) for t in op.outputs]
         storage[st] = Storage(bufs, offsets, True)
     return storage
 
@@ -83,13 +83,14 @@ def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict]:
         raise LoweringError(f"args must be a list of tensors, got {type(args).__name__}")
     buffers: list[Buffer] = []
     by_stage: dict[int, list[Buffer]] = {}
+    ana = Analyzer()   # shapes like ``h + 2 - 3 + 1`` print (and bind) as ``h``
     for a in args:
         if not isinstance(a, Tensor):
             raise LoweringError(f"argument {a!r} is not a tensor (scalar arguments are not supported; "
                                 f"symbolic sizes are taken from the tensors' shapes)")
         st = sch[a]
         cur = st.op.outputs[a.value_index] if not st.is_placeholder else a
-        buf = Buffer(a.name, cur.shape, cur.dtype)
+        buf = Buffer(a.name, [ana.simplify(d) for d in cur.shape], cur.dtype)
         buffers.append(buf)
         lst = by_stage.setdefault(id(st), [None] * st.op.num_outputs)  # type: ignore[list-item]
         if lst[a.value_index] is not None:

@@ -29,7 +29,7 @@ from ..visitor import free_vars, substitute, transform
 from tdsl.schedule.relations import Split, split_extents, split_predicates
 from tdsl.schedule.stage import AttachType
 
-from .bound import StageBounds, in_kernel
+from .bound import StageBounds, in_kernel, storage_scope
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
@@ -207,6 +207,17 @@ class NestBuilder:
             kind, tag = ForKind.SERIAL, None
         return For(iv.var, Const(0, iv.var.dtype), self.ana.simplify(extent), kind, body, tag, ann)
 
+    def in_serial_loop(self, st: "Stage") -> bool:
+        """True if a loop that is not bound to a GPU index encloses ``st``'s attach point."""
+        cur, at = st.attach_stage, st.attach_ivar
+        while cur is not None:
+            for iv in cur.leaf_iter_vars[:cur.leaf_iter_vars.index(at) + 1]:
+                a = cur.iter_attrs.get(iv)
+                if a is None or a.thread_tag is None:
+                    return True
+            cur, at = cur.attach_stage, cur.attach_ivar
+        return False
+
     def is_double_buffered(self, child: "Stage") -> bool:
         return child.double_buffered and child in self.bounds and self.storage[child].allocated
 
@@ -232,7 +243,8 @@ class NestBuilder:
             for buf in stor.buffers:
                 two = Buffer(buf.name, (Const(2, "int64"),) + buf.shape, buf.dtype,
                              None if buf.strides is None else
-                             (buf.shape[0] * buf.strides[0],) + buf.strides, buf.scope)
+                             (self.ana.simplify(buf.shape[0] * buf.strides[0]),) + buf.strides,
+                             buf.scope)
                 nest = _with_slot(nest, buf, two, slot)
                 body = _with_slot(body, buf, two, slot)
                 allocs.append(two)
@@ -252,8 +264,12 @@ class NestBuilder:
             if child not in self.bounds or self.is_double_buffered(child):
                 continue
             nest = self.build_stage(child)
-            if child.scope is StorageScope.SHARED and self.in_kernel(child):
-                out.extend([Barrier(), nest, Barrier()])
+            if storage_scope(child) is StorageScope.SHARED and self.in_kernel(child):
+                # the barrier before guards the previous iteration's readers; it is
+                # needed only when a real (not thread-bound) loop encloses the fetch
+                if self.in_serial_loop(child):
+                    out.append(Barrier())
+                out.extend([nest, Barrier()])
             else:
                 out.append(nest)
         return out

@@ -142,6 +142,7 @@ def test_global_buffer_allocated_inside_a_kernel_is_hoisted_to_the_host() -> Non
     i, j = s[D].op.axis
     s[D].bind(i, td.thread_axis("blockIdx.x"))
     s[D].bind(j, td.thread_axis("threadIdx.x"))
+    s[B].set_scope("global")      # unset, a stage attached in a kernel is local/shared
     s[B].compute_at(s[D], i)
     f = td.build(s, [A, D], target="cuda")
     (k,) = f.kernels
@@ -224,3 +225,25 @@ def test_index_arithmetic_uses_plain_division_when_provably_non_negative() -> No
     src = workload("tiled_matmul").module.get_source()
     assert "tdsl_floordiv" not in src and "/ 32" in src and "% 32" in src
     assert "tdsl_shared" in src and "TDSL_FLOORDIV" not in src  # only the helpers used
+
+
+def test_unscoped_stage_attached_in_a_kernel_is_per_thread() -> None:
+    """Attached under threadIdx with no scope set, a stage is local (as TVM infers),
+    so each thread computes only its own element instead of the whole region."""
+    n = td.var("n")
+    A = td.placeholder((n, 64), name="A")
+    B = td.compute((n, 64), lambda i, j: A[i, j] * 2.0, name="B")
+    D = td.compute((n, 64), lambda i, j: B[i, j] + 1.0, name="D")
+    s = td.create_schedule(D.op)
+    i, j = s[D].op.axis
+    s[D].bind(i, td.thread_axis("blockIdx.x"))
+    s[D].bind(j, td.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[D], j)
+    func = td.lower(s, [A, D])
+    text = func.script()
+    assert 'scope="local"' in text and "allocate((1, 1)" in text, text
+    f = td.build(s, [A, D], target="cuda")
+    a = np.random.default_rng(2).random((5, 64)).astype("float32")
+    d = np.empty_like(a)
+    f.emulate(a, d)
+    np.testing.assert_allclose(d, a * 2 + 1, rtol=1e-6)
