@@ -70,7 +70,11 @@ class Reducer:
         return red
 
     def __call__(self, expr: Any, axis: Any = None, where: Any = None, init: Any = None) -> Any:
-        if axis is not None and not _is_axis(axis) and not isinstance(expr, (tuple, list)):
+        mistaken_axis = isinstance(axis, Var) and isinstance(expr, Expr) and axis.dtype != expr.dtype
+        if axis is not None and not isinstance(axis, (list, tuple, IterVar)) and not mistaken_axis \
+                and not isinstance(expr, (tuple, list)):
+            # reducer(a, b) combines two values (a loop variable of another dtype than the
+            # value is a mistaken axis instead, reported below)
             # reducer(a, b): combine two values.
             a, b = convert(expr), convert(axis, convert(expr).dtype)
             return self.specialize([a.dtype]).combine([a], [b])[0]
@@ -79,7 +83,9 @@ class Reducer:
         axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
         for a in axes:
             if not isinstance(a, IterVar) or a.kind is not IterKind.REDUCE:
-                raise TDSLError(f"{self.name}: axis {a!r} is not a reduce_axis")
+                what = getattr(a, "name", repr(a))
+                raise TDSLError(f"{self.name}: axis '{what}' is not a reduce_axis; declare it with "
+                                f"td.reduce_axis((lo, hi), name=...)")
         multi = isinstance(expr, (tuple, list))
         source = tuple(convert(e) for e in (expr if multi else (expr,)))
         cond = convert(True) if where is None else convert(where)

@@ -264,7 +264,8 @@ class NestBuilder:
             if child not in self.bounds or self.is_double_buffered(child):
                 continue
             nest = self.build_stage(child)
-            if storage_scope(child) is StorageScope.SHARED and self.in_kernel(child):
+            if storage_scope(child) is not StorageScope.LOCAL and self.in_kernel(child):
+                # written by the block's threads together, read by others: synchronize
                 # the barrier before guards the previous iteration's readers; it is
                 # needed only when a real (not thread-bound) loop encloses the fetch
                 if self.in_serial_loop(child):

@@ -1,0 +1,173 @@
+"""Traces: a schedule's primitive calls, serialized to JSON and replayed on a fresh
+schedule of the same computation, give the identical lowered IR."""
+import json
+
+import pytest
+from hypothesis import given, settings
+
+import tdsl as td
+from tdsl.schedule import Trace
+from tdsl.structural import structural_equal, structural_hash
+from tests.schedule.test_bind import shared_matmul_schedule
+from tests.schedule.test_tensorize import intrin_gemv
+from tests.workloads import conv2d, interpreter_runner, matmul, pipeline, random_schedule
+
+
+def replay_same(sch, outputs, args, intrinsics=None):
+    """JSON round trip of ``sch``'s trace, replayed on a fresh schedule: same IR."""
+    text = sch.trace.to_json()
+    data = json.loads(text)
+    assert isinstance(data, list) and len(data) == len(sch.trace)
+    tr = Trace.from_json(text)
+    assert tr.to_json() == text
+    assert [s.to_dict() for s in tr.steps] == data
+    fresh = td.create_schedule(outputs)
+    tr.apply(fresh, intrinsics=intrinsics)
+    assert fresh.trace.to_json() == text           # replaying records the same steps
+    f1, f2 = td.lower(sch, args), td.lower(fresh, args)
+    assert str(f1) == str(f2)
+    assert structural_equal(f1, f2) and structural_hash(f1) == structural_hash(f2)
+    return fresh
+
+
+def test_trace_design_brief_matmul():
+    n = td.var("n")
+    A = td.placeholder((n, 16), name="A")
+    B = td.placeholder((16, 12), name="B")
+    k = td.reduce_axis((0, 16), name="k")
+    C = td.compute((n, 12), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = td.create_schedule(C.op)
+    i, j = s[C].op.axis
+    io, jo, ii, ji = s[C].tile(i, j, x_factor=8, y_factor=4)
+    ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=4)
+    s[C].reorder(io, jo, ko, ii, ki, ji)
+    s[C].vectorize(ji)
+    s[C].parallel(io)
+    assert [st.primitive for st in s.trace.steps] == ["tile", "split", "reorder", "vectorize",
+                                                     "parallel"]
+    assert str(s.trace.steps[0]) == "s['C'].tile('i', 'j', x_factor=8, y_factor=4)"
+    replay_same(s, [C.op], [A, B, C])
+
+
+def test_trace_caches_and_attach():
+    wl = matmul(M=13, N=8, K=10)
+    s = wl.schedule()
+    C = wl.main["C"]
+    CL = s.cache_write(C, "local")
+    AA = s.cache_read(wl.main["A"], "shared", [CL])
+    io, jo, ii, ji = s[C].tile(*s[C].op.axis, 4, 4)
+    s[CL].compute_at(s[C], jo)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=3)
+    s[AA].compute_at(s[CL], ko)
+    s[AA].storage_align(s[AA].op.axis[0], 8, 1)
+    s[C].unroll(ji)
+    s[C].pragma(io, "auto_unroll_max_step", 8)
+    fresh = replay_same(s, [C.op], wl.args)
+    wl.case(fresh).check_with(interpreter_runner)
+
+
+def test_trace_inline_root_and_scope():
+    wl = pipeline(H=9, W=7)
+    s = wl.schedule()
+    B, C = s[wl.main["B"]], s[wl.main["C"]]
+    B.compute_inline()
+    B.compute_root()
+    B.set_scope("global")
+    io, ii = C.split(C.op.axis[0], nparts=2)
+    f = C.fuse(ii, C.op.axis[1])
+    B.compute_at(C, io)
+    replay_same(s, [wl.main["C"].op], wl.args)
+
+
+def test_trace_rfactor():
+    n = td.var("n")
+    A = td.placeholder((3, n), name="A")
+    k = td.reduce_axis((0, n), name="k")
+    S = td.compute((3,), lambda r: td.sum(A[r, k], axis=k), name="S")
+    s = td.create_schedule(S.op)
+    ko, ki = s[S].split(k, factor=4)
+    SF = s.rfactor(S, ki, factor_axis=1)
+    r, v = s[SF].op.axis
+    s[SF].reorder(r, s[SF].op.reduce_axis[0], v)
+    s[SF].vectorize(v)
+    s[SF].compute_at(s[S], S.op.axis[0])
+    replay_same(s, [S.op], [A, S])
+
+
+def test_trace_gpu_shared_matmul_with_binds():
+    wl = matmul(M=13, N=9, K=8)
+    s = shared_matmul_schedule(wl)
+    assert any(st.primitive == "bind" and dict(st.kwargs)["thread"] == "threadIdx.y"
+               for st in s.trace.steps)
+    fresh = replay_same(s, [wl.main["C"].op], wl.args)
+    wl.case(fresh).check_with(interpreter_runner)
+
+
+def test_trace_double_buffer():
+    wl = matmul(M=8, N=8, K=8)
+    s = shared_matmul_schedule(wl, kf=2)
+    s.stage_by_name("A.shared").double_buffer()
+    replay_same(s, [wl.main["C"].op], wl.args)
+
+
+def test_trace_tensorize_needs_and_uses_intrinsics():
+    A = td.placeholder((6, 12), name="A")
+    B = td.placeholder((8, 12), name="B")
+    k = td.reduce_axis((0, 12), name="k")
+    C = td.compute((6, 8), lambda i, j: td.sum(A[i, k] * B[j, k], axis=k), name="C")
+    s = td.create_schedule(C.op)
+    x, y = C.op.axis
+    yo, yi = s[C].split(y, factor=4)
+    s[C].reorder(x, yo, yi, k)
+    g = intrin_gemv(4, 12)
+    s[C].tensorize(yi, g)
+    replay_same(s, [C.op], [A, B, C], intrinsics={"gemv": g})
+    with pytest.raises(td.ScheduleError, match=r"tensorize.*needs the tensor intrinsic 'gemv'"):
+        Trace.from_json(s.trace.to_json()).apply(td.create_schedule(C.op))
+
+
+def test_trace_conv2d_compute_at():
+    wl = conv2d(CI=2, H=6, W=5, CO=2, symbolic_h=True)
+    s = wl.schedule()
+    P, Y = s[wl.main["P"]], s[wl.main["Y"]]
+    b, o, y, x = Y.op.axis
+    yo, yi = Y.split(y, factor=2)
+    Y.reorder(b, yo, o, yi, x)
+    rc, ry, rx = Y.op.reduce_axis
+    Y.fuse(ry, rx)
+    P.compute_at(Y, yo)
+    fresh = replay_same(s, [wl.main["Y"].op], wl.args)
+    for h in (3, 8):
+        wl.case(fresh, H=h).check_with(interpreter_runner)
+
+
+def test_trace_from_bad_json():
+    with pytest.raises(td.TuningError, match="not valid JSON"):
+        Trace.from_json("[{")
+    with pytest.raises(td.TuningError, match="unknown primitive 'frobnicate'"):
+        Trace.from_json('[{"primitive": "frobnicate", "stage": "C"}]')
+    with pytest.raises(td.TuningError, match="must be a list"):
+        Trace.from_json('{"primitive": "split"}')
+
+
+def test_trace_replay_on_wrong_computation_names_the_loop():
+    wl = pipeline(H=5, W=4)
+    s = wl.schedule()
+    C = s[wl.main["C"]]
+    io, ii = C.split(C.op.axis[0], factor=2)
+    C.split(io, factor=2)
+    other = matmul(M=4, N=4, K=4)             # a stage 'C' with loops i, j, k
+    tr = Trace.from_json(s.trace.to_json())
+    sched = other.schedule()
+    tr.steps = tr.steps[1:]                   # split of 'i.outer' which this C lacks
+    with pytest.raises(td.ScheduleError, match=r"split: stage 'C', loop 'i.outer': replay: no loop "
+                                              r"named 'i.outer'"):
+        tr.apply(sched)
+
+
+@settings(max_examples=25)
+@given(case=random_schedule())
+def test_trace_replay_random_schedules(case):
+    """Every random legal schedule replays (through JSON) to the same lowered IR."""
+    outputs = [t.op for t in case.args[-1:]]
+    replay_same(case.sch, outputs, case.args)
