@@ -23,7 +23,10 @@ def build(inputs: Any, args: "Sequence[Any] | None" = None, target: Any = "llvm"
                              "outputs, e.g. td.build(s, [A, B, C])")
         hook = _history_hook()
         if hook is not None:
-            inputs = hook(inputs, args, tgt)
+            chosen = hook(inputs, args, tgt)
+            if not isinstance(chosen, Schedule):
+                return chosen  # a module the tuning records built (e.g. a size dispatcher)
+            inputs = chosen
         func = lower(inputs, args, name=name)
     elif isinstance(inputs, PrimFunc):
         func = inputs

@@ -1,0 +1,43 @@
+"""Autotuning (imported as ``tdsl.autotune``): find the schedule instead of writing it.
+
+Two ways in:
+
+* templates, AutoTVM's shape — ``@template("name")``, ``get_config()``,
+  ``cfg.define_split/define_knob/define_reorder``, ``create_task``, ``XGBTuner``,
+  ``measure_option``;
+* no template, Ansor's shape — ``auto_schedule(outputs, target=, trials=)``
+  generates sketches (multi-level tiling, inlining, caching, rfactor, parallel,
+  vectorize, unroll) from the computation and fills in their knobs.
+
+Records go to a SQLite ``Database`` as they are measured; ``apply_history_best``
+makes ``td.build`` use the best one.  Modules: ``space`` (knobs), ``template``,
+``task``, ``features``, ``cost_model``, ``search``, ``tuner``, ``measure`` (+
+``measure_jobs``, ``workers``), ``database``, ``sketch`` and ``auto_schedule``,
+``dispatch``, ``dynamic``, ``distributed``, ``progress``, ``plot``.
+"""
+from .cost_model import RandomModel, XGBoostCostModel, pairwise_accuracy
+from .database import Database, Record, open_database
+from .dispatch import ApplyHistoryBest, apply_history_best
+from .measure import (LocalBuilder, LocalRunner, MeasureErrorNo, MeasureInput, MeasureOption,
+                      MeasureResult, measure_option)
+from .space import ConfigSpace, SplitEntity, OtherOptionEntity, ReorderEntity
+from .task import Task, create_task
+from .template import Config, Template, get_config, template
+from .tuner import GridSearchTuner, RandomTuner, TuneResult, Tuner, XGBTuner
+from .auto_schedule import auto_schedule, create_auto_task
+from .dynamic import DispatchModule, build_dynamic, tune_dynamic
+from .distributed import DaskRunner
+from .progress import progress_bar
+from .plot import plot_tuning_curve
+
+__all__ = [
+    "template", "get_config", "Config", "Template", "create_task", "Task", "ConfigSpace",
+    "SplitEntity", "OtherOptionEntity", "ReorderEntity",
+    "XGBTuner", "RandomTuner", "GridSearchTuner", "Tuner", "TuneResult",
+    "XGBoostCostModel", "RandomModel", "pairwise_accuracy",
+    "measure_option", "MeasureOption", "LocalBuilder", "LocalRunner", "MeasureInput",
+    "MeasureResult", "MeasureErrorNo",
+    "Database", "Record", "open_database", "apply_history_best", "ApplyHistoryBest",
+    "auto_schedule", "create_auto_task", "tune_dynamic", "build_dynamic", "DispatchModule",
+    "progress_bar", "plot_tuning_curve", "DaskRunner",
+]

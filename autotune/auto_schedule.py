@@ -1,0 +1,82 @@
+"""``auto_schedule``: tune a computation with no template (sketches from ``sketch``).
+
+::
+
+    s, args = autotune.auto_schedule([C], target="llvm", trials=200, db="tune.db")
+    f = td.build(s, args, target="llvm")
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping, Sequence
+
+from tdsl.errors import TuningError
+from tdsl.target import as_target
+from tdsl.tensor import PlaceholderOp, Tensor
+
+from .database import Database, open_database
+from .dispatch import best_record, schedule_from_record
+from .measure import MeasureOption
+from .replay import fresh_schedule
+from .sketch import SketchSource
+from .task import Task, size_vars
+
+
+def _full_args(outputs: Sequence[Any]) -> list[Tensor]:
+    """Inputs (in order of first use) then outputs; ``outputs`` may already list inputs."""
+    tensors = [o if isinstance(o, Tensor) else o.outputs[0] for o in
+               (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+    if any(isinstance(t.op, PlaceholderOp) for t in tensors):
+        return tensors
+    sch = fresh_schedule(tensors)
+    ins = [st.op.outputs[0] for st in sch.stages if st.is_placeholder]
+    return ins + tensors
+
+
+def create_auto_task(outputs: Sequence[Any], target: Any = "llvm",
+                     sizes: "Mapping[str, int] | None" = None, name: "str | None" = None,
+                     **sketch_options: Any) -> Task:
+    """A task over the generated sketch space of ``outputs`` (or the full argument list)."""
+    args = _full_args(outputs)
+    tgt = as_target(target)
+    sizes = dict(sizes or {})
+    missing = [v for v in size_vars(args) if v not in sizes]
+    if missing:
+        raise TuningError(f"auto_schedule: symbolic dimension(s) {missing} need representative "
+                          f"sizes (sizes={{'{missing[0]}': 256}}), or use autotune.tune_dynamic")
+    outs = [t for t in args if not isinstance(t.op, PlaceholderOp)]
+    source = SketchSource([t.op for t in outs], tgt, sizes, **sketch_options)
+    return Task(name or "_".join(t.name for t in outs), args, tgt, source, sizes)
+
+
+def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64,
+                  db: "Database | str | None" = None, measure_option: "MeasureOption | None" = None,
+                  sizes: "Mapping[str, int] | None" = None, callbacks: Sequence[Any] = (),
+                  early_stopping: "int | None" = None, batch_size: int = 24,
+                  transfer: bool = True, seed: int = 0, tuner: str = "xgb",
+                  timeout: "float | None" = None) -> tuple[Any, list[Tensor]]:
+    """Tune ``outputs`` and return ``(schedule, args)`` ready for ``td.build``.
+
+    ``db`` keeps the records (a path: a killed job resumes from it; None: in
+    memory); ``transfer`` pre-trains the cost model with the records of other
+    tasks in ``db``.  When no candidate is valid the default schedule is returned
+    with a warning.
+    """
+    from .tuner import RandomTuner, XGBTuner
+    task = create_auto_task(outputs, target, sizes)
+    database = open_database(db)
+    if tuner == "xgb":
+        t = XGBTuner(task, seed=seed, transfer_from=database if transfer else None)
+    elif tuner == "random":
+        t = RandomTuner(task, seed=seed)
+    else:
+        raise TuningError(f"auto_schedule: tuner must be 'xgb' or 'random', got {tuner!r}")
+    if trials > 0:
+        t.tune(trials, measure_option, callbacks=callbacks, db=database,
+               early_stopping=early_stopping, batch_size=batch_size, timeout=timeout)
+    rec = best_record(database.records(task.key))
+    if rec is None:
+        warnings.warn(f"auto_schedule: no valid candidate for {task.description}; returning the "
+                      f"default schedule", stacklevel=2)
+        return fresh_schedule(task.outputs), task.args
+    return schedule_from_record(rec, task.outputs), task.args

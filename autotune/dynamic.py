@@ -1,0 +1,111 @@
+"""Dynamic shapes: tune representative sizes, dispatch by size bucket at run time.
+
+``tune_dynamic(args, sizes={"n": [64, 128, 256]})`` tunes the symbolic
+computation once per representative size (powers of two by default); every
+candidate is a schedule of the *symbolic* computation, so each tuned kernel is
+correct for any size.  ``build_dynamic`` builds the best kernel of each size and
+returns a ``DispatchModule`` that picks, per call, the kernel tuned for the
+bucket of the actual size (the smallest representative at least as large, else
+the largest).
+"""
+from __future__ import annotations
+
+import bisect
+import itertools
+from typing import Any, Mapping, Sequence
+
+from tdsl.errors import TuningError
+
+from .database import Database, open_database
+from .dispatch import schedule_from_record
+from .measure import MeasureOption
+from .task import size_vars
+
+
+def powers_of_two(lo: int = 16, hi: int = 1024) -> list[int]:
+    out, v = [], 1
+    while v <= hi:
+        if v >= lo:
+            out.append(v)
+        v *= 2
+    return out
+
+
+def _grid(args: Sequence[Any], sizes: "Mapping[str, Sequence[int]] | None") -> list[dict]:
+    names = size_vars(args)
+    if not names:
+        raise TuningError("tune_dynamic: the computation has no symbolic dimension; use "
+                          "auto_schedule")
+    sizes = dict(sizes or {})
+    lists = [list(sizes.get(n, powers_of_two())) for n in names]
+    return [dict(zip(names, combo)) for combo in itertools.product(*lists)]
+
+
+def tune_dynamic(args: Sequence[Any], target: Any = "llvm",
+                 sizes: "Mapping[str, Sequence[int]] | None" = None, trials: int = 32,
+                 db: "Database | str | None" = None, measure_option: "MeasureOption | None" = None,
+                 **kwargs: Any) -> list[dict]:
+    """Tune each representative size of a symbolic computation; returns the size bindings."""
+    from .auto_schedule import auto_schedule
+    database = open_database(db)
+    grid = _grid(args, sizes)
+    for binding in grid:
+        auto_schedule(args, target=target, trials=trials, db=database,
+                      measure_option=measure_option, sizes=binding, **kwargs)
+    return grid
+
+
+class DispatchModule:
+    """Kernels of one symbolic computation, each tuned for a size bucket."""
+
+    def __init__(self, kernels: Sequence[tuple[tuple[int, ...], Any]], names: Sequence[str]):
+        if not kernels:
+            raise TuningError("DispatchModule needs at least one kernel")
+        self.kernels = sorted(kernels, key=lambda kv: kv[0])
+        self.keys = [k for k, _ in self.kernels]
+        self.names = list(names)
+        func = self.kernels[0][1].func
+        self._bindings = {v.name: func.bindings[v] for v in func.size_vars}
+
+    def select(self, arrays: Sequence[Any]) -> Any:
+        """The kernel for the size bucket of ``arrays``."""
+        actual = []
+        for n in self.names:
+            pi, d = self._bindings[n]
+            actual.append(int(arrays[pi].shape[d]))
+        key = tuple(actual)
+        i = bisect.bisect_left(self.keys, key)
+        return self.kernels[min(i, len(self.kernels) - 1)][1]
+
+    def __call__(self, *arrays: Any) -> None:
+        self.select(arrays)(*arrays)
+
+    def time_evaluator(self, *a: Any, **kw: Any) -> Any:
+        def evaluate(*arrays: Any) -> Any:
+            return self.select(arrays).time_evaluator(*a, **kw)(*arrays)
+        return evaluate
+
+
+def build_dynamic(args: Sequence[Any], db: "Database | str", target: Any = "llvm") -> DispatchModule:
+    """Build the best record of every tuned size of ``args``'s computation into a dispatcher."""
+    import tdsl as td
+    from tdsl.target import as_target
+    from .auto_schedule import _full_args
+    from .task import _ops, workload_key
+    args = _full_args(args)
+    outputs = _ops(args)
+    database = open_database(db)
+    recs = [r for r in database.by_workload(workload_key(outputs, as_target(target))) if r.valid]
+    names = size_vars(args)
+    best: dict[tuple, Any] = {}
+    for r in recs:
+        key = tuple(int(r.sizes.get(n, 0)) for n in names)
+        if key not in best or r.cost < best[key].cost:
+            best[key] = r
+    if not best:
+        raise TuningError("build_dynamic: no valid record for this computation; run tune_dynamic")
+    kernels = []
+    for key, r in best.items():
+        sch = schedule_from_record(r, outputs)
+        kernels.append((key, td.build(sch, args, target=target)))
+    return DispatchModule(kernels, names)

@@ -1,0 +1,253 @@
+"""Measurement: inputs, results with an error enum, and the local builder and runner.
+
+``measure_option(builder=LocalBuilder(), runner=LocalRunner())`` says how the
+tuner measures a batch of candidates:
+
+1. the builder replays each candidate's trace and compiles it, in parallel
+   worker processes (``LocalBuilder(n_parallel=)``), exporting a shared library;
+2. the runner times each built candidate, one at a time, in an isolated worker
+   process with a timeout: a kernel that segfaults or hangs kills only that
+   process (``RUN_CRASH`` / ``RUN_TIMEOUT``) and the next candidate gets a new one.
+   The first run of every candidate is compared with a reference result (the
+   default schedule's output on the same random inputs); a mismatch is
+   ``WRONG_ANSWER``.  Timing uses ``time_evaluator(number, repeat, min_repeat_ms)``.
+
+The worker-side functions live in ``measure_jobs``.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from tdsl.errors import TuningError
+
+from . import measure_jobs
+from .workers import JobOutcome, JobResult, WorkerPool
+
+
+class MeasureErrorNo(enum.IntEnum):
+    """Why a measurement has no valid cost (``NO_ERROR``: it has one)."""
+
+    NO_ERROR = 0
+    INSTANTIATION_ERROR = 1   # illegal schedule: ScheduleError / LoweringError at replay or lower
+    COMPILE_HOST = 2          # the backend failed to compile
+    COMPILE_DEVICE = 3
+    RUNTIME_DEVICE = 4        # the kernel raised at run time
+    WRONG_ANSWER = 5          # the first run differs from the reference
+    BUILD_TIMEOUT = 6
+    RUN_TIMEOUT = 7           # hung: killed after the runner's timeout
+    RUN_CRASH = 8             # the process running it died (segfault, abort)
+    BUILD_CRASH = 9
+    UNKNOWN_ERROR = 10
+
+
+@dataclass(frozen=True)
+class MeasureInput:
+    """What to measure: a task and one of its candidates (by trace)."""
+
+    task: Any
+    config: dict
+    trace: str
+    prog_hash: str
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """Seconds per run (one per repeat), or an error; ``all_cost`` is the wall time spent."""
+
+    costs: tuple[float, ...]
+    error_no: MeasureErrorNo
+    error_msg: str = ""
+    all_cost: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+
+    @property
+    def valid(self) -> bool:
+        return self.error_no is MeasureErrorNo.NO_ERROR and bool(self.costs)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.costs) / len(self.costs) if self.costs else float("inf")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A compiled candidate: a library path (or None: the runner compiles it), or an error."""
+
+    artifact: Optional[str]
+    error_no: MeasureErrorNo
+    error_msg: str = ""
+    seconds: float = 0.0
+
+
+class LocalBuilder:
+    """Compiles candidates in ``n_parallel`` worker processes (default: all CPUs).
+
+    ``backend="interpreter"`` skips compilation: the runner executes the lowered
+    function with the reference interpreter (slow; for checking correctness on
+    small shapes, or where no compiler is available).
+    """
+
+    def __init__(self, n_parallel: "int | None" = None, timeout: float = 30.0,
+                 backend: str = "native", build_dir: "str | None" = None):
+        if backend not in ("native", "interpreter"):
+            raise TuningError(f"LocalBuilder: backend must be 'native' or 'interpreter', got "
+                              f"{backend!r}")
+        self.n_parallel = n_parallel or max(1, len(os.sched_getaffinity(0)))
+        self.timeout = timeout
+        self.backend = backend
+        self._dir = build_dir
+        self._tmp: Any = None
+        self._pool: "WorkerPool | None" = None
+
+    @property
+    def build_dir(self) -> str:
+        if self._dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="tdsl-tune-")
+            self._dir = self._tmp.name
+        return self._dir
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        if not inputs:
+            return []
+        if self.backend == "interpreter":
+            return [BuildResult(measure_jobs.INTERPRETER, MeasureErrorNo.NO_ERROR) for _ in inputs]
+        if self._pool is None:
+            self._pool = WorkerPool(min(self.n_parallel, max(1, len(inputs))))
+        jobs = [(inp.task.payload(), inp.task.key, inp.trace, str(inp.task.target),
+                 os.path.join(self.build_dir, f"{inp.prog_hash or i}.so"), inp.task.name)
+                for i, inp in enumerate(inputs)]
+        out = []
+        for r in self._pool.map(measure_jobs.build_job, jobs, self.timeout):
+            out.append(_build_result(r))
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self._dir = None
+
+
+def _build_result(r: JobResult) -> BuildResult:
+    if r.outcome is JobOutcome.OK:
+        path, err_kind, msg = r.value
+        if err_kind is None:
+            return BuildResult(path, MeasureErrorNo.NO_ERROR, "", r.seconds)
+        no = MeasureErrorNo.INSTANTIATION_ERROR if err_kind == "illegal" else MeasureErrorNo.COMPILE_HOST
+        return BuildResult(None, no, msg, r.seconds)
+    no = {JobOutcome.TIMEOUT: MeasureErrorNo.BUILD_TIMEOUT, JobOutcome.CRASHED: MeasureErrorNo.BUILD_CRASH,
+          JobOutcome.ERROR: MeasureErrorNo.COMPILE_HOST}[r.outcome]
+    return BuildResult(None, no, str(r.value)[-2000:], r.seconds)
+
+
+class LocalRunner:
+    """Times built candidates one at a time in an isolated process.
+
+    ``timeout``: seconds for one candidate (check + timing); ``number``,
+    ``repeat``, ``min_repeat_ms``: as ``time_evaluator``; ``check_correctness``:
+    compare the first run with the reference; ``reject_factor``: a candidate whose
+    first run is that many times slower than the best so far is not timed further
+    (its first run is its cost); ``pre_run``: a picklable function called in the
+    isolated process with the candidate's config before it runs (a test hook).
+    ``n_threads`` sets ``TDSL_NUM_THREADS`` for the worker (default: all CPUs).
+    """
+
+    def __init__(self, timeout: float = 10.0, number: int = 1, repeat: int = 3,
+                 min_repeat_ms: float = 25.0, check_correctness: bool = True,
+                 reject_factor: float = 3.0, pre_run: "Callable[[dict], None] | None" = None,
+                 n_threads: "int | None" = None, rtol: float = 1e-3):
+        self.timeout = timeout
+        self.number = number
+        self.repeat = repeat
+        self.min_repeat_ms = min_repeat_ms
+        self.check_correctness = check_correctness
+        self.reject_factor = reject_factor
+        self.pre_run = pre_run
+        self.rtol = rtol
+        env = {"TDSL_NUM_THREADS": str(n_threads)} if n_threads else None
+        self._env = env
+        self._pool: "WorkerPool | None" = None
+
+    def options(self) -> dict:
+        return {"number": self.number, "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
+                "check": self.check_correctness, "rtol": self.rtol,
+                "reject_factor": self.reject_factor}
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
+            best_cost: float = float("inf"),
+            on_result: "Callable[[int, MeasureResult], None] | None" = None) -> list[MeasureResult]:
+        if self._pool is None:
+            self._pool = WorkerPool(1, self._env)
+        results: list[Optional[MeasureResult]] = [None] * len(inputs)
+        todo = []
+        for i, (inp, b) in enumerate(zip(inputs, builds)):
+            if b.error_no is not MeasureErrorNo.NO_ERROR:
+                results[i] = MeasureResult((), b.error_no, b.error_msg, b.seconds)
+                if on_result:
+                    on_result(i, results[i])
+            else:
+                todo.append(i)
+        opts = self.options()
+        jobs = [(inputs[i].task.payload(), inputs[i].task.key, inputs[i].task.sizes,
+                 str(inputs[i].task.target), builds[i].artifact, inputs[i].trace, inputs[i].config,
+                 opts, best_cost, self.pre_run, inputs[i].task.name) for i in todo]
+
+        def done(j: int, r: JobResult) -> None:
+            i = todo[j]
+            results[i] = _run_result(r, builds[i].seconds)
+            if on_result:
+                on_result(i, results[i])
+        self._pool.map(measure_jobs.run_job, jobs, self.timeout, done)
+        return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+def _run_result(r: JobResult, build_seconds: float) -> MeasureResult:
+    total = build_seconds + r.seconds
+    if r.outcome is JobOutcome.OK:
+        costs, err_kind, msg = r.value
+        if err_kind is None:
+            return MeasureResult(tuple(costs), MeasureErrorNo.NO_ERROR, "", total)
+        no = {"wrong": MeasureErrorNo.WRONG_ANSWER, "illegal": MeasureErrorNo.INSTANTIATION_ERROR,
+              "compile": MeasureErrorNo.COMPILE_HOST}.get(err_kind, MeasureErrorNo.RUNTIME_DEVICE)
+        return MeasureResult((), no, msg, total)
+    no = {JobOutcome.TIMEOUT: MeasureErrorNo.RUN_TIMEOUT, JobOutcome.CRASHED: MeasureErrorNo.RUN_CRASH,
+          JobOutcome.ERROR: MeasureErrorNo.RUNTIME_DEVICE}[r.outcome]
+    return MeasureResult((), no, str(r.value)[-2000:], total)
+
+
+@dataclass
+class MeasureOption:
+    builder: Any
+    runner: Any
+
+    def measure(self, inputs: Sequence[MeasureInput], best_cost: float = float("inf"),
+                on_result: "Callable[[int, MeasureResult], None] | None" = None
+                ) -> list[MeasureResult]:
+        """Build then run a batch; ``on_result`` is called as each result is known."""
+        if hasattr(self.runner, "measure_batch"):      # builds and runs itself (Dask)
+            return self.runner.measure_batch(inputs, best_cost, on_result)
+        builds = self.builder.build(inputs)
+        return self.runner.run(inputs, builds, best_cost, on_result)
+
+    def close(self) -> None:
+        for part in (self.builder, self.runner):
+            if hasattr(part, "close"):
+                part.close()
+
+
+def measure_option(builder: Any = None, runner: Any = None) -> MeasureOption:
+    """How to measure: ``builder`` (default ``LocalBuilder()``), ``runner`` (``LocalRunner()``)."""
+    return MeasureOption(builder or LocalBuilder(), runner or LocalRunner())

@@ -1,0 +1,195 @@
+"""The functions worker processes run: build one candidate, run and time one candidate.
+
+They are module-level (picklable by reference) and return plain tuples
+``(value, error_kind, message)``; errors tdsl raises on purpose are classified
+here, anything else propagates to the worker loop, which reports it with its
+traceback.  Each worker memoizes the unpickled computation, its random inputs and
+the reference outputs per task key (a process-local cache: a new process
+recomputes them).
+"""
+from __future__ import annotations
+
+import pickle
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tdsl.errors import BuildError, LoweringError, ScheduleError, ShapeError, TDSLError
+from tdsl.tensor import PlaceholderOp, Tensor
+
+from .irutil import eval_int
+from .replay import fresh_schedule, replay
+
+INTERPRETER = "interpreter"
+_ILLEGAL = (ScheduleError, LoweringError, ShapeError)
+
+_computations: dict[str, list[Tensor]] = {}
+_data: dict[str, tuple[list[np.ndarray], dict[int, np.ndarray]]] = {}
+
+
+def task_args(payload: bytes, key: str) -> list[Tensor]:
+    args = _computations.get(key)
+    if args is None:
+        args = _computations[key] = pickle.loads(payload)
+    return args
+
+
+def _outputs(args: Sequence[Tensor]) -> list:
+    outs = []
+    for t in args:
+        if not isinstance(t.op, PlaceholderOp) and t.op not in outs:
+            outs.append(t.op)
+    return outs
+
+
+class InterpreterModule:
+    """A lowered function run by the reference interpreter, with a time evaluator."""
+
+    def __init__(self, func: Any):
+        self.func = func
+
+    def __call__(self, *arrays: Any) -> None:
+        from tdsl.interpreter import run
+        run(self.func, *arrays)
+
+    def time_evaluator(self, number: int = 1, repeat: int = 1, min_repeat_ms: float = 0,
+                       **_: Any) -> Callable[..., Any]:
+        from tdsl.runtime import measure
+
+        def evaluate(*arrays: Any) -> Any:
+            return measure(lambda: self(*arrays), number, repeat, min_repeat_ms)
+        return evaluate
+
+
+def compile_schedule(sch: Any, args: Sequence[Tensor], target: str, name: str) -> Any:
+    """A callable module for ``sch`` (the interpreter when ``target`` is ``"interpreter"``)."""
+    import tdsl as td
+    if target == INTERPRETER:
+        return InterpreterModule(td.lower(sch, list(args), name=name))
+    return td.build(sch, list(args), target=target, name=name)
+
+
+def build_job(payload: bytes, key: str, trace: str, target: str, path: str, name: str
+              ) -> tuple[Any, Any, str]:
+    """Replay, compile and export one candidate: (library path, error kind, message)."""
+    args = task_args(payload, key)
+    try:
+        sch = replay(trace, _outputs(args))
+        mod = compile_schedule(sch, args, target, name)
+    except _ILLEGAL as e:
+        return None, "illegal", f"{type(e).__name__}: {e}"
+    except BuildError as e:
+        return None, "compile", f"{type(e).__name__}: {e}"
+    try:
+        mod.export_library(path)
+    except (NotImplementedError, BuildError, OSError):
+        return None, None, ""  # the runner compiles it again in its own process
+    return path, None, ""
+
+
+def random_arrays(args: Sequence[Tensor], sizes: Mapping[str, int], seed: int = 0
+                  ) -> list[np.ndarray]:
+    """Inputs filled with random values, outputs with zeros (shapes bound by ``sizes``)."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for t in args:
+        shape = tuple(max(1, eval_int(s, sizes, 1)) for s in t.shape)
+        dt = np.dtype(str(t.dtype)) if str(t.dtype) != "bool" else np.dtype(bool)
+        if not isinstance(t.op, PlaceholderOp):
+            arrays.append(np.zeros(shape, dt))
+        elif dt.kind == "f":
+            arrays.append(rng.uniform(-1, 1, shape).astype(dt))
+        elif dt.kind == "b":
+            arrays.append(rng.random(shape) < 0.5)
+        else:
+            arrays.append(rng.integers(-4, 5, shape).astype(dt))
+    return arrays
+
+
+def _task_data(payload: bytes, key: str, sizes: Mapping[str, int], target: str, check: bool,
+               name: str) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
+    """(arrays, reference outputs by argument index), computed once per task and process."""
+    got = _data.get(key)
+    if got is not None and (got[1] or not check):
+        return got
+    args = task_args(payload, key)
+    arrays = random_arrays(args, sizes)
+    ref: dict[int, np.ndarray] = {}
+    if check:
+        mod = compile_schedule(fresh_schedule(_outputs(args)), args, target, name + "_reference")
+        mod(*arrays)
+        ref = {i: a.copy() for i, (t, a) in enumerate(zip(args, arrays))
+               if not isinstance(t.op, PlaceholderOp)}
+    _data[key] = (arrays, ref)
+    return arrays, ref
+
+
+def load_candidate(artifact: "str | None", payload: bytes, key: str, trace: str, target: str,
+                   name: str) -> Any:
+    if artifact and artifact != INTERPRETER:
+        import tdsl as td
+        return td.load_module(artifact)
+    args = task_args(payload, key)
+    sch = replay(trace, _outputs(args))
+    return compile_schedule(sch, args, INTERPRETER if artifact == INTERPRETER else target, name)
+
+
+def mismatch(out: np.ndarray, ref: np.ndarray, rtol: float) -> str:
+    """'' when ``out`` matches ``ref``, else a short description of the worst difference."""
+    if out.dtype.kind != "f":
+        bad = np.argwhere(out != ref)
+        return "" if not len(bad) else \
+            f"{len(bad)} element(s) differ, first at {tuple(int(i) for i in bad[0])}"
+    scale = max(1.0, float(np.nanmax(np.abs(ref))) if ref.size and not np.all(np.isnan(ref)) else 1.0)
+    close = np.isclose(out, ref, rtol=rtol, atol=rtol * scale, equal_nan=True)
+    if close.all():
+        return ""
+    idx = tuple(int(i) for i in np.argwhere(~close)[0])
+    return (f"{int((~close).sum())} element(s) differ, first at {idx}: got {float(out[idx])!r}, "
+            f"expected {float(ref[idx])!r}")
+
+
+def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
+            artifact: "str | None", trace: str, config: dict, opts: dict, best_cost: float,
+            pre_run: "Callable[[dict], None] | None", name: str) -> tuple[Any, Any, str]:
+    """Check then time one candidate: (costs in seconds, error kind, message)."""
+    try:
+        mod = load_candidate(artifact, payload, key, trace, target, name)
+        ref_target = INTERPRETER if artifact == INTERPRETER else target
+        arrays, ref = _task_data(payload, key, sizes, ref_target, opts["check"], name)
+    except _ILLEGAL as e:
+        return None, "illegal", f"{type(e).__name__}: {e}"
+    except BuildError as e:
+        return None, "compile", f"{type(e).__name__}: {e}"
+    if pre_run is not None:
+        pre_run(config)
+    for i in ref:
+        arrays[i].fill(0)
+    try:
+        t0 = time.perf_counter()
+        mod(*arrays)
+        first = time.perf_counter() - t0
+    except TDSLError as e:
+        return None, "runtime", f"{type(e).__name__}: {e}"
+    for i, r in ref.items():
+        msg = mismatch(arrays[i], r, opts["rtol"])
+        if msg:
+            return None, "wrong", f"output {i}: {msg}"
+    if first > opts["reject_factor"] * best_cost:
+        return [first], None, ""
+    res = mod.time_evaluator(number=opts["number"], repeat=opts["repeat"],
+                             min_repeat_ms=opts["min_repeat_ms"])(*arrays)
+    return list(res.results), None, ""
+
+
+def remote_measure(payload: bytes, key: str, sizes: Mapping[str, int], target: str, trace: str,
+                   config: dict, opts: dict, best_cost: float, name: str) -> tuple[Any, Any, str]:
+    """Build and time one candidate in this process (a Dask worker)."""
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="tdsl-remote-") as d:
+        path, kind, msg = build_job(payload, key, trace, target, os.path.join(d, "k.so"), name)
+        if kind is not None:
+            return None, kind, msg
+        return run_job(payload, key, sizes, target, path, trace, config, opts, best_cost, None, name)

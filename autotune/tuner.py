@@ -1,0 +1,323 @@
+"""Tuners: the measure loop (batches, records, early stopping, error counting).
+
+``Tuner.tune`` repeats: ask ``next_batch`` for candidates, record illegal ones as
+``INSTANTIATION_ERROR`` (never retried), measure the legal ones, write each result
+to the database as it arrives, call ``update`` and the callbacks.  It resumes
+from the database: programs already measured for the task count towards
+``n_trial`` and are never measured again, and their records train the model.
+
+``XGBTuner`` ranks candidates with an ``XGBoostCostModel`` retrained after every
+batch (``transfer_from`` adds records of other tasks to its training data);
+``RandomTuner`` and ``GridSearchTuner`` are the baselines.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import numpy as np
+
+from tdsl.errors import TuningError
+
+from .cost_model import XGBoostCostModel
+from .database import Database, Record, open_database
+from .features import FEATURE_LEN, FEATURE_VERSION, extract_features
+from .measure import MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult, measure_option
+from .search import CandidatePool, EvolutionarySearch
+from .task import Candidate, Task
+
+
+@dataclass
+class TuneResult:
+    """What a ``tune`` call did: trials measured now and before, the best record, the curve."""
+
+    task_key: str
+    trials: int = 0
+    resumed: int = 0
+    best: Optional[Record] = None
+    seconds: float = 0.0
+    errors: dict = field(default_factory=dict)
+    curve: list = field(default_factory=list)  # (trial, best GFLOP/s, elapsed seconds)
+    stopped_early: bool = False
+
+    @property
+    def best_gflops(self) -> float:
+        return self.best.gflops if self.best else 0.0
+
+
+class Tuner:
+    """Base class: subclasses implement ``next_batch`` and ``update``."""
+
+    def __init__(self, task: Task, seed: int = 0):
+        self.task = task
+        self.rng = random.Random(seed)
+        self.pool = CandidatePool(task)
+        self.measured: set[str] = set()
+        self.best_cost = math.inf
+        self.best_record: Optional[Record] = None
+        self.resumed = 0
+
+    # ---- to implement ----------------------------------------------------------------------
+    def next_batch(self, n: int) -> list[Candidate]:
+        raise NotImplementedError
+
+    def update(self, cands: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
+        """Learn from measured candidates (default: nothing)."""
+
+    def load_history(self, records: Iterable[Record]) -> None:
+        """Learn from earlier records of this task (default: nothing)."""
+
+    # ---- the loop --------------------------------------------------------------------------
+    def tune(self, n_trial: int, measure_option: "MeasureOption | None" = None,
+             callbacks: Sequence[Callable] = (), db: "Database | str | None" = None,
+             early_stopping: "int | None" = None, batch_size: int = 24,
+             timeout: "float | None" = None, error_limit: int = 64) -> TuneResult:
+        """Measure up to ``n_trial`` candidates in total (records already in ``db`` count).
+
+        ``callbacks`` are called as ``cb(tuner, inputs, results)`` after each batch;
+        ``early_stopping``: stop after that many trials without a better one;
+        ``timeout``: stop after that many seconds; ``error_limit``: raise
+        ``TuningError`` if that many measurements in a row failed from the start
+        (a broken setup rather than bad candidates).
+        """
+        own_option = measure_option is None
+        mopt = measure_option or _default_option()
+        database = open_database(db)
+        res = TuneResult(self.task.key)
+        t0 = time.perf_counter()
+        history = database.records(self.task.key)
+        self._resume(history, res)
+        self.resumed = res.resumed
+        last_improve = res.resumed
+        any_ok = any(r.valid for r in history)
+        consecutive_errors = 0
+        empty_batches = 0
+        try:
+            while res.resumed + res.trials < n_trial:
+                if timeout is not None and time.perf_counter() - t0 > timeout:
+                    break
+                want = min(batch_size, n_trial - res.resumed - res.trials)
+                batch = self.next_batch(want)
+                legal = []
+                for c in batch:
+                    if c.valid:
+                        legal.append(c)
+                    else:
+                        self._record_illegal(database, c, res)
+                if not legal:
+                    empty_batches += 1
+                    if not batch or empty_batches >= 20:
+                        break  # space exhausted (or nothing legal left to propose)
+                    continue
+                empty_batches = 0
+                best_before = self.best_cost
+                inputs = [MeasureInput(self.task, c.config, c.trace, c.prog_hash) for c in legal]
+                for c in legal:
+                    self.measured.add(c.prog_hash)
+
+                def on_result(i: int, r: MeasureResult) -> None:
+                    rec = self._record(legal[i], r)
+                    database.add(rec)
+                    if rec.valid and rec.cost < self.best_cost:
+                        self.best_cost = rec.cost
+                        self.best_record = rec
+                results = mopt.measure(inputs, self.best_cost, on_result)
+                for r in results:
+                    res.trials += 1
+                    res.errors[r.error_no.name] = res.errors.get(r.error_no.name, 0) + 1
+                    if r.valid:
+                        any_ok = True
+                        consecutive_errors = 0
+                    else:
+                        consecutive_errors += 1
+                    n_done = res.resumed + res.trials
+                    res.curve.append((n_done, self._best_gflops(), time.perf_counter() - t0))
+                if self.best_cost < best_before:
+                    last_improve = res.resumed + res.trials
+                if not any_ok and consecutive_errors >= error_limit:
+                    raise TuningError(f"task {self.task.name!r}: the first {consecutive_errors} "
+                                      f"measurements all failed; last error: "
+                                      f"{results[-1].error_no.name}: {results[-1].error_msg[-500:]}")
+                self.update(legal, results)
+                for cb in callbacks:
+                    cb(self, inputs, results)
+                if early_stopping is not None and \
+                        res.resumed + res.trials - last_improve >= early_stopping:
+                    res.stopped_early = True
+                    break
+        finally:
+            if own_option:
+                mopt.close()
+        res.best = self.best_record
+        res.seconds = time.perf_counter() - t0
+        if res.best is None and res.trials:
+            warnings.warn(f"task {self.task.name!r}: no valid candidate in {res.trials} trials "
+                          f"({res.errors})", stacklevel=2)
+        return res
+
+    def _best_gflops(self) -> float:
+        return self.task.flop / self.best_cost / 1e9 if math.isfinite(self.best_cost) else 0.0
+
+    def _resume(self, history: list[Record], res: TuneResult) -> None:
+        measured = [r for r in history if r.error_no is not MeasureErrorNo.INSTANTIATION_ERROR]
+        res.resumed = len(measured)
+        for r in history:
+            self.measured.add(r.prog_hash)
+            if r.valid and r.cost < self.best_cost:
+                self.best_cost = r.cost
+                self.best_record = r
+        if history:
+            self.load_history(history)
+
+    def _record(self, c: Candidate, r: MeasureResult) -> Record:
+        feats = self.pool.feature(c.point) if c.point in self.pool.by_point else \
+            (extract_features(c.func, self.task.sizes) if c.func is not None else None)
+        return Record(self.task.key, self.task.description, str(self.task.target), c.config,
+                      c.trace, c.prog_hash, r.costs, r.error_no, r.error_msg, self.task.flop,
+                      r.all_cost, r.timestamp, self.task.signature, self.task.workload,
+                      self.task.sizes, feats,
+                      FEATURE_VERSION if feats is not None else 0)
+
+    def _record_illegal(self, database: Database, c: Candidate, res: TuneResult) -> None:
+        key = "illegal:" + c.trace if c.trace != "[]" else "illegal:" + repr(c.config)
+        h = "illegal-" + hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+        if h in self.measured:
+            return
+        self.measured.add(h)
+        res.errors["INSTANTIATION_ERROR"] = res.errors.get("INSTANTIATION_ERROR", 0) + 1
+        database.add(Record(self.task.key, self.task.description, str(self.task.target), c.config,
+                            c.trace, h, (), MeasureErrorNo.INSTANTIATION_ERROR, c.error[-2000:],
+                            self.task.flop, 0.0, time.time(), self.task.signature,
+                            self.task.workload, self.task.sizes))
+
+
+def _default_option() -> MeasureOption:
+    return measure_option()
+
+
+class RandomTuner(Tuner):
+    """Random legal candidates, never the same program twice."""
+
+    def next_batch(self, n: int) -> list[Candidate]:
+        return self.pool.random_valid(n, self.rng, self.measured)
+
+
+class GridSearchTuner(Tuner):
+    """Every point in order (small spaces)."""
+
+    def __init__(self, task: Task, seed: int = 0):
+        super().__init__(task, seed)
+        self._it = task.space.iter_points()
+
+    def next_batch(self, n: int) -> list[Candidate]:
+        out: list[Candidate] = []
+        for p in self._it:
+            c = self.pool.get(p)
+            if not c.valid or c.prog_hash not in self.measured:
+                out.append(c)
+            if len(out) >= n:
+                break
+        return out
+
+
+class XGBTuner(Tuner):
+    """Model-based tuner: an XGBoost cost model ranks candidates found by evolutionary search.
+
+    ``epsilon``: share of each batch drawn at random (exploration);
+    ``objective``: ``"rank"`` or ``"reg"`` (see ``cost_model``);
+    ``transfer_from``: a database (or records) whose records of *other* tasks
+    with the same target pre-train the model.
+    """
+
+    def __init__(self, task: Task, objective: "str | None" = None, epsilon: float = 0.1,
+                 seed: int = 0, search: "EvolutionarySearch | None" = None,
+                 transfer_from: "Database | str | Iterable[Record] | None" = None,
+                 num_rounds: int = 40, nthread: int = 1):
+        super().__init__(task, seed)
+        kwargs = {"num_rounds": num_rounds, "nthread": nthread, "seed": seed}
+        if objective:
+            kwargs["objective"] = objective
+        self.model = XGBoostCostModel(**kwargs)
+        self.epsilon = epsilon
+        self.search = search or EvolutionarySearch()
+        self.X: list[np.ndarray] = []
+        self.y: list[float] = []
+        self.groups: list[str] = []
+        self.top_points: list[tuple[float, tuple]] = []
+        if transfer_from is not None:
+            self._transfer(transfer_from)
+
+    def _transfer(self, src: Any) -> None:
+        if isinstance(src, (Database, str)):
+            db = open_database(src)
+            recs = db.records(target=str(self.task.target))
+        else:
+            recs = list(src)
+        n = 0
+        for r in recs:
+            if r.task_key == self.task.key or r.features is None or \
+                    r.feature_version != FEATURE_VERSION or len(r.features) != FEATURE_LEN:
+                continue
+            self._add(r.features, r, r.task_key)
+            n += 1
+        if n:
+            self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups))
+
+    def _add(self, feats: np.ndarray, r: Any, group: str) -> None:
+        self.X.append(np.asarray(feats, dtype=np.float32))
+        cost = r.cost if isinstance(r, Record) else (r.mean if r.valid else math.inf)
+        self.y.append(1.0 / cost if r.valid and math.isfinite(cost) and cost > 0 else 0.0)
+        self.groups.append(group)
+
+    def load_history(self, records: Iterable[Record]) -> None:
+        for r in records:
+            if r.error_no is MeasureErrorNo.INSTANTIATION_ERROR:
+                continue
+            feats = r.features
+            point = None
+            if feats is None or r.feature_version != FEATURE_VERSION:
+                c = self.task.lower_trace(r.trace)
+                if not c.valid:
+                    continue
+                feats = extract_features(c.func, self.task.sizes)
+            try:
+                point = self.task.space.point_of(r.config)
+            except TuningError:  # a record made with another space (an older template)
+                point = None
+            self._add(feats, r, self.task.key)
+            if point is not None and r.valid:
+                self.top_points.append((r.cost, point))
+        self._retrain()
+
+    def next_batch(self, n: int) -> list[Candidate]:
+        if not self.model.trained:
+            return self.pool.random_valid(n, self.rng, self.measured)
+        own = sum(1 for g in self.groups if g == self.task.key)
+        # a model trained only on other tasks (transfer) gets more exploration at first
+        eps = self.epsilon if own >= n else max(self.epsilon, 0.5)
+        n_random = max(0, int(round(n * eps)))
+        seeds = [p for _, p in sorted(self.top_points)[:32]]
+        out = self.search.propose(self.pool, self.model, n - n_random, self.measured, seeds,
+                                  self.rng)
+        taken = self.measured | {c.prog_hash for c in out}
+        out += self.pool.random_valid(n - len(out), self.rng, taken)
+        return out
+
+    def update(self, cands: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
+        for c, r in zip(cands, results):
+            f = self.pool.feature(c.point)
+            if f is None:
+                continue
+            self._add(f, r, self.task.key)
+            if r.valid:
+                self.top_points.append((r.mean, c.point))
+        self._retrain()
+
+    def _retrain(self) -> None:
+        if len(self.X) >= 8:
+            self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups))

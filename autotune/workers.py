@@ -1,0 +1,221 @@
+"""Isolated worker processes with per-job timeouts.
+
+A ``WorkerPool`` keeps ``n`` long-lived processes, each a fresh ``python -c``
+talking over two pipes: no OpenMP or LLVM state inherited from the tuner, and
+no re-import of the user's ``__main__`` (a script needs no ``__main__`` guard).  Jobs are module-level functions
+with picklable arguments.  A job whose process dies (a segfault, ``os.abort``)
+or runs past its timeout has its process killed and replaced; the job's outcome
+says which (``JobOutcome.CRASHED`` / ``TIMEOUT``), and the pool goes on.
+"""
+from __future__ import annotations
+
+import enum
+import importlib
+import os
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+
+from tdsl.errors import TuningError
+from typing import Any, Callable, Sequence
+
+
+#: Seconds a new worker process may take to start (import tdsl) before it is an error.
+STARTUP_TIMEOUT = 120.0
+
+
+class JobOutcome(enum.Enum):
+    OK = "ok"
+    ERROR = "error"        # the function raised; ``value`` is the message
+    CRASHED = "crashed"    # the process died
+    TIMEOUT = "timeout"    # killed after the timeout
+
+
+@dataclass
+class JobResult:
+    outcome: JobOutcome
+    value: Any = None
+    seconds: float = 0.0
+
+
+def _serve(conn_in: Any, conn_out: Any) -> None:
+    """Worker main loop: run (fn, args) jobs until told to stop."""
+    while True:
+        try:
+            msg = conn_in.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        fn, args = msg
+        try:
+            value = fn(*args)
+            conn_out.send((True, value))
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, which decides
+            conn_out.send((False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+
+
+def child_main(fd_in: int, fd_out: int) -> None:
+    """Entry point of a worker process (``python -c``): sys.path first, then jobs."""
+    conn_in = Connection(fd_in, writable=False)
+    conn_out = Connection(fd_out, readable=False)
+    paths = conn_in.recv()
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    importlib.import_module("tdsl.autotune.measure_jobs")   # warm up before the first timed job
+    conn_out.send("ready")
+    _serve(conn_in, conn_out)
+
+
+class _Worker:
+    """One worker process, started with ``python -c`` (no re-import of ``__main__``)."""
+
+    def __init__(self, env: "dict[str, str] | None"):
+        self.env = env
+        self.proc: "subprocess.Popen | None" = None
+        self.send_conn: Any = None
+        self.conn: Any = None            # receives results; EOF when the process dies
+        self.started = 0.0
+        self.deadline = 0.0
+        self.ready = False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def ensure(self) -> None:
+        self.spawn()
+        self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the process (if not running) without waiting for it to be ready."""
+        if self.alive():
+            return
+        self.close(kill=True)
+        r1, w1 = os.pipe()
+        r2, w2 = os.pipe()
+        env = dict(os.environ)
+        env.update(self.env or {})
+        code = f"from tdsl.autotune.workers import child_main; child_main({r1}, {w2})"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(r1, w2), env=env,
+                                     stdin=subprocess.DEVNULL)
+        os.close(r1)
+        os.close(w2)
+        self.send_conn = Connection(w1, readable=False)
+        self.conn = Connection(r2, writable=False)
+        self.send_conn.send(list(sys.path))
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        if self.ready:
+            return
+        # wait until the worker has imported tdsl: start-up does not count against a job
+        if not self.conn.poll(STARTUP_TIMEOUT) or self._recv_ready() != "ready":
+            self.close(kill=True)
+            raise TuningError(f"a tuning worker process did not start within {STARTUP_TIMEOUT} s")
+        self.ready = True
+
+    def _recv_ready(self) -> Any:
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return None
+
+    def send(self, msg: Any) -> None:
+        self.send_conn.send(msg)
+
+    def close(self, kill: bool = False) -> None:
+        if self.proc is not None:
+            if not kill and self.alive():
+                try:
+                    self.send_conn.send(None)
+                    self.proc.wait(timeout=2)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            if self.alive():
+                self.proc.kill()
+            self.proc.wait()
+        for c in (self.send_conn, self.conn):
+            if c is not None:
+                c.close()
+        self.proc = None
+        self.send_conn = None
+        self.conn = None
+
+
+class WorkerPool:
+    """``n`` isolated processes running jobs, each job with a timeout."""
+
+    def __init__(self, n: int = 1, env: "dict[str, str] | None" = None):
+        self.workers = [_Worker(env) for _ in range(max(1, n))]
+
+    def map(self, fn: Callable, jobs: Sequence[tuple], timeout: float,
+            on_result: "Callable[[int, JobResult], None] | None" = None) -> list[JobResult]:
+        """Run ``fn(*job)`` for each job; results in job order (``on_result`` as they finish)."""
+        results: list[Any] = [None] * len(jobs)
+        pending = list(range(len(jobs)))[::-1]
+        busy: dict[int, int] = {}  # worker index -> job index
+        for w in self.workers[:len(jobs)]:
+            w.spawn()                # start them all at once, then wait for each
+        while pending or busy:
+            for wi, w in enumerate(self.workers):
+                if wi in busy or not pending:
+                    continue
+                ji = pending.pop()
+                w.ensure()
+                w.started = time.perf_counter()
+                w.deadline = w.started + timeout
+                try:
+                    w.send((fn, jobs[ji]))
+                except (OSError, BrokenPipeError):
+                    w.close(kill=True)
+                    w.ensure()
+                    w.send((fn, jobs[ji]))
+                busy[wi] = ji
+            now = time.perf_counter()
+            wait_for = max(0.0, min(self.workers[wi].deadline for wi in busy) - now) if busy else 0
+            handles = [self.workers[wi].conn for wi in busy]
+            ready = set(wait(handles, timeout=wait_for + 0.01)) if handles else set()
+            now = time.perf_counter()
+            for wi in list(busy):
+                w = self.workers[wi]
+                res: "JobResult | None" = None
+                if w.conn in ready:
+                    try:
+                        ok, value = w.conn.recv()
+                        res = JobResult(JobOutcome.OK if ok else JobOutcome.ERROR, value,
+                                        now - w.started)
+                    except (EOFError, OSError):
+                        res = None
+                if res is None and (w.conn in ready or not w.alive()):
+                    w.proc.wait()
+                    code = w.proc.returncode
+                    w.close(kill=True)
+                    res = JobResult(JobOutcome.CRASHED, f"worker process died (exit code {code})",
+                                    now - w.started)
+                if res is None and now >= w.deadline:
+                    w.close(kill=True)
+                    res = JobResult(JobOutcome.TIMEOUT, f"killed after {timeout:g} s", now - w.started)
+                if res is not None:
+                    ji = busy.pop(wi)
+                    results[ji] = res
+                    if on_result is not None:
+                        on_result(ji, res)
+        return results
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, ValueError, AttributeError):  # interpreter shutdown
+            pass
