@@ -1,0 +1,529 @@
+#!/usr/bin/env python
+"""Side-by-side benchmarks: tdsl's default operator schedules vs NumPy, PyTorch and TVM.
+
+    python benchmarks/run.py [--quick] [--threads N] [--rounds R] [--out PATH] [--only NAME ...]
+
+Every contender of a benchmark runs in the same process, in interleaved rounds (one sample
+of each contender per round), with the same thread count; the table shows medians and the
+ratio peer time / tdsl time (> 1: tdsl is faster).  Results also go to
+benchmarks/results/<timestamp>.json for later comparison.  See benchmarks/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+# OpenBLAS settings some machines export (a forced core type, a small L2 size) slow NumPy's
+# kernels down; peers must run at their best, so the script re-executes itself without them.
+_STRIP_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+_REEXEC_FLAG = "TDSL_BENCH_REEXEC"
+
+
+def _reexec_without_blas_overrides() -> None:
+    found = [k for k in _STRIP_ENV if k in os.environ]
+    if found and not os.environ.get(_REEXEC_FLAG):
+        env = {k: v for k, v in os.environ.items() if k not in _STRIP_ENV}
+        env[_REEXEC_FLAG] = ",".join(f"{k}={os.environ[k]}" for k in found)
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+ROOT = Path(__file__).resolve().parent
+RESULTS = ROOT / "results"
+
+
+# ---- timing ------------------------------------------------------------------------------------
+def _calibrate(fn: Callable[[], Any], min_sample_s: float) -> int:
+    """Calls per sample so that one sample lasts at least ``min_sample_s``."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    dt = max(time.perf_counter() - t0, 1e-7)
+    return max(1, min(1000, int(min_sample_s / dt + 0.999)))
+
+
+def measure(contenders: dict[str, Callable[[], Any]], rounds: int, min_sample_s: float
+            ) -> dict[str, dict]:
+    """Interleaved rounds: each round takes one sample (``number`` calls) of every contender."""
+    numbers = {k: _calibrate(fn, min_sample_s) for k, fn in contenders.items()}
+    samples: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for k, fn in contenders.items():
+            n = numbers[k]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            samples[k].append((time.perf_counter() - t0) / n)
+    return {k: {"median_s": statistics.median(v), "min_s": min(v), "samples_s": v,
+                "calls_per_sample": numbers[k]} for k, v in samples.items()}
+
+
+# ---- environment --------------------------------------------------------------------------------
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(threads: int) -> dict:
+    import numpy as np
+    env: dict[str, Any] = {
+        "python": platform.python_version(), "numpy": np.__version__, "cpu": _cpu_model(),
+        "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "threads": threads, "loadavg_start": list(os.getloadavg()),
+        "removed_env": os.environ.get(_REEXEC_FLAG, ""),
+    }
+    try:
+        from threadpoolctl import threadpool_info
+        env["blas"] = [{k: d.get(k) for k in ("internal_api", "version", "architecture",
+                                              "num_threads", "threading_layer")}
+                       for d in threadpool_info() if d.get("user_api") == "blas"]
+    except ImportError:
+        env["blas"] = "threadpoolctl not installed: BLAS kernel unknown"
+    try:
+        from tdsl.backends.llvm.machine import host_info
+        env["llvm_host"] = {"triple": host_info()[0], "cpu": host_info()[1]}
+    except Exception as e:  # pragma: no cover - reported, not fatal
+        env["llvm_host"] = f"unavailable: {e}"
+    return env
+
+
+def limit_threads(threads: int) -> Any:
+    """Give NumPy's BLAS and PyTorch ``threads`` threads; returns what keeps the limit alive."""
+    keep = None
+    import numpy  # noqa: F401  (threadpoolctl only sees BLAS libraries already loaded)
+    _torch()
+    try:
+        from threadpoolctl import threadpool_limits
+        keep = threadpool_limits(threads)
+    except ImportError:
+        pass
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        pass
+    return keep
+
+
+def _torch():
+    try:
+        import torch
+        return torch
+    except ImportError:
+        return None
+
+
+def _tvm():
+    try:
+        import tvm  # noqa: F401
+        return tvm
+    except Exception:
+        return None
+
+
+# ---- the benchmarks -------------------------------------------------------------------------------
+class Suite:
+    def __init__(self, args: argparse.Namespace):
+        import numpy as np
+        import tdsl as td
+        from tdsl import ops
+        self.np, self.td, self.ops = np, td, ops
+        self.args = args
+        self.threads = args.threads
+        self.target = f"llvm -num-threads={self.threads}"
+        self.rounds = args.rounds
+        self.min_sample = 0.02 if args.quick else 0.05
+        self.rng = np.random.default_rng(0)
+        self.rows: list[dict] = []
+        self.extra: dict[str, Any] = {}
+
+    # helpers
+    def rand(self, *shape: int) -> Any:
+        return self.rng.standard_normal(shape, dtype=self.np.float32)
+
+    def build(self, outs: list, args: list) -> Any:
+        s = self.ops.schedule(outs, self.target)
+        return self.td.build(s, args, target=self.target)
+
+    @staticmethod
+    def round_ratio(res: dict, name: str) -> float:
+        """Median over rounds of (peer sample / tdsl sample): samples of one round are taken
+        back to back, so this cancels slow swings of the machine's load."""
+        return statistics.median(p / q for p, q in zip(res[name]["samples_s"], res["tdsl"]["samples_s"]))
+
+    def record(self, bench: str, res: dict, work: float, unit: str, notes: "dict | None" = None) -> None:
+        base = res["tdsl"]["median_s"]
+        for name, r in res.items():
+            row = {"bench": bench, "contender": name, "median_s": r["median_s"], "min_s": r["min_s"],
+                   "samples_s": r["samples_s"], "rate": work / r["median_s"], "unit": unit,
+                   "peer_over_tdsl": r["median_s"] / base,
+                   "peer_over_tdsl_per_round": self.round_ratio(res, name)}
+            if notes and name in notes:
+                row["note"] = notes[name]
+            self.rows.append(row)
+        self.print_block(bench, res, work, unit, notes or {})
+
+    def print_block(self, bench: str, res: dict, work: float, unit: str, notes: dict) -> None:
+        print(f"\n{bench}")
+        for name, r in res.items():
+            ratio = self.round_ratio(res, name)
+            tag = "" if name == "tdsl" else f"{ratio:6.2f}x"
+            note = f"  ({notes[name]})" if name in notes else ""
+            print(f"  {name:22s} {r['median_s'] * 1e3:9.3f} ms  {work / r['median_s']:8.1f} {unit:7s} "
+                  f"{tag:>8s}{note}")
+        sys.stdout.flush()
+
+    # matmul
+    def matmul(self, n: int) -> None:
+        np, td, ops = self.np, self.td, self.ops
+        A = td.placeholder((n, n), name="A")
+        B = td.placeholder((n, n), name="B")
+        C = ops.matmul(A, B)
+        f = self.build([C], [A, B, C])
+        a, b = self.rand(n, n), self.rand(n, n)
+        c, cn = np.empty((n, n), np.float32), np.empty((n, n), np.float32)
+        f(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3 * n ** 0.5)
+        cont = {"tdsl": lambda: f(a, b, c), "numpy": lambda: np.matmul(a, b, out=cn)}
+        torch = _torch()
+        if torch is not None:
+            ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.empty(n, n)
+            cont["torch"] = lambda: torch.mm(ta, tb, out=tc)
+        notes = {}
+        tvm_f = self.tvm_matmul(n, a, b)
+        if isinstance(tvm_f, str):
+            notes["tvm"] = tvm_f
+        elif tvm_f is not None:
+            cont["tvm"] = tvm_f
+        res = measure(cont, self.rounds, self.min_sample)
+        self.record(f"matmul {n}x{n}x{n} fp32", res, 2.0 * n ** 3 / 1e9, "GFLOP/s",
+                    {k: v for k, v in notes.items() if k in res})
+        for k, v in notes.items():
+            if k not in res:
+                print(f"  {k:22s} skipped: {v}")
+
+    def tvm_matmul(self, n: int, a: Any, b: Any) -> Any:
+        """TVM's matmul with a hand schedule (packed B, tiles, vectorize, parallel), or None
+        when apache-tvm is not installed, or a string saying why it could not run."""
+        tvm = _tvm()
+        if tvm is None or self.args.no_tvm:
+            return None
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from tvm_peer import tvm_matmul  # type: ignore
+        try:
+            return tvm_matmul(n, a, b, self.threads)
+        except Exception as e:   # TVM's API moves between releases: report, do not fail
+            return f"failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"
+
+    # conv2d
+    def conv2d(self) -> None:
+        np, td, ops = self.np, self.td, self.ops
+        N, C, H, W, K = 1, 64, 56, 56, 64
+        D = td.placeholder((N, C, H, W), name="D")
+        Wt = td.placeholder((K, C, 3, 3), name="W")
+        O = ops.conv2d(D, Wt, padding=1)
+        f = self.build([O], [D, Wt, O])
+        d, w = self.rand(N, C, H, W), self.rand(K, C, 3, 3)
+        o = np.empty((N, K, H, W), np.float32)
+        f(d, w, o)
+        ref = _im2col_conv(np, d, w)
+        np.testing.assert_allclose(o, ref, rtol=1e-3, atol=1e-2)
+        cont = {"tdsl": lambda: f(d, w, o)}
+        torch = _torch()
+        if torch is not None:
+            tdd, tw = torch.from_numpy(d), torch.from_numpy(w)
+            cont["torch"] = lambda: torch.nn.functional.conv2d(tdd, tw, padding=1)
+        cont["numpy im2col"] = lambda: _im2col_conv(np, d, w)
+        res = measure(cont, self.rounds, self.min_sample)
+        self.record("conv2d NCHW 1x64x56x56, 64x3x3, pad 1", res, 2.0 * N * K * C * 9 * H * W / 1e9,
+                    "GFLOP/s")
+
+    # softmax
+    def softmax(self) -> None:
+        np, td, ops = self.np, self.td, self.ops
+        n, m = 4096, 1024
+        X = td.placeholder((n, m), name="X")
+        Y = ops.softmax(X)
+        f = self.build([Y], [X, Y])
+        x = self.rand(n, m)
+        y = np.empty_like(x)
+        f(x, y)
+        e = np.exp(x - x.max(1, keepdims=True))
+        np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+        def np_softmax() -> Any:
+            e = np.exp(x - x.max(1, keepdims=True))
+            e /= e.sum(1, keepdims=True)
+            return e
+        cont = {"tdsl": lambda: f(x, y)}
+        torch = _torch()
+        if torch is not None:
+            tx = torch.from_numpy(x)
+            cont["torch"] = lambda: torch.softmax(tx, -1)
+        cont["numpy"] = np_softmax
+        res = measure(cont, self.rounds, self.min_sample)
+        self.record(f"softmax rows {n}x{m} fp32", res, 2.0 * n * m * 4 / 1e9, "GB/s",
+                    {"tdsl": "GB/s: one read + one write of the matrix"})
+
+    # fused elementwise vs bandwidth
+    def elementwise(self) -> None:
+        np, td, ops = self.np, self.td, self.ops
+        n = 1 << 24
+        A, B, C, D = (td.placeholder((n,), name=nm) for nm in "ABCD")
+        E = ops.add(D, ops.multiply(ops.add(A, B), C))
+        f = self.build([E], [A, B, C, D, E])
+        a, b, c, d = (self.rand(n) for _ in range(4))
+        e, en = np.empty(n, np.float32), np.empty(n, np.float32)
+        f(a, b, c, d, e)
+        np.testing.assert_allclose(e, d + (a + b) * c, rtol=1e-5, atol=1e-5)
+        # bandwidth probes, same thread count: a tdsl copy and triad, NumPy's copy (1 thread)
+        X = td.placeholder((n,), name="X")
+        Y = ops.identity(X)
+        fcopy = self.build([Y], [X, Y])
+        P, Q = td.placeholder((n,), name="P"), td.placeholder((n,), name="Q")
+        R = ops.add(P, ops.multiply(Q, 3.0))
+        ftriad = self.build([R], [P, Q, R])
+        cont = {"tdsl": lambda: f(a, b, c, d, e),
+                "numpy (unfused)": lambda: np.add(d, (a + b) * c, out=en)}
+        torch = _torch()
+        if torch is not None:
+            ta, tb, tc, tdd, te = (torch.from_numpy(v) for v in (a, b, c, d, en))
+            cont["torch eager"] = lambda: torch.add(tdd, (ta + tb) * tc, out=te)
+        cont["bw: tdsl copy"] = lambda: fcopy(a, e)
+        cont["bw: tdsl triad"] = lambda: ftriad(a, b, e)
+        cont["bw: numpy copy"] = lambda: np.copyto(en, a)
+        res = measure(cont, self.rounds, self.min_sample)
+        nbytes = {"bw: tdsl copy": 2 * 4 * n, "bw: tdsl triad": 3 * 4 * n, "bw: numpy copy": 2 * 4 * n}
+        bw = {k: nbytes[k] / res[k]["median_s"] / 1e9 for k in nbytes}
+        best = max(bw.values())
+        fused_bw = 5 * 4 * n / res["tdsl"]["median_s"] / 1e9
+        self.extra["bandwidth_GBps"] = {**bw, "best": best}
+        self.extra["fused_elementwise"] = {"effective_GBps": fused_bw, "fraction_of_best": fused_bw / best}
+        # rate column: bytes the expression must move (4 reads + 1 write), for every contender
+        work = 5 * 4 * n / 1e9
+        rows = {k: v for k, v in res.items() if not k.startswith("bw:")}
+        self.record("fused E = D + (A + B) * C, 2^24 fp32", rows, work, "GB/s",
+                    {"tdsl": f"{fused_bw / best:.0%} of the best measured bandwidth"})
+        print("  memory bandwidth probes: " + ", ".join(f"{k[4:]} {v:.1f} GB/s" for k, v in bw.items()))
+        for k in nbytes:
+            self.rows.append({"bench": "memory bandwidth", "contender": k[4:],
+                              "median_s": res[k]["median_s"], "min_s": res[k]["min_s"],
+                              "samples_s": res[k]["samples_s"], "rate": bw[k], "unit": "GB/s"})
+
+    # every operator's default schedule vs PyTorch / NumPy
+    def operators(self) -> None:
+        np, td, ops = self.np, self.td, self.ops
+        torch = _torch()
+        F = torch.nn.functional if torch is not None else None
+        T = (lambda *xs: [torch.from_numpy(x) for x in xs]) if torch is not None else None
+        cases = []
+
+        def case(name, outs_fn, shapes, torch_fn=None, np_fn=None):
+            cases.append((name, outs_fn, shapes, torch_fn, np_fn))
+
+        case("dense+bias+gelu 512x1024 @ 1024x1024", lambda X, W, b: ops.dense(X, W, b, "gelu"),
+             [(512, 1024), (1024, 1024), (1024,)],
+             lambda x, w, b: F.gelu(F.linear(x, w, b)), None)
+        case("batch_matmul 16x256x64 @ 16x64x256", ops.batch_matmul, [(16, 256, 64), (16, 64, 256)],
+             lambda a, b: torch.bmm(a, b), lambda a, b: np.matmul(a, b))
+        case("conv2d NHWC 1x56x56x64, 3x3x64x64", lambda d, w: ops.conv2d(d, w, padding=1, layout="NHWC"),
+             [(1, 56, 56, 64), (3, 3, 64, 64)], None, None)
+        case("conv2d depthwise 1x128x56x56, 3x3", lambda d, w: ops.conv2d(d, w, padding=1, groups=128),
+             [(1, 128, 56, 56), (128, 1, 3, 3)], lambda d, w: F.conv2d(d, w, padding=1, groups=128), None)
+        case("conv2d 3x3 stride 2 1x64x56x56 -> 128", lambda d, w: ops.conv2d(d, w, stride=2, padding=1),
+             [(1, 64, 56, 56), (128, 64, 3, 3)], lambda d, w: F.conv2d(d, w, stride=2, padding=1), None)
+        case("max_pool2d 3x3/2 1x64x112x112", lambda d: ops.max_pool2d(d, 3, 2, 1), [(1, 64, 112, 112)],
+             lambda d: F.max_pool2d(d, 3, 2, 1), None)
+        case("avg_pool2d 2x2 1x64x112x112", lambda d: ops.avg_pool2d(d, 2), [(1, 64, 112, 112)],
+             lambda d: F.avg_pool2d(d, 2), None)
+        case("layernorm 4096x1024", lambda x, g, b: ops.layernorm(x, g, b), [(4096, 1024), (1024,), (1024,)],
+             lambda x, g, b: F.layer_norm(x, (1024,), g, b), None)
+        case("rmsnorm 4096x1024", lambda x, g: ops.rmsnorm(x, g), [(4096, 1024), (1024,)],
+             lambda x, g: F.rms_norm(x, (1024,), g, eps=1e-5), None)
+        case("log_softmax 4096x1024", ops.log_softmax, [(4096, 1024)],
+             lambda x: torch.log_softmax(x, -1), None)
+        case("sum rows 4096x1024", lambda x: ops.sum(x, axis=1), [(4096, 1024)],
+             lambda x: x.sum(1), lambda x: x.sum(1))
+        case("sum cols 4096x1024", lambda x: ops.sum(x, axis=0), [(4096, 1024)],
+             lambda x: x.sum(0), lambda x: x.sum(0))
+        case("argmax rows 4096x1024", lambda x: ops.argmax(x, axis=1), [(4096, 1024)],
+             lambda x: x.argmax(1), lambda x: x.argmax(1))
+        case("transpose 4096x1024", ops.transpose, [(4096, 1024)],
+             lambda x: x.t().contiguous(), lambda x: np.ascontiguousarray(x.T))
+        case("broadcast add 4096x1024 + 1024", ops.add, [(4096, 1024), (1024,)],
+             lambda x, y: x + y, lambda x, y: x + y)
+        print("\noperators: default schedules (peer time / tdsl time per column)")
+        for name, outs_fn, shapes, torch_fn, np_fn in cases:
+            phs = [td.placeholder(s, name=f"in{i}") for i, s in enumerate(shapes)]
+            out = outs_fn(*phs)
+            f = self.build([out], phs + [out])
+            arrs = [self.rand(*s) for s in shapes]
+            res_arr = np.empty([int(d.value) for d in out.shape], out.dtype.numpy)
+            f(*arrs, res_arr)
+            cont = {"tdsl": (lambda f=f, arrs=arrs, r=res_arr: f(*arrs, r))}
+            if torch is not None and torch_fn is not None:
+                targs = T(*arrs)
+                cont["torch"] = (lambda fn=torch_fn, a=targs: fn(*a))
+            if np_fn is not None:
+                cont["numpy"] = (lambda fn=np_fn, a=arrs: fn(*a))
+            res = measure(cont, max(3, self.rounds // 2), self.min_sample)
+            cols = "  ".join(f"{k} {self.round_ratio(res, k):5.2f}x" for k in res if k != "tdsl")
+            print(f"  {name:40s} tdsl {res['tdsl']['median_s'] * 1e3:8.3f} ms   {cols}")
+            for k, r in res.items():
+                self.rows.append({"bench": f"op: {name}", "contender": k, "median_s": r["median_s"],
+                                  "min_s": r["min_s"], "samples_s": r["samples_s"],
+                                  "peer_over_tdsl_per_round": self.round_ratio(res, k)})
+            sys.stdout.flush()
+
+    # compile and import time
+    def compile_time(self) -> None:
+        td, ops = self.td, self.ops
+        times, simple = [], []
+        for i in range(3):
+            n = 1024 + 8 * (i + 1)          # distinct shapes: no cache hit
+            A = td.placeholder((n, n), name="A")
+            B = td.placeholder((n, n), name="B")
+            C = ops.matmul(A, B)
+            t0 = time.perf_counter()
+            s = ops.schedule(C, self.target)
+            td.build(s, [A, B, C], target=self.target)
+            times.append(time.perf_counter() - t0)
+            k = td.reduce_axis((0, n), name="k")
+            C2 = td.compute((n, n), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k), name="C")
+            s2 = td.create_schedule(C2.op)
+            io, jo, ii, ji = s2[C2].tile(*s2[C2].op.axis, x_factor=32, y_factor=32)
+            ko, ki = s2[C2].split(s2[C2].op.reduce_axis[0], factor=4)
+            s2[C2].reorder(io, jo, ko, ii, ki, ji)
+            s2[C2].vectorize(ji)
+            s2[C2].parallel(io)
+            t0 = time.perf_counter()
+            td.build(s2, [A, B, C2], target=self.target)
+            simple.append(time.perf_counter() - t0)
+        self.extra["compile_s"] = {"ops.matmul default schedule (schedule+lower+build)": times,
+                                   "README tiled matmul (lower+build)": simple}
+        print("\ncompile time (no cache; median of 3 shapes)")
+        print(f"  ops.matmul 1024 default schedule: {statistics.median(times) * 1e3:7.1f} ms "
+              f"(schedule + lower + LLVM O3 + link)")
+        print(f"  README tiled matmul:              {statistics.median(simple) * 1e3:7.1f} ms")
+
+    def import_time(self) -> None:
+        code = ("import time; t = time.perf_counter(); import tdsl; "
+                "print(time.perf_counter() - t)")
+        ts = []
+        for _ in range(3):
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 check=True)
+            ts.append(float(out.stdout.strip()))
+        prof = subprocess.run([sys.executable, "-X", "importtime", "-c", "import tdsl"],
+                              capture_output=True, text=True)
+        top = []
+        for line in prof.stderr.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[1].strip().isdigit():
+                top.append((int(parts[1].strip()), parts[2].rstrip()))
+        top.sort(reverse=True)
+        heavy = [(us / 1e6, name.strip()) for us, name in top
+                 if name.strip() == name.strip().split(".")[0]     # top-level packages
+                 and not name.strip().startswith(("tdsl", "encodings"))][:3]
+        self.extra["import_s"] = {"samples": ts, "heaviest_dependencies": heavy}
+        print(f"\nimport tdsl: {statistics.median(ts) * 1e3:.0f} ms (median of 3 fresh processes); "
+              f"heaviest imported packages: "
+              + ", ".join(f"{n} {s * 1e3:.0f} ms" for s, n in heavy))
+
+
+def _im2col_conv(np: Any, d: Any, w: Any) -> Any:
+    """NCHW conv2d, stride 1, pad 1, via im2col and one matmul (the NumPy peer)."""
+    n, c, h, wd = d.shape
+    k = w.shape[0]
+    p = np.pad(d, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))   # n c h w 3 3
+    cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * h * wd, c * 9)
+    out = cols @ w.reshape(k, c * 9).T
+    return out.reshape(n, h, wd, k).transpose(0, 3, 1, 2)
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    _reexec_without_blas_overrides()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer rounds, no 2048^3 matmul")
+    ap.add_argument("--threads", type=int, default=0, help="threads for every contender "
+                    "(default: all available CPUs)")
+    ap.add_argument("--rounds", type=int, default=0, help="samples per contender (default 15, "
+                    "quick 5)")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="run only these: matmul conv2d softmax elementwise operators compile import")
+    ap.add_argument("--no-tvm", action="store_true", help="skip TVM even when installed")
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<time>.json)")
+    args = ap.parse_args(argv)
+    if not args.threads:
+        args.threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    args.rounds = args.rounds or (5 if args.quick else 15)
+    os.environ.setdefault("TDSL_CACHE_DIR", "off")       # measure real compiles
+    os.environ["TDSL_NUM_THREADS"] = str(args.threads)
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)      # TVM's runtime thread pool
+    t_start = time.perf_counter()
+    keep = limit_threads(args.threads)  # noqa: F841  (the limit lasts while this lives)
+    env = environment(args.threads)
+    print(f"tdsl benchmarks: {env['cpu']}, {env['cpus_available']} CPUs, {args.threads} threads "
+          f"for every contender, load average {env['loadavg_start'][0]:.2f}")
+    if env["removed_env"]:
+        print(f"  (re-executed without {env['removed_env']}: they slow NumPy's OpenBLAS down)")
+    if isinstance(env["blas"], list):
+        for d in env["blas"]:
+            print(f"  NumPy BLAS: {d['internal_api']} {d['version']}, kernel {d['architecture']}, "
+                  f"{d['num_threads']} threads")
+    else:
+        print(f"  NumPy BLAS: {env['blas']}")
+    torch = _torch()
+    print(f"  PyTorch: {torch.__version__ + f' ({torch.get_num_threads()} threads)' if torch else 'not installed'}"
+          f"; TVM: {'installed' if _tvm() else 'not installed'}")
+    print("  ratio column: peer time / tdsl time, median over interleaved rounds (> 1: tdsl faster)")
+    suite = Suite(args)
+    only = set(args.only) if args.only else None
+
+    def want(name: str) -> bool:
+        return only is None or name in only
+    if want("matmul"):
+        for n in ((512, 1024) if args.quick else (512, 1024, 2048)):
+            suite.matmul(n)
+    if want("conv2d"):
+        suite.conv2d()
+    if want("softmax"):
+        suite.softmax()
+    if want("elementwise"):
+        suite.elementwise()
+    if want("operators"):
+        suite.operators()
+    if want("compile"):
+        suite.compile_time()
+    if want("import"):
+        suite.import_time()
+    env["loadavg_end"] = list(os.getloadavg())
+    env["wall_s"] = time.perf_counter() - t_start
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out) if args.out else RESULTS / f"{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"timestamp": stamp, "quick": args.quick, "environment": env,
+                               "results": suite.rows, **suite.extra}, indent=1))
+    print(f"\nload average at the end {env['loadavg_end'][0]:.2f}; {env['wall_s']:.0f} s; "
+          f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Reductions over axes: sum, mean, max, min, prod, argmax, argmin (NumPy/PyTorch semantics)."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import tdsl.intrin as _i
+from tdsl.dtype import INDEX, DType
+from tdsl.errors import DTypeError, ShapeError
+from tdsl.expr import Const, Expr, convert
+from tdsl.reduction import comm_reducer, max_value, min_value
+from tdsl.reduction import max as _rmax
+from tdsl.reduction import min as _rmin
+from tdsl.reduction import sum as _rsum
+from tdsl.tensor import Tensor, compute, reduce_axis
+
+from ._util import check_tensor, norm_axes, prod
+from .tags import OpKind
+
+__all__ = ["sum", "mean", "max", "min", "prod_", "argmax", "argmin", "reduce"]
+
+_rprod = comm_reducer(lambda x, y: x * y, lambda t: Const(1, t), name="prod")
+
+
+def _argreducer(better: Callable[[Expr, Expr], Expr], identity: Callable[[DType], Const],
+                name: str) -> Any:
+    def fcombine(x: tuple, y: tuple) -> tuple:
+        # (index, value) pairs; on ties the smaller index wins (first occurrence, as NumPy).
+        take = better(y[1], x[1]) | ((y[1] == x[1]) & (y[0] < x[0]))
+        return _i.if_then_else(take, y[0], x[0]), _i.if_then_else(take, y[1], x[1])
+
+    def fidentity(t0: DType, t1: DType) -> tuple:
+        return Const(-1, t0), identity(t1)
+    return comm_reducer(fcombine, fidentity, name=name)
+
+
+_argmax = _argreducer(lambda a, b: a > b, min_value, "argmax")
+_argmin = _argreducer(lambda a, b: a < b, max_value, "argmin")
+
+
+def _layout(op: str, x: Tensor, axis: Any, keepdims: bool):
+    axes = norm_axes(op, axis, x.ndim)
+    if not axes:
+        raise ShapeError(f"ops.{op}: no axis to reduce")
+    kept = [d for d in range(x.ndim) if d not in axes]
+    if keepdims:
+        shape = [Const(1, INDEX) if d in axes else x.shape[d] for d in range(x.ndim)]
+    else:
+        shape = [x.shape[d] for d in kept]
+    if not shape:
+        shape = [Const(1, INDEX)]
+    return axes, kept, shape
+
+
+def reduce(x: Tensor, reducer: Any, axis: Any = None, keepdims: bool = False,
+           name: str = "T_reduce", kind: OpKind = OpKind.REDUCE,
+           map_value: "Callable[[Expr], Expr] | None" = None) -> Tensor:
+    """``reducer`` (td.sum, td.max, ... or a ``td.comm_reducer``) of ``map_value(x)`` over
+    ``axis`` (None: all axes).  The result has the kept dimensions (size-1 ones for
+    ``keepdims``; shape ``(1,)`` when every axis is reduced)."""
+    check_tensor(name, x)
+    axes, kept, shape = _layout(name, x, axis, keepdims)
+    ks = {d: reduce_axis((0, x.shape[d]), name=f"k{d}") for d in axes}
+
+    def body(*idx: Expr) -> Expr:
+        src: list[Any] = [None] * x.ndim
+        if keepdims:
+            for d in kept:
+                src[d] = idx[d]
+        else:
+            for o, d in enumerate(kept):
+                src[d] = idx[o]
+        for d, k in ks.items():
+            src[d] = k
+        v = x(*src)
+        if map_value is not None:
+            v = map_value(v)
+        return reducer(v, axis=[ks[d] for d in axes])
+    return compute(shape, body, name=name, tag=kind)
+
+
+def sum(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Sum over ``axis`` (int, tuple or None for all)."""
+    return reduce(x, _rsum, axis, keepdims, "T_sum")
+
+
+def max(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return reduce(x, _rmax, axis, keepdims, "T_max")
+
+
+def min(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return reduce(x, _rmin, axis, keepdims, "T_min")
+
+
+def prod_(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    return reduce(x, _rprod, axis, keepdims, "T_prod")
+
+
+def mean(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Arithmetic mean over ``axis`` (float tensors): a sum, then a scale."""
+    check_tensor("mean", x)
+    if not x.dtype.is_float:
+        raise DTypeError(f"ops.mean: needs a float tensor, got {x.dtype}; cast it first")
+    axes = norm_axes("mean", axis, x.ndim)
+    s = reduce(x, _rsum, axis, keepdims, "T_mean_sum")
+    count = prod([x.shape[d] for d in axes])
+    inv = convert(1.0, x.dtype) / count.astype(x.dtype)
+    return compute(s.shape, lambda *idx: s(*idx) * inv, name="T_mean", tag=OpKind.ELEMWISE)
+
+
+def _arg(op: str, red: Any, x: Tensor, axis: "int | None", keepdims: bool) -> Tensor:
+    check_tensor(op, x)
+    if x.dtype.is_bool:
+        raise DTypeError(f"ops.{op}: bool tensors are not supported; cast to int8 first")
+    if axis is None:
+        from .transform import reshape
+        flat = reshape(x, [prod(x.shape)])
+        return _arg(op, red, flat, 0, False) if not keepdims else \
+            reshape(_arg(op, red, flat, 0, False), [1] * x.ndim)
+    axes, kept, shape = _layout(op, x, axis, keepdims)
+    (d,) = axes
+    k = reduce_axis((0, x.shape[d]), name=f"k{d}")
+
+    def body(*idx: Expr) -> tuple:
+        src: list[Any] = [None] * x.ndim
+        if keepdims:
+            for e in kept:
+                src[e] = idx[e]
+        else:
+            for o, e in enumerate(kept):
+                src[e] = idx[o]
+        src[d] = k
+        return red((k.var.astype(INDEX), x(*src)), axis=k)
+    index, _value = compute(shape, body, name=f"T_{op}_red", tag=OpKind.REDUCE)
+    # The (index, value) reduction is an intermediate; the result copies the index out.
+    return compute(shape, lambda *idx: index(*idx), name=f"T_{op}", tag=OpKind.ELEMWISE)
+
+
+def argmax(x: Tensor, axis: "int | None" = None, keepdims: bool = False) -> Tensor:
+    """Index (int64) of the largest value along ``axis`` (first one on ties; flat when None)."""
+    return _arg("argmax", _argmax, x, axis, keepdims)
+
+
+def argmin(x: Tensor, axis: "int | None" = None, keepdims: bool = False) -> Tensor:
+    """Index (int64) of the smallest value along ``axis`` (first one on ties)."""
+    return _arg("argmin", _argmin, x, axis, keepdims)

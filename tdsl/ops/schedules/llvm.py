@@ -1,0 +1,499 @@
+"""Default CPU schedules (target "llvm").
+
+Every non-inlined stage gets one of five schedules, chosen from its pattern and kind:
+
+* an injective output: fused outer loops in parallel, the innermost loop vectorized;
+* an anchor (matmul, dense, batch_matmul, conv2d), with the elementwise stage that
+  consumes it (its epilogue) when there is one: register tiles in a local stage, packed
+  operand panels, the epilogue applied while the tile is written out;
+* a row group (softmax, log_softmax, layernorm, rmsnorm, mean, argmax, ...): the output's
+  rows in parallel, each row's reductions (and temporaries) computed just before it;
+* a reduction (sum, max, pooling): vectorized along the contiguous axis -- lanes of
+  partial results (rfactor) when the reduced axis is the contiguous one.
+
+Tile sizes adapt to the vector width of the target (16 float32 lanes with AVX-512).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable
+
+from tdsl.dtype import DType
+from tdsl.lowering.inline import inlined_bodies
+from tdsl.schedule import Schedule, Stage
+from tdsl.schedule.stage import AttachType
+from tdsl.target import Target
+from tdsl.tensor import IterVar
+from tdsl.visitor import free_vars
+
+from .._util import const_value
+from ..tags import OpKind, Pattern
+from .graph import (RowGroup, effective_loads, fusable_anchor, innermost_use, is_inlined,
+                    reduce_source_loads, row_group, stage_kind, stage_pattern, unit_stride,
+                    uses_in_last_index)
+
+
+@dataclass(frozen=True)
+class CPU:
+    """What the schedules need to know of the target CPU."""
+
+    vector_bits: int
+    threads: int
+
+    def lanes(self, dtype: DType) -> int:
+        return max(1, self.vector_bits // max(8, dtype.bits))
+
+
+@functools.lru_cache(maxsize=None)
+def _vector_bits(target: Target) -> int:
+    try:
+        from tdsl.backends.llvm.machine import machine_spec
+        feats = machine_spec(target).features
+    except Exception:   # no LLVM: schedule for 256-bit vectors
+        return 256
+    enabled = {f[1:] for f in feats.split(",") if f.startswith("+")}
+    if "avx512f" in enabled:
+        return 512
+    if "avx" in enabled or "avx2" in enabled:
+        return 256
+    return 128
+
+
+def cpu_of(target: Target) -> CPU:
+    threads = target.num_threads
+    if not threads:
+        from tdsl.runtime.threads import default_num_threads
+        threads = default_num_threads()
+    return CPU(_vector_bits(target), max(1, threads))
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def _ext(iv: IterVar) -> "int | None":
+    """The constant extent of a root axis (None if symbolic or a derived loop)."""
+    return None if iv.dom is None else const_value(iv.dom.extent)
+
+
+def _fuse(st: Stage, ivs: list) -> IterVar:
+    return ivs[0] if len(ivs) == 1 else st.fuse(*ivs)
+
+
+def _out_dtype(st: Stage) -> DType:
+    return st.op.outputs[0].dtype
+
+
+def _vector_split(st: Stage, iv: IterVar, lanes: int, extent: "int | None" = None
+                  ) -> tuple[IterVar, IterVar]:
+    """Split ``iv`` so that its inner loop has at most ``lanes`` iterations (a constant)."""
+    e = _ext(iv) if extent is None else extent
+    factor = lanes if e is None or e >= lanes else _pow2_floor(e) if e > 1 else 1
+    return st.split(iv, factor=factor)
+
+
+def _pow2_floor(x: int) -> int:
+    p = 1
+    while p * 2 <= x:
+        p *= 2
+    return p
+
+
+def _total(st: Stage) -> "int | None":
+    tot = 1
+    for iv in st.op.axis:
+        e = _ext(iv)
+        if e is None:
+            return None
+        tot *= e
+    return tot
+
+
+#: Below this many elements an injective stage runs on one thread (launch cost).
+_PARALLEL_MIN = 1 << 15
+
+
+# ---- injective -----------------------------------------------------------------------------------
+def _transposed_axis(s: Schedule, st: Stage, bodies: dict) -> "IterVar | None":
+    """An outer axis that some multi-dimensional input is contiguous along (a transpose),
+    when that input's last index does not move with the output's last axis."""
+    axes = list(st.op.axis)
+    last = axes[-1]
+    for p, idx in effective_loads(s, st, bodies):
+        if len(idx) < 2 or last.var in free_vars(idx[-1]):
+            continue
+        for a in axes[:-1]:
+            if unit_stride(idx[-1], a.var) and (_ext(a) or 2) > 1:
+                return a
+    return None
+
+
+def schedule_injective(s: Schedule, st: Stage, cpu: CPU, bodies: dict) -> None:
+    """Parallel fused outer loops, the innermost axis split and its inner loop vectorized;
+    a transposing read is tiled (lanes x lanes blocks) so that each cache line read is used
+    whole.
+
+    (Fusing the innermost axis with the others would make the flat index ``f // W, f % W``,
+    which the vectorizer cannot widen unless W is a multiple of the lanes.)"""
+    axes = list(st.op.axis)
+    lanes = cpu.lanes(_out_dtype(st))
+    total = _total(st)
+    big = total is None or total >= _PARALLEL_MIN
+    outer, last = axes[:-1], axes[-1]
+    tr = _transposed_axis(s, st, bodies) if outer else None
+    if tr is not None:
+        ao, ai = _vector_split(st, tr, lanes)
+        lo, li = _vector_split(st, last, lanes)
+        others = [a for a in outer if a is not tr]
+        st.reorder(*others, ao, lo, ai, li)
+        st.vectorize(li)
+        if big:
+            st.parallel(_fuse(st, others + [ao]))
+        return
+    lo, li = _vector_split(st, last, lanes)
+    st.vectorize(li)
+    if big:
+        st.parallel(_fuse(st, outer) if outer else lo)
+
+
+# ---- reductions ------------------------------------------------------------------------------------
+def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
+                       attach: "tuple[Stage, IterVar] | None" = None, chunk: bool = False) -> None:
+    """A reduction at root (``attach`` None) or computed inside ``attach`` = (stage, loop),
+    where it computes one output (``chunk`` False) or a vector of outputs along its last
+    axis (``chunk`` True).
+
+    * reducing along the contiguous axis of its input: ``lanes`` partial results (rfactor),
+      vectorized, then combined;
+    * else, when the output's last axis is the contiguous one: reduction loops outside, a
+      vector of outputs inside (4 vectors wide at root: whole cache lines per row);
+    * else plain loops, outer ones in parallel.
+    """
+    op = st.op
+    lanes = cpu.lanes(_out_dtype(st))
+    # the streamed operands: loads that move with a reduction variable
+    rvars = {iv.var for iv in op.reduce_axis}
+    loads = [(p, idx) for p, idx in reduce_source_loads(s, st, bodies)
+             if any(v in rvars for e in idx for v in free_vars(e))]
+    spatial = list(op.axis)
+    k_last = op.reduce_axis[-1]
+    j_last = spatial[-1] if spatial and (_ext(spatial[-1]) or 2) > 1 else None
+    kext = _ext(k_last)
+    inner_reduce = (innermost_use(loads, k_last.var)
+                    and (j_last is None or not uses_in_last_index(loads, j_last.var))
+                    and (kext is None or kext >= lanes))
+    if inner_reduce:
+        ko, ki = st.split(k_last, factor=lanes)
+        rf_out = s.rfactor(op.outputs[0], ki, factor_axis=len(spatial))
+        rf = s[rf_out[0] if isinstance(rf_out, list) else rf_out]
+        if attach is not None:
+            st.compute_at(*attach)
+            rf.compute_at(*attach)
+        else:
+            root = _fuse(st, list(st.op.axis))
+            if _total(st) is None or _total(st) > 1:
+                st.parallel(root)
+            rf.compute_at(st, root)
+        lane = rf.op.axis[-1]
+        rest = [iv for iv in rf.leaf_iter_vars if iv is not lane]
+        rf.reorder(*(rest + [lane]))
+        rf.vectorize(lane)
+        return
+    if j_last is not None and uses_in_last_index(loads, j_last.var) and (attach is None or chunk):
+        jext = _ext(j_last)
+        width = lanes if attach is not None or (jext is not None and jext < 8 * lanes) else 4 * lanes
+        jo, ji = _vector_split(st, j_last, width)
+        outer = [iv for iv in spatial if iv is not j_last]
+        st.reorder(*(outer + [jo] + list(op.reduce_axis) + [ji]))
+        st.vectorize(ji)
+        if attach is not None:
+            st.compute_at(*attach)
+        else:
+            st.parallel(_fuse(st, outer + [jo]))
+        return
+    if attach is not None:
+        st.compute_at(*attach)
+    elif spatial:
+        st.parallel(_fuse(st, spatial))
+
+
+# ---- row groups ----------------------------------------------------------------------------------------
+def schedule_row_group(s: Schedule, g: RowGroup, cpu: CPU, bodies: dict) -> None:
+    """Rows of the output in parallel; each row's reductions (and temporaries) computed in
+    the row's iteration, just before the row is written.  When the reductions are indexed by
+    every output axis (mean, argmax, pooling + scale), a vector of outputs is a "row"."""
+    y = g.out
+    axes = list(y.op.axis)
+    lanes = cpu.lanes(_out_dtype(y))
+    rows = [axes[p] for p in g.row_axes]
+    inner = [iv for iv in axes if iv not in rows]
+    if not inner:
+        outer, last = axes[:-1], axes[-1]
+        lo, li = _vector_split(y, last, lanes)
+        y.vectorize(li)
+        if outer:
+            y.parallel(_fuse(y, outer))
+        else:
+            y.parallel(lo)
+        at = lo
+    else:
+        y.reorder(*(rows + inner))
+        at = _fuse(y, rows)
+        y.parallel(at)
+        if inner[-1] is axes[-1]:
+            lo, li = _vector_split(y, inner[-1], lanes)
+            y.vectorize(li)
+    members = g.reductions + g.temps
+    order = [st for st in reversed(s.stages) if st in members]
+    for st in g.temps:
+        st.compute_root()
+    bodies = inlined_bodies(s)       # the temporaries are loads now, no longer inlined
+    for st in order:
+        if st in g.temps:
+            st.compute_at(y, at)
+            t_axes = list(st.op.axis)
+            if len(t_axes) == len(axes) and inner and inner[-1] is axes[-1]:
+                lo, li = _vector_split(st, t_axes[-1], cpu.lanes(_out_dtype(st)))
+                st.vectorize(li)
+        else:
+            schedule_reduction(s, st, cpu, bodies, attach=(y, at), chunk=not inner)
+
+
+# ---- matmul -----------------------------------------------------------------------------------------------
+def _producer_of_kind(s: Schedule, st: Stage, kind: OpKind) -> "Stage | None":
+    for t in st.op.input_tensors:
+        p = s[t]
+        if stage_kind(p) is kind and not p.is_output:
+            return p
+    return None
+
+
+@dataclass(frozen=True)
+class MatmulTiles:
+    """Register tile ``rows x (vectors * lanes)``; the reduction loop split by ``k_split``
+    (its inner loop unrolled when ``unroll_k``).  6 x 64 float32 with AVX-512: 24 zmm
+    accumulators, 4 panel loads and 6 broadcasts per k (measured against 8x32, 4x64, 12x32,
+    14x32 on the benchmark sizes; 12 and 14 rows spill)."""
+
+    rows: int = 6
+    vectors: int = 4
+    k_split: int = 4
+    unroll_k: bool = False
+
+
+MATMUL_TILES = MatmulTiles()
+
+
+def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
+                    tiles: "MatmulTiles | None" = None) -> set:
+    """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
+    stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
+    column tiles (and row chunks) in parallel; the epilogue applied on write-out."""
+    tiles = tiles or MATMUL_TILES
+    dt = _out_dtype(anchor)
+    lanes = cpu.lanes(dt)
+    pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    if out is None:
+        cc = s.cache_write(anchor.op.outputs[0], "local")
+        comp, write = s[cc], anchor
+    else:
+        comp, write = anchor, out
+        comp.set_scope("local")
+    axes = list(write.op.axis)
+    batch = axes[:-2]
+    i, j = axes[-2], axes[-1]
+    M, N = _ext(i), _ext(j)
+    bn = tiles.vectors * lanes
+    while bn > lanes and N is not None and N < bn:
+        bn //= 2
+    mb = tiles.rows
+    jo, ji = write.split(j, factor=bn)
+    io, ii = write.split(i, factor=mb)
+    nb = 1
+    for b in batch:
+        e = _ext(b)
+        nb = nb * e if (nb is not None and e is not None) else None
+    col_tasks = None if (N is None or nb is None) else nb * -(-N // bn)
+    row_tiles = None if M is None else -(-M // mb)
+    want = 4 * cpu.threads
+    chunk = None
+    if col_tasks is None or col_tasks < want:
+        if row_tiles is None:
+            chunk = 16                                       # 128 rows per task
+        elif row_tiles > 1:
+            per = max(4, -(-row_tiles * (col_tasks or 1) // want))
+            chunk = per if per < row_tiles else None
+    if chunk is not None:
+        ic, io = write.split(io, factor=chunk)
+        write.reorder(*(batch + [jo, ic, io, ii, ji]))
+        par = _fuse(write, batch + [jo, ic])
+    else:
+        write.reorder(*(batch + [jo, io, ii, ji]))
+        par = _fuse(write, batch + [jo])
+    write.parallel(par)
+    write.vectorize(ji)
+    comp.compute_at(write, io)
+    c_axes = list(comp.op.axis)
+    xc, yc = c_axes[-2], c_axes[-1]
+    (k,) = comp.op.reduce_axis
+    xo, xi = comp.split(xc, factor=mb)
+    yo, yi = comp.split(yc, factor=bn)
+    kext = _ext(k)
+    kf = tiles.k_split
+    while kf > 1 and kext is not None and kext % kf:
+        kf //= 2
+    if kf > 1:
+        ko, ki = comp.split(k, factor=kf)
+        comp.reorder(*(c_axes[:-2] + [xo, yo, ko, ki, xi, yi]))
+        if tiles.unroll_k:
+            comp.unroll(ki)
+    else:
+        comp.reorder(*(c_axes[:-2] + [xo, yo, k, xi, yi]))
+    comp.unroll(xi)
+    comp.vectorize(yi)
+    if pack is not None:
+        pack.compute_root()
+        pack.compute_at(write, par)
+        p_last = pack.op.axis[-1]
+        po, pi = pack.split(p_last, factor=bn)
+        pack.vectorize(pi)
+    return {st for st in (anchor, out, pack) if st is not None}
+
+
+# ---- conv2d -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConvTiles:
+    """Register tile: ``width`` output columns (unrolled) x ``vectors * lanes`` output channels
+    (vectorized); output rows in chunks of ``rows`` per parallel task."""
+
+    width: int = 8
+    vectors: int = 2
+    rows: int = 8
+
+
+CONV_TILES = ConvTiles()
+
+_ROLES = {"NCHW": (0, 1, 2, 3), "NHWC": (0, 3, 1, 2)}   # positions of (n, c, h, w)
+
+
+def _anchor_perm(s: Schedule, anchor: Stage, out: Stage) -> list[int]:
+    """perm[d]: the position of ``out``'s axis that anchor axis d is read at."""
+    from .graph import permuted_access
+    for p, idx in effective_loads(s, out):
+        if p is anchor:
+            pos = permuted_access(out, idx)
+            if pos is not None:
+                return pos
+    return list(range(len(anchor.op.axis)))
+
+
+def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
+                    tiles: "ConvTiles | None" = None) -> set:
+    """groups == 1: output channels vectorized in a local ``width x channels`` tile (the
+    anchor computes with channels innermost), the filter panel packed per parallel task,
+    the padded input materialized once.  Grouped / depthwise: the contiguous output axis
+    vectorized, filters broadcast."""
+    tiles = tiles or CONV_TILES
+    attrs = anchor.op.attrs
+    groups = attrs.get("groups", 1)
+    comp_layout = attrs.get("compute_layout", attrs.get("layout", "NCHW"))
+    dt = _out_dtype(anchor)
+    lanes = cpu.lanes(dt)
+    pad = _producer_of_kind(s, anchor, OpKind.PAD)
+    pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    perm = _anchor_perm(s, anchor, out) if out is not None else [0, 1, 2, 3]
+    if out is None:
+        cc = s.cache_write(anchor.op.outputs[0], "local")
+        comp, write = s[cc], anchor
+    else:
+        comp, write = anchor, out
+        comp.set_scope("local")
+    roles = _ROLES[comp_layout]
+    c_axes = list(comp.op.axis)
+    cn, cco, coh, cow = (c_axes[r] for r in roles)
+    w_axes = list(write.op.axis)
+    n, co, oh, ow = (w_axes[perm[r]] for r in roles)
+    red = list(comp.op.reduce_axis)
+    OH, CO = _ext(oh), _ext(co)
+    channels_last = w_axes[-1] is co
+    if groups == 1 and comp_layout == "NHWC":
+        bco = tiles.vectors * lanes
+        while bco > lanes and CO is not None and CO < bco:
+            bco //= 2
+        bw = tiles.width
+        co_o, co_i = write.split(co, factor=bco)
+        ow_o, ow_i = write.split(ow, factor=bw)
+        rows = tiles.rows if OH is None or OH > tiles.rows else OH
+        oh_o, oh_i = write.split(oh, factor=rows)
+        inner = [ow_i, co_i] if channels_last else [co_i, ow_i]
+        write.reorder(n, co_o, oh_o, oh_i, ow_o, *inner)
+        write.vectorize(inner[-1])
+        par = write.fuse(n, co_o, oh_o)
+        write.parallel(par)
+        comp.compute_at(write, ow_o)
+        cco_o, cco_i = comp.split(cco, factor=bco)
+        cow_o, cow_i = comp.split(cow, factor=bw)
+        comp.reorder(cn, coh, cow_o, cco_o, *red, cow_i, cco_i)
+        comp.unroll(cow_i)
+        comp.vectorize(cco_i)
+        if pack is not None:
+            pack.compute_root()
+            pack.compute_at(write, par)
+            po, pi = pack.split(pack.op.axis[-1], factor=bco)
+            pack.vectorize(pi)
+    else:
+        # one lane per output column (NCHW) or channel (NHWC); filters broadcast
+        vec_w, vec_c = (cow, cco) if comp_layout == "NCHW" else (cco, cow)
+        outer_w = [iv for iv in w_axes if iv is not w_axes[-1]]
+        lo, li = _vector_split(write, w_axes[-1], lanes)
+        write.reorder(*outer_w, lo, li)
+        write.vectorize(li)
+        write.parallel(_fuse(write, outer_w[:3]) if len(outer_w) >= 3 else _fuse(write, outer_w))
+        comp.compute_at(write, lo)
+        last = c_axes[-1]
+        clo, cli = _vector_split(comp, last, lanes)
+        comp.reorder(*[iv for iv in c_axes if iv is not last], clo, *red, cli)
+        comp.vectorize(cli)
+        if pack is not None:
+            pack = None   # stays inlined: filters are read directly
+    if pad is not None:
+        pad.compute_root()
+        p_axes = list(pad.op.axis)
+        po, pi = _vector_split(pad, p_axes[-1], lanes)
+        pad.vectorize(pi)
+        pad.parallel(_fuse(pad, p_axes[:-1]))
+    return {st for st in (anchor, out, pack, pad) if st is not None}
+
+
+#: The constant kind -> anchor schedule mapping.
+ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxyType({
+    OpKind.MATMUL: schedule_matmul,
+    OpKind.BATCH_MATMUL: schedule_matmul,
+    OpKind.CONV2D: schedule_conv2d,
+})
+
+
+# ---- the driver ----------------------------------------------------------------------------------------------
+def apply(s: Schedule, target: Target) -> None:
+    cpu = cpu_of(target)
+    bodies = inlined_bodies(s)
+    done: set = set()
+    for st in list(reversed(s.stages)):
+        if st.is_placeholder or is_inlined(st) or st in done or st.attach_type is AttachType.SCOPE:
+            continue
+        pat = stage_pattern(st)
+        if pat is Pattern.INJECTIVE:
+            a = fusable_anchor(s, st, bodies)
+            if a is not None and a not in done:
+                done |= ANCHOR_SCHEDULES[stage_kind(a)](s, a, st, cpu)
+                continue
+            g = row_group(s, st, bodies)
+            if g is not None:
+                schedule_row_group(s, g, cpu, bodies)
+                done |= {st, *g.reductions, *g.temps}
+                continue
+            schedule_injective(s, st, cpu, bodies)
+        elif pat is Pattern.ANCHOR and stage_kind(st) in ANCHOR_SCHEDULES:
+            done |= ANCHOR_SCHEDULES[stage_kind(st)](s, st, None, cpu)
+        else:
+            schedule_reduction(s, st, cpu, bodies)
+        done.add(st)
