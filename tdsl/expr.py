@@ -205,6 +205,12 @@ class Select(Expr):
     _fields = ("cond", "true_value", "false_value")
 
     def __init__(self, cond: Expr, true_value: Expr, false_value: Expr):
+        if not cond.dtype.is_bool:
+            raise DTypeError(f"if_then_else: the condition has dtype {cond.dtype}, not bool; "
+                             f"compare it first (e.g. x != 0)")
+        if true_value.dtype != false_value.dtype:
+            raise DTypeError(f"if_then_else: branches have dtypes {true_value.dtype} and "
+                             f"{false_value.dtype}; cast one of them")
         self.cond = cond
         self.true_value = true_value
         self.false_value = false_value

@@ -78,7 +78,9 @@ def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict
     return storage
 
 
-def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict]:
+def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict, list[Buffer]]:
+    """Parameter buffers, the buffers of each argument stage, and scratch buffers for the
+    outputs of a multi-output stage that the arguments leave out."""
     if not isinstance(args, (list, tuple)):
         raise LoweringError(f"args must be a list of tensors, got {type(args).__name__}")
     buffers: list[Buffer] = []
@@ -104,13 +106,15 @@ def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict]:
         if id(st) not in by_stage:
             raise LoweringError(f"output '{st.name}' is not in the argument list; its result would "
                                 f"be lost")
+    scratch: list[Buffer] = []
     for sid, lst in by_stage.items():
         st = next(s for s in sch.stages if id(s) == sid)
         for i, b in enumerate(lst):
             if b is None:
                 t = st.op.outputs[i]
                 lst[i] = Buffer(t.name, t.shape, t.dtype)
-    return buffers, by_stage
+                scratch.append(lst[i])
+    return buffers, by_stage, scratch
 
 
 def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], dict]:
@@ -144,7 +148,7 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
         raise LoweringError(f"lower: expected a Schedule (td.create_schedule(...)), got "
                             f"{type(sch).__name__}")
     ana = Analyzer()
-    params, by_stage = _params(sch, args)
+    params, by_stage, scratch = _params(sch, args)
     bodies = inlined_bodies(sch)
     bounds = infer_bounds(sch, bodies, ana)
     storage = _storage(sch, bounds, by_stage, ana)
@@ -157,6 +161,8 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
         if stor is not None and stor.allocated and st.attach_type.value == "root":
             for buf in reversed(stor.buffers):
                 body = Allocate(buf, body)
+    for buf in scratch:
+        body = Allocate(buf, body)
     body = simplify_stmt(body, Analyzer()) or _empty()
     if dump:
         dump("simplify", body)

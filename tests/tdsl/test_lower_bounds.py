@@ -190,3 +190,27 @@ def test_regression_fused_loops_of_empty_attached_region(h):
     c = np.full((h, 1), np.nan, "float32")
     run(td.lower(s, [A, C]), a, c)
     np.testing.assert_allclose(c, 2 * a + 1, rtol=1e-6)
+
+
+def test_multi_output_stage_with_one_output_as_argument():
+    """An argmax-style reducer builds with only its index output passed: the value output
+    becomes a scratch allocation."""
+    import numpy as np
+    from tdsl.interpreter import run
+    n = td.var("n")
+    X = td.placeholder((n, 7), name="X")
+    k = td.reduce_axis((0, 7), name="k")
+
+    def comb(x, y):
+        take = y[1] > x[1]
+        return td.if_then_else(take, y[0], x[0]), td.if_then_else(take, y[1], x[1])
+    am = td.comm_reducer(comb, lambda t0, t1: (td.const(-1, t0), td.min_value(t1)), name="argmax")
+    I, V = td.compute((n,), lambda i: am((k.var, X[i, k]), axis=k), name="AM")
+    s = td.create_schedule(I.op)
+    x = np.random.default_rng(3).standard_normal((5, 7)).astype("float32")
+    out = np.full(5, -7, "int64")
+    run(td.lower(s, [X, I]), x, out)
+    np.testing.assert_array_equal(out, x.argmax(axis=1))
+    out2 = np.full(5, -7, "int64")
+    td.build(s, [X, I], target="llvm")(x, out2)
+    np.testing.assert_array_equal(out2, x.argmax(axis=1))

@@ -1,0 +1,345 @@
+"""A built tdsl module as a PyTorch custom operator (``torch.library``).
+
+::
+
+    import tdsl as td
+    f = td.build(s, [X, W, Y], target="llvm")          # Y[i, j] = sum_k X[i, k] * W[j, k]
+    linear = td.to_torch(f)                             # = tdsl.integrations.torch.to_torch
+    y = linear(x, w)                                    # torch CPU tensors in, a new tensor out
+    linear.op                                           # torch.ops.tdsl.<name>.default
+
+What the operator does:
+
+* **Zero-copy.**  Tensors reach the kernel through DLPack (``np.from_dlpack``): no copy for
+  contiguous CPU tensors (a non-contiguous input is made contiguous first).  A CUDA module
+  takes CUDA tensors in place (``__cuda_array_interface__``); given CPU tensors it copies
+  them to the GPU and back.
+* **Checked.**  Rank, dtype and device are checked by the operator, every size (symbolic
+  ones included) and layout by the kernel's own argument check, before native code runs;
+  errors are ``tdsl.ShapeError``/``tdsl.DTypeError``.
+* **Outputs allocated** (the default, ``allocate_outputs=True``): the operator takes the
+  inputs only and returns the outputs (a tuple when there are several), shaped from the
+  inputs.  With ``allocate_outputs=False`` it takes every argument and writes the outputs in
+  place (its schema marks them mutated), returning nothing.
+* **torch.compile.**  A fake (meta) implementation computes the output shapes from the
+  inputs', symbolic sizes included, so the operator is one opaque node in the graph.
+* **Autograd.**  ``backward=`` gives the gradient, computed by another tdsl kernel:
+
+  - a built module whose *inputs* are the forward inputs, then (when
+    ``backward_uses_outputs=True``) the forward outputs, then one gradient per forward
+    output, and whose *outputs* are the gradients of the forward inputs listed in
+    ``grad_inputs`` (default: all of them), in that order; or
+  - any callable ``backward(inputs, outputs, grad_outputs) -> grads`` (one per input, None
+    for no gradient) for a gradient made of several kernels.
+
+  Double backward is not supported.
+
+Outputs are the parameters the kernel writes (``tdsl.integrations.numpy.signature(f)`` lists
+roles); every symbolic size must be the extent of some input dimension for outputs to be
+allocated.
+"""
+from __future__ import annotations
+
+import itertools
+import keyword
+import re
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError, TDSLError
+from ..stmt import PrimFunc
+from . import numpy as tnp
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - exercised only without torch
+    torch = None  # type: ignore[assignment]
+
+NAMESPACE = "tdsl"
+
+#: every operator registered in this process: qualified name -> TorchOp.  The libraries must
+#: stay alive for as long as any compiled graph may call the operator.
+_REGISTERED: dict[str, "TorchOp"] = {}
+_LIBRARY: Any = None
+_counter = itertools.count()
+
+
+def _require_torch() -> Any:
+    if torch is None:
+        raise TDSLError("to_torch needs PyTorch (pip install torch)")
+    return torch
+
+
+def _torch_dtype(dtype: Any) -> Any:
+    t = _require_torch()
+    return {"bool": t.bool, "int8": t.int8, "uint8": t.uint8, "int32": t.int32,
+            "int64": t.int64, "float16": t.float16, "float32": t.float32,
+            "float64": t.float64}[str(dtype)]
+
+
+def _ident(name: str, taken: set) -> str:
+    s = re.sub(r"\W", "_", name) or "x"
+    if s[0].isdigit():
+        s = "_" + s
+    if keyword.iskeyword(s) or s in ("self", "out", "Tensor", "None"):
+        s = s + "_"
+    base, k = s, 1
+    while s in taken:
+        s, k = f"{base}_{k}", k + 1
+    taken.add(s)
+    return s
+
+
+def _module_kind(f: Any) -> str:
+    kind = {"llvm": "llvm", "llvm-so": "llvm", "cuda": "cuda"}.get(getattr(f, "type_key", None))
+    if kind is None:
+        raise TDSLError(f"to_torch: expected a module built for 'llvm' or 'cuda', got {f!r}")
+    return kind
+
+
+def _unique_name(base: str) -> str:
+    name = base
+    while f"{NAMESPACE}::{name}" in _REGISTERED:
+        name = f"{base}_{next(_counter)}"
+    return name
+
+
+class TorchOp:
+    """A tdsl kernel registered as ``torch.ops.tdsl.<name>``; call it like the op.
+
+    ``inputs``/``outputs``: the kernel's parameters in each role (``ParamInfo``);
+    ``op``: the torch ``OpOverload`` (use it directly in code that ``torch.compile`` traces,
+    or call this object: it forwards to ``op``); ``module``: the tdsl module.
+    """
+
+    def __init__(self, module: Any, name: str, allocate_outputs: bool, emulate: bool):
+        self.module = module
+        self.func: PrimFunc = module.func
+        self.name = name
+        self.qualname = f"{NAMESPACE}::{name}"
+        self.allocate_outputs = allocate_outputs
+        self.emulate = emulate
+        self.kind = _module_kind(module)
+        sig = tnp.signature(self.func)
+        self.inputs = [p for p in sig if p.role == "input"]
+        self.outputs = [p for p in sig if p.role == "output"]
+        if not self.outputs:
+            raise TDSLError(f"to_torch: '{self.func.name}' writes none of its parameters, so it "
+                            f"has no output")
+        if allocate_outputs:
+            tnp.size_sources(self.func)     # every output shape must follow from the inputs
+        self.backward: Any = None
+        self.op: Any = None
+
+    # ---- schema and registration ---------------------------------------------------------
+    def schema(self) -> str:
+        taken: set = set()
+        if self.allocate_outputs:
+            args = ", ".join(f"Tensor {_ident(p.name, taken)}" for p in self.inputs)
+            rets = "Tensor" if len(self.outputs) == 1 else \
+                "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+            return f"({args}) -> {rets}"
+        params = []
+        alias = iter("abcdefghijklmnopqrstuvwxyz")
+        out_idx = {p.index for p in self.outputs}
+        for p in sorted(self.inputs + self.outputs, key=lambda q: q.index):
+            mut = f"({next(alias)}!)" if p.index in out_idx else ""
+            params.append(f"Tensor{mut} {_ident(p.name, taken)}")
+        return f"({', '.join(params)}) -> ()"
+
+    def _register(self) -> None:
+        global _LIBRARY
+        t = _require_torch()
+        if _LIBRARY is None:
+            _LIBRARY = t.library.Library(NAMESPACE, "FRAGMENT")
+        lib = _LIBRARY
+        lib.define(self.name + self.schema())
+        keys = ["CPU"] if self.kind == "llvm" else ["CPU", "CUDA"]
+        for key in keys:
+            lib.impl(self.name, self._impl, key)
+        t.library.register_fake(self.qualname, self._fake, lib=lib)
+        self.op = getattr(getattr(t.ops, NAMESPACE), self.name).default
+        _REGISTERED[self.qualname] = self
+
+    # ---- checks shared by the real and the fake implementation ---------------------------
+    def _check(self, tensors: Sequence[Any], params: Sequence[tnp.ParamInfo]) -> None:
+        t = _require_torch()
+        if len(tensors) != len(params):
+            names = ", ".join(p.name for p in params)
+            raise ShapeError(f"{self.qualname} takes {len(params)} tensor(s) ({names}), got "
+                             f"{len(tensors)}")
+        dev = None
+        for x, p in zip(tensors, params):
+            if not isinstance(x, t.Tensor):
+                raise DTypeError(f"{self.qualname}: argument '{p.name}' must be a torch.Tensor, "
+                                 f"got {type(x).__name__}")
+            want = _torch_dtype(p.dtype)
+            if x.dtype != want:
+                raise DTypeError(f"{self.qualname}: argument '{p.name}' has dtype {x.dtype}, "
+                                 f"expected {want}; convert it with .to({want})")
+            if x.dim() != len(p.shape):
+                raise ShapeError(f"{self.qualname}: argument '{p.name}' has {x.dim()} "
+                                 f"dimension(s) (shape {tuple(x.shape)}), expected "
+                                 f"{len(p.shape)} ({', '.join(p.shape)})")
+            if x.device.type not in ("cpu", "meta") and not (
+                    self.kind == "cuda" and x.device.type == "cuda" and not self.emulate):
+                where = "CPU" if self.kind == "llvm" or self.emulate else "CPU or CUDA"
+                raise DTypeError(f"{self.qualname}: argument '{p.name}' is on {x.device}; this "
+                                 f"{self.kind} kernel takes {where} tensors")
+            if dev is None:
+                dev = x.device
+            elif x.device != dev:
+                raise DTypeError(f"{self.qualname}: arguments on different devices ({dev} and "
+                                 f"{x.device})")
+
+    def _run(self, args: list) -> None:
+        if self.emulate:
+            self.module.emulate(*[np.from_dlpack(a) for a in args])
+        else:
+            self.module(*args)
+
+    def _impl(self, *tensors: Any) -> Any:
+        t = _require_torch()
+        if not self.allocate_outputs:
+            params = sorted(self.inputs + self.outputs, key=lambda q: q.index)
+            self._check(tensors, params)
+            args = [x.detach().contiguous() if p.role == "input" else x.detach()
+                    for x, p in zip(tensors, params)]
+            for x, p in zip(args, params):
+                if p.role == "output" and not x.is_contiguous():
+                    raise ShapeError(f"{self.qualname}: output '{p.name}' is not contiguous; "
+                                     f"pass a contiguous tensor (the kernel writes it in place)")
+            self._run(args)
+            return None
+        self._check(tensors, self.inputs)
+        ins = [x.detach().contiguous() for x in tensors]   # detach: no copy, DLPack-exportable
+        shapes = tnp.output_shapes(self.func, [tuple(x.shape) for x in ins])
+        dev = ins[0].device if ins else t.device("cpu")
+        outs = [t.empty(s, dtype=_torch_dtype(p.dtype), device=dev)
+                for s, p in zip(shapes, self.outputs)]
+        self._run(tnp._merge(self.func, ins, outs))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _fake(self, *tensors: Any) -> Any:
+        t = _require_torch()
+        if not self.allocate_outputs:
+            self._check(tensors, sorted(self.inputs + self.outputs, key=lambda q: q.index))
+            return None
+        self._check(tensors, self.inputs)
+        shapes = tnp.output_shapes(self.func, [tuple(x.shape) for x in tensors],
+                                   t.sym_min, t.sym_max)
+        like = tensors[0]
+        outs = [like.new_empty(s, dtype=_torch_dtype(p.dtype))
+                for s, p in zip(shapes, self.outputs)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    # ---- autograd ----------------------------------------------------------------------------
+    def _register_autograd(self, backward: Any, uses_outputs: bool,
+                           grad_inputs: Optional[Sequence[int]]) -> None:
+        t = _require_torch()
+        n_in, n_out = len(self.inputs), len(self.outputs)
+        if callable(backward) and not hasattr(backward, "func"):
+            user = backward
+
+            def grads_of(inputs: tuple, outputs: tuple, gouts: tuple) -> tuple:
+                g = user(inputs, outputs, gouts)
+                g = tuple(g) if isinstance(g, (tuple, list)) else (g,)
+                if len(g) != n_in:
+                    raise TDSLError(f"{self.qualname}: backward returned {len(g)} gradient(s), "
+                                    f"expected {n_in} (one per input, None for none)")
+                return g
+        else:
+            bw = backward if isinstance(backward, TorchOp) else \
+                to_torch(backward, name=_unique_name(self.name + "_backward"))
+            targets = list(range(n_in)) if grad_inputs is None else [int(i) for i in grad_inputs]
+            if any(not 0 <= i < n_in for i in targets) or len(set(targets)) != len(targets):
+                raise TDSLError(f"{self.qualname}: grad_inputs={targets} must be distinct input "
+                                f"positions in 0..{n_in - 1}")
+            want_in = n_in + (n_out if uses_outputs else 0) + n_out
+            if len(bw.inputs) != want_in or len(bw.outputs) != len(targets):
+                order = "inputs, " + ("outputs, " if uses_outputs else "") + "grad_outputs"
+                raise TDSLError(
+                    f"{self.qualname}: the backward kernel '{bw.func.name}' takes "
+                    f"{len(bw.inputs)} input(s) and writes {len(bw.outputs)} output(s); expected "
+                    f"{want_in} inputs ({order}) and {len(targets)} outputs (the gradients of "
+                    f"inputs {targets})")
+            for k, i in enumerate(targets):
+                if bw.outputs[k].dtype != self.inputs[i].dtype:
+                    raise DTypeError(f"{self.qualname}: the backward kernel's output "
+                                     f"'{bw.outputs[k].name}' is {bw.outputs[k].dtype} but input "
+                                     f"'{self.inputs[i].name}' is {self.inputs[i].dtype}")
+            self.backward = bw
+
+            def grads_of(inputs: tuple, outputs: tuple, gouts: tuple) -> tuple:
+                args = list(inputs) + (list(outputs) if uses_outputs else []) + list(gouts)
+                res = bw.op(*args)
+                res = res if isinstance(res, (tuple, list)) else (res,)
+                g: list = [None] * n_in
+                for k, i in enumerate(targets):
+                    g[i] = res[k]
+                return tuple(g)
+
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            outs = tuple(output) if isinstance(output, (tuple, list)) else (output,)
+            ctx.n_in = len(inputs)
+            ctx.save_for_backward(*inputs, *(outs if uses_outputs else ()))
+
+        def backward_fn(ctx: Any, *grads: Any) -> Any:
+            saved = ctx.saved_tensors
+            inputs, outputs = saved[:ctx.n_in], saved[ctx.n_in:]
+            gouts = tuple(g.contiguous() for g in grads)
+            return grads_of(tuple(inputs), tuple(outputs), gouts)
+
+        t.library.register_autograd(self.qualname, backward_fn, setup_context=setup_context,
+                                    lib=_LIBRARY)
+
+    # ---- calling -----------------------------------------------------------------------------
+    def __call__(self, *tensors: Any) -> Any:
+        return self.op(*tensors)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(p.name for p in self.inputs)
+        outs = ", ".join(p.name for p in self.outputs)
+        grad = ", backward" if self.backward is not None else ""
+        return f"<TorchOp {self.qualname}({ins}) -> ({outs}){grad}>"
+
+
+def to_torch(f: Any, name: "str | None" = None, *, allocate_outputs: bool = True,
+             backward: Any = None, backward_uses_outputs: bool = False,
+             grad_inputs: "Sequence[int] | None" = None, emulate: bool = False) -> TorchOp:
+    """Register the built module ``f`` as the PyTorch operator ``torch.ops.tdsl.<name>``.
+
+    ``name``: the operator's name (default: the kernel's, made unique); ``allocate_outputs``:
+    take the inputs and return new outputs (default), or take every argument and write the
+    outputs in place; ``backward``: the gradient, a built tdsl module or a ``TorchOp`` (see the
+    module docstring for the arguments it takes), or a callable ``(inputs, outputs,
+    grad_outputs) -> grads``; ``backward_uses_outputs``: the backward kernel also reads the
+    forward outputs; ``grad_inputs``: which inputs (positions among the inputs) the backward
+    kernel's outputs are the gradients of (default: all, in order); ``emulate``: for a CUDA
+    module, run it on CPU tensors under the CPU emulation harness (for tests without a GPU).
+    """
+    _require_torch()
+    if not isinstance(getattr(f, "func", None), PrimFunc):
+        raise TDSLError(f"to_torch expects a built tdsl module (td.build(...)), got "
+                        f"{type(f).__name__}")
+    kind = _module_kind(f)
+    if emulate and kind != "cuda":
+        raise TDSLError("to_torch(emulate=True) is for CUDA modules (the CPU emulation harness)")
+    if backward is not None and not allocate_outputs:
+        raise TDSLError("to_torch: autograd needs a functional operator; use "
+                        "allocate_outputs=True with backward=")
+    if name is None:
+        name = _unique_name(re.sub(r"\W", "_", f.func.name) or "kernel")
+    else:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise TDSLError(f"to_torch: operator name {name!r} must be a Python identifier "
+                            f"(it becomes torch.ops.{NAMESPACE}.{name})")
+        if f"{NAMESPACE}::{name}" in _REGISTERED:
+            raise TDSLError(f"to_torch: torch.ops.{NAMESPACE}.{name} is already registered in "
+                            f"this process; choose another name")
+    op = TorchOp(f, name, allocate_outputs, emulate)
+    op._register()
+    if backward is not None:
+        op._register_autograd(backward, backward_uses_outputs, grad_inputs)
+    return op
