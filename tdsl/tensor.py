@@ -15,12 +15,13 @@ from .visitor import post_order_visit
 class Range:
     """The half-open interval ``[min, min + extent)`` of an iteration variable."""
 
-    __slots__ = ("min", "extent", "alloc_bound")
+    __slots__ = ("min", "extent", "alloc_bound", "full_extent")
 
     def __init__(self, min: Any, extent: Any):
         self.min = _index(min)
         self.extent = _index(extent)
         self.alloc_bound: "int | None" = None   # a constant upper bound of extent, when known
+        self.full_extent: "Expr | None" = None  # the extent before clamping to a domain
 
     @staticmethod
     def from_min_extent(min: Any, extent: Any) -> "Range":

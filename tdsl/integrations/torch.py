@@ -25,12 +25,16 @@ What the operator does:
   inputs', symbolic sizes included, so the operator is one opaque node in the graph.
 * **Autograd.**  ``backward=`` gives the gradient, computed by another tdsl kernel:
 
-  - a built module whose *inputs* are the forward inputs, then (when
-    ``backward_uses_outputs=True``) the forward outputs, then one gradient per forward
-    output, and whose *outputs* are the gradients of the forward inputs listed in
-    ``grad_inputs`` (default: all of them), in that order; or
-  - any callable ``backward(inputs, outputs, grad_outputs) -> grads`` (one per input, None
-    for no gradient) for a gradient made of several kernels.
+  - a built module whose *inputs* are, in order: the forward inputs listed in
+    ``saved_inputs`` (default: all of them), the forward outputs listed in ``saved_outputs``
+    (default: none), then one gradient per forward output; and whose *outputs* are the
+    gradients of the forward inputs listed in ``grad_inputs`` (default: all of them), in that
+    order.  Only the listed tensors are saved for the backward pass.  E.g. ``y = sigmoid(x)``
+    with ``dx = dy * y * (1 - y)``: ``saved_inputs=[], saved_outputs=[0]``, a kernel
+    ``(y, dy) -> dx``;
+  - or any callable ``backward(saved_inputs, saved_outputs, grad_outputs) -> grads`` (tuples
+    of tensors; one gradient per forward input, None for none) for a gradient made of several
+    kernels.
 
   Double backward is not supported.
 
@@ -235,10 +239,21 @@ class TorchOp:
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     # ---- autograd ----------------------------------------------------------------------------
-    def _register_autograd(self, backward: Any, uses_outputs: bool,
+    def _positions(self, what: str, given: Optional[Sequence[int]], count: int,
+                   default: Sequence[int]) -> list[int]:
+        pos = list(default) if given is None else [int(i) for i in given]
+        if any(not 0 <= i < count for i in pos) or len(set(pos)) != len(pos):
+            raise TDSLError(f"{self.qualname}: {what}={pos} must be distinct positions in "
+                            f"0..{count - 1}")
+        return pos
+
+    def _register_autograd(self, backward: Any, saved_inputs: Optional[Sequence[int]],
+                           saved_outputs: Sequence[int],
                            grad_inputs: Optional[Sequence[int]]) -> None:
         t = _require_torch()
         n_in, n_out = len(self.inputs), len(self.outputs)
+        keep_in = self._positions("saved_inputs", saved_inputs, n_in, range(n_in))
+        keep_out = self._positions("saved_outputs", saved_outputs, n_out, ())
         if callable(backward) and not hasattr(backward, "func"):
             user = backward
 
@@ -252,18 +267,17 @@ class TorchOp:
         else:
             bw = backward if isinstance(backward, TorchOp) else \
                 to_torch(backward, name=_unique_name(self.name + "_backward"))
-            targets = list(range(n_in)) if grad_inputs is None else [int(i) for i in grad_inputs]
-            if any(not 0 <= i < n_in for i in targets) or len(set(targets)) != len(targets):
-                raise TDSLError(f"{self.qualname}: grad_inputs={targets} must be distinct input "
-                                f"positions in 0..{n_in - 1}")
-            want_in = n_in + (n_out if uses_outputs else 0) + n_out
+            targets = self._positions("grad_inputs", grad_inputs, n_in, range(n_in))
+            want_in = len(keep_in) + len(keep_out) + n_out
             if len(bw.inputs) != want_in or len(bw.outputs) != len(targets):
-                order = "inputs, " + ("outputs, " if uses_outputs else "") + "grad_outputs"
+                order = ", ".join([f"input {self.inputs[i].name}" for i in keep_in]
+                                  + [f"output {self.outputs[j].name}" for j in keep_out]
+                                  + [f"grad of {p.name}" for p in self.outputs])
                 raise TDSLError(
                     f"{self.qualname}: the backward kernel '{bw.func.name}' takes "
                     f"{len(bw.inputs)} input(s) and writes {len(bw.outputs)} output(s); expected "
                     f"{want_in} inputs ({order}) and {len(targets)} outputs (the gradients of "
-                    f"inputs {targets})")
+                    f"inputs {targets}); see saved_inputs, saved_outputs and grad_inputs")
             for k, i in enumerate(targets):
                 if bw.outputs[k].dtype != self.inputs[i].dtype:
                     raise DTypeError(f"{self.qualname}: the backward kernel's output "
@@ -272,8 +286,7 @@ class TorchOp:
             self.backward = bw
 
             def grads_of(inputs: tuple, outputs: tuple, gouts: tuple) -> tuple:
-                args = list(inputs) + (list(outputs) if uses_outputs else []) + list(gouts)
-                res = bw.op(*args)
+                res = bw.op(*inputs, *outputs, *gouts)
                 res = res if isinstance(res, (tuple, list)) else (res,)
                 g: list = [None] * n_in
                 for k, i in enumerate(targets):
@@ -282,14 +295,13 @@ class TorchOp:
 
         def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
             outs = tuple(output) if isinstance(output, (tuple, list)) else (output,)
-            ctx.n_in = len(inputs)
-            ctx.save_for_backward(*inputs, *(outs if uses_outputs else ()))
+            ctx.save_for_backward(*(inputs[i] for i in keep_in), *(outs[j] for j in keep_out))
 
         def backward_fn(ctx: Any, *grads: Any) -> Any:
             saved = ctx.saved_tensors
-            inputs, outputs = saved[:ctx.n_in], saved[ctx.n_in:]
+            ins, outs = saved[:len(keep_in)], saved[len(keep_in):]
             gouts = tuple(g.contiguous() for g in grads)
-            return grads_of(tuple(inputs), tuple(outputs), gouts)
+            return grads_of(tuple(ins), tuple(outs), gouts)
 
         t.library.register_autograd(self.qualname, backward_fn, setup_context=setup_context,
                                     lib=_LIBRARY)
@@ -306,17 +318,19 @@ class TorchOp:
 
 
 def to_torch(f: Any, name: "str | None" = None, *, allocate_outputs: bool = True,
-             backward: Any = None, backward_uses_outputs: bool = False,
-             grad_inputs: "Sequence[int] | None" = None, emulate: bool = False) -> TorchOp:
+             backward: Any = None, saved_inputs: "Sequence[int] | None" = None,
+             saved_outputs: Sequence[int] = (), grad_inputs: "Sequence[int] | None" = None,
+             emulate: bool = False) -> TorchOp:
     """Register the built module ``f`` as the PyTorch operator ``torch.ops.tdsl.<name>``.
 
     ``name``: the operator's name (default: the kernel's, made unique); ``allocate_outputs``:
     take the inputs and return new outputs (default), or take every argument and write the
     outputs in place; ``backward``: the gradient, a built tdsl module or a ``TorchOp`` (see the
-    module docstring for the arguments it takes), or a callable ``(inputs, outputs,
-    grad_outputs) -> grads``; ``backward_uses_outputs``: the backward kernel also reads the
-    forward outputs; ``grad_inputs``: which inputs (positions among the inputs) the backward
-    kernel's outputs are the gradients of (default: all, in order); ``emulate``: for a CUDA
+    module docstring for the arguments it takes), or a callable ``(saved_inputs, saved_outputs,
+    grad_outputs) -> grads``; ``saved_inputs`` / ``saved_outputs``: positions (among the
+    forward inputs / outputs) of the tensors the backward takes, before the output gradients
+    (default: every input, no output); ``grad_inputs``: positions of the inputs whose gradients
+    the backward kernel writes, in its output order (default: all); ``emulate``: for a CUDA
     module, run it on CPU tensors under the CPU emulation harness (for tests without a GPU).
     """
     _require_torch()
@@ -341,5 +355,5 @@ def to_torch(f: Any, name: "str | None" = None, *, allocate_outputs: bool = True
     op = TorchOp(f, name, allocate_outputs, emulate)
     op._register()
     if backward is not None:
-        op._register_autograd(backward, backward_uses_outputs, grad_inputs)
+        op._register_autograd(backward, saved_inputs, saved_outputs, grad_inputs)
     return op

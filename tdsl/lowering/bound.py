@@ -144,6 +144,31 @@ def relax(ana: Analyzer, e: Expr, dom: dict[Var, Interval]) -> Interval:
     return Interval(lo, hi)
 
 
+def with_full_regions(st: "Stage", b: StageBounds, ana: Analyzer
+                      ) -> "tuple[StageBounds, list[Expr]] | None":
+    """The bounds of an attached stage with every clamped region extent replaced by its
+    full constant size, and the conditions under which the region is not clamped at all
+    (None when no extent is clamped).  Lowering uses them to emit a full-tile copy of
+    the nest with constant extents next to the guarded one (loop partitioning)."""
+    ranges = dict(b.root_ranges)
+    conds: list[Expr] = []
+    for iv in st.op.axis:
+        r = ranges[iv]
+        if r.full_extent is None or ana.can_prove_equal(r.extent, r.full_extent):
+            continue
+        full = Range(r.min, r.full_extent)
+        full.alloc_bound, full.full_extent = r.alloc_bound, r.full_extent
+        ranges[iv] = full
+        conds.append(ana.simplify(r.extent >= r.full_extent))
+    if not conds:
+        return None
+    ext = pass_down(st.relations, {iv: ana.simplify(r.extent) for iv, r in ranges.items()}, ana)
+    nb = StageBounds(ranges, ext)
+    nb.values = pass_up(st.relations, {iv: iv.var for iv in st.leaf_iter_vars}, ext)
+    nb.root_values = {iv: ana.simplify(ranges[iv].min + nb.values[iv]) for iv in st.root_iter_vars}
+    return nb, conds
+
+
 def in_kernel(st: "Stage") -> bool:
     """True if ``st`` or a stage it is attached inside binds a loop to a GPU thread axis."""
     cur = st
@@ -254,5 +279,7 @@ def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
         need = ana.simplify(hi[d] - a + 1)
         ext = minimum(need, ana.simplify(dmax - a + 1))
         ranges[iv] = Range(a, ana.simplify(ext))
-        ranges[iv].alloc_bound = ana.const_int_bound(need)[1]  # type: ignore[attr-defined]
+        ranges[iv].alloc_bound = ana.const_int_bound(need)[1]
+        if isinstance(need, Const):
+            ranges[iv].full_extent = need
     return ranges

@@ -29,7 +29,7 @@ from ..visitor import free_vars, substitute, transform
 from tdsl.schedule.relations import Split, split_extents, split_predicates
 from tdsl.schedule.stage import AttachType
 
-from .bound import StageBounds, in_kernel, storage_scope
+from .bound import StageBounds, in_kernel, storage_scope, with_full_regions
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
@@ -56,6 +56,13 @@ def seq(parts: list) -> Stmt:
     if len(flat) == 1:
         return flat[0]
     return SeqStmt(flat)
+
+
+def _conj(conds: list[Expr]) -> Expr:
+    c = conds[0]
+    for x in conds[1:]:
+        c = c & x
+    return c
 
 
 def guard(conds: list[Expr], body: Stmt) -> Stmt:
@@ -103,9 +110,10 @@ class NestBuilder:
     def in_kernel(self, st: "Stage") -> bool:
         return in_kernel(st)
 
-    def domain_guards(self, st: "Stage", b: StageBounds, kernel: bool) -> list[Expr]:
-        """Inside kernels attached regions are not clamped: guard the declared domain."""
-        if not kernel or st.attach_type is not AttachType.SCOPE:
+    def domain_guards(self, st: "Stage", b: StageBounds, guard: bool) -> list[Expr]:
+        """Where attached regions are not clamped (in kernels, in the partial-tile copy of a
+        partitioned nest), guard the declared domain."""
+        if not guard or st.attach_type is not AttachType.SCOPE:
             return []
         out = []
         for iv in st.op.axis:
@@ -122,7 +130,21 @@ class NestBuilder:
         return seq(parts)
 
     def build_stage(self, st: "Stage") -> Stmt:
+        """The stage's nest; on the CPU, an attached stage whose vectorized or unrolled loops
+        run over a clamped region gets two copies: constant extents for full tiles, guards
+        for the partial tile at the end of the domain."""
         b = self.bounds[st]
+        kernel = self.in_kernel(st)
+        if not kernel and st.attach_type is AttachType.SCOPE and any(
+                self.kind_of(st, iv) in (ForKind.VECTORIZED, ForKind.UNROLLED) for iv in st.leaf_iter_vars):
+            split = with_full_regions(st, b, self.ana)
+            if split is not None:
+                full, conds = split
+                return IfThenElse(self.ana.simplify(_conj(conds)), self.stage_nest(st, full, False),
+                                  self.stage_nest(st, full, True))
+        return self.stage_nest(st, b, kernel)
+
+    def stage_nest(self, st: "Stage", b: StageBounds, guard_domain: bool) -> Stmt:
         leaves = st.leaf_iter_vars
         m = len(leaves)
         pos = {iv.var: i for i, iv in enumerate(leaves)}
@@ -159,7 +181,7 @@ class NestBuilder:
                                     f"divide the extent); choose factors that divide it")
             preds.append((m - 1 if kernel else level, involves_reduce, cond))
 
-        for cond in self.domain_guards(st, b, kernel):
+        for cond in self.domain_guards(st, b, guard_domain):
             used = [pos[v] for v in free_vars(cond) if v in pos]
             preds.append((m - 1, any(leaves[p].kind is IterKind.REDUCE for p in used), cond))
 

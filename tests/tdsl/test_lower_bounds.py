@@ -214,3 +214,42 @@ def test_multi_output_stage_with_one_output_as_argument():
     out2 = np.full(5, -7, "int64")
     td.build(s, [X, I], target="llvm")(x, out2)
     np.testing.assert_array_equal(out2, x.argmax(axis=1))
+
+
+@pytest.mark.parametrize("sizes", [(8, 32), (7, 30), (1, 1), (13, 17)])
+def test_register_tile_over_symbolic_sizes_is_partitioned(sizes):
+    """A register tile (unrolled x vectorized) attached over two symbolic sizes gets a
+    full-tile copy with constant extents and a guarded copy for the partial tile, and both
+    compute the right thing, interpreted and compiled."""
+    from tdsl.stmt import ForKind, IfThenElse
+    from tdsl.visitor import post_order_visit
+    n, m, K = td.var("n"), td.var("m"), 24
+    A = td.placeholder((n, K), name="A")
+    B = td.placeholder((K, m), name="B")
+    k = td.reduce_axis((0, K), name="k")
+    C = td.compute((n, m), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = td.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(*s[C].op.axis, 4, 16)
+    s[CL].compute_at(s[C], jo)
+    xc, yc = s[CL].op.axis
+    s[CL].reorder(s[CL].op.reduce_axis[0], xc, yc)
+    s[CL].unroll(xc)
+    s[CL].vectorize(yc)
+    func = td.lower(s, [A, B, C])
+    branches = []
+    post_order_visit(func.body, lambda x: branches.append(x) if isinstance(x, IfThenElse)
+                     and x.else_case is not None else None)
+    assert branches, func.script()
+    loops = []
+    post_order_visit(branches[0].then_case, lambda x: loops.append(x)
+                     if getattr(x, "kind", None) in (ForKind.UNROLLED, ForKind.VECTORIZED) else None)
+    assert loops and all(isinstance(f.extent, td.expr.Const) for f in loops)
+    N, M = sizes
+    rng = np.random.default_rng(N * 100 + M)
+    a = random_array(rng, (N, K))
+    b = random_array(rng, (K, M))
+    for runner in (lambda *x: run(func, *x), td.build(s, [A, B, C], target="llvm")):
+        c = np.full((N, M), np.nan, "float32")
+        runner(a, b, c)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
