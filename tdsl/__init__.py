@@ -23,3 +23,11 @@ from .lowering import lower  # noqa: E402
 from .build_module import build, load_module  # noqa: E402
 from tdsl.schedule import Schedule, Stage, create_schedule  # noqa: E402
 from tdsl.schedule.tensorize import TensorIntrin, decl_tensor_intrin  # noqa: E402
+
+
+def __getattr__(name: str):
+    """``tdsl.to_torch`` is imported on first use, so ``import tdsl`` never imports torch."""
+    if name == "to_torch":
+        from tdsl.integrations.torch import to_torch
+        return to_torch
+    raise AttributeError(f"module 'tdsl' has no attribute {name!r}")

@@ -47,7 +47,7 @@ from __future__ import annotations
 import itertools
 import keyword
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -75,11 +75,15 @@ def _require_torch() -> Any:
     return torch
 
 
+_TORCH_DTYPES: dict = {} if torch is None else {
+    "bool": torch.bool, "int8": torch.int8, "uint8": torch.uint8, "int32": torch.int32,
+    "int64": torch.int64, "float16": torch.float16, "float32": torch.float32,
+    "float64": torch.float64}
+
+
 def _torch_dtype(dtype: Any) -> Any:
-    t = _require_torch()
-    return {"bool": t.bool, "int8": t.int8, "uint8": t.uint8, "int32": t.int32,
-            "int64": t.int64, "float16": t.float16, "float32": t.float32,
-            "float64": t.float64}[str(dtype)]
+    _require_torch()
+    return _TORCH_DTYPES[str(dtype)]
 
 
 def _ident(name: str, taken: set) -> str:
@@ -131,8 +135,11 @@ class TorchOp:
         if not self.outputs:
             raise TDSLError(f"to_torch: '{self.func.name}' writes none of its parameters, so it "
                             f"has no output")
+        self.plan = tnp.plan(self.func)
         if allocate_outputs:
-            tnp.size_sources(self.func)     # every output shape must follow from the inputs
+            self.plan.check_allocatable()   # every output shape must follow from the inputs
+        self.all_params = sorted(self.inputs + self.outputs, key=lambda q: q.index)
+        self._out_dtypes = [_torch_dtype(p.dtype) for p in self.outputs]
         self.backward: Any = None
         self.op: Any = None
 
@@ -178,7 +185,7 @@ class TorchOp:
             if not isinstance(x, t.Tensor):
                 raise DTypeError(f"{self.qualname}: argument '{p.name}' must be a torch.Tensor, "
                                  f"got {type(x).__name__}")
-            want = _torch_dtype(p.dtype)
+            want = _TORCH_DTYPES[p.dtype]
             if x.dtype != want:
                 raise DTypeError(f"{self.qualname}: argument '{p.name}' has dtype {x.dtype}, "
                                  f"expected {want}; convert it with .to({want})")
@@ -206,7 +213,7 @@ class TorchOp:
     def _impl(self, *tensors: Any) -> Any:
         t = _require_torch()
         if not self.allocate_outputs:
-            params = sorted(self.inputs + self.outputs, key=lambda q: q.index)
+            params = self.all_params
             self._check(tensors, params)
             args = [x.detach().contiguous() if p.role == "input" else x.detach()
                     for x, p in zip(tensors, params)]
@@ -218,24 +225,21 @@ class TorchOp:
             return None
         self._check(tensors, self.inputs)
         ins = [x.detach().contiguous() for x in tensors]   # detach: no copy, DLPack-exportable
-        shapes = tnp.output_shapes(self.func, [tuple(x.shape) for x in ins])
+        shapes = self.plan.shapes([tuple(x.shape) for x in ins])
         dev = ins[0].device if ins else t.device("cpu")
-        outs = [t.empty(s, dtype=_torch_dtype(p.dtype), device=dev)
-                for s, p in zip(shapes, self.outputs)]
-        self._run(tnp._merge(self.func, ins, outs))
+        outs = [t.empty(s, dtype=dt, device=dev) for s, dt in zip(shapes, self._out_dtypes)]
+        self._run(self.plan.merge(ins, outs))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _fake(self, *tensors: Any) -> Any:
         t = _require_torch()
         if not self.allocate_outputs:
-            self._check(tensors, sorted(self.inputs + self.outputs, key=lambda q: q.index))
+            self._check(tensors, self.all_params)
             return None
         self._check(tensors, self.inputs)
-        shapes = tnp.output_shapes(self.func, [tuple(x.shape) for x in tensors],
-                                   t.sym_min, t.sym_max)
+        shapes = self.plan.shapes([tuple(x.shape) for x in tensors], t.sym_min, t.sym_max)
         like = tensors[0]
-        outs = [like.new_empty(s, dtype=_torch_dtype(p.dtype))
-                for s, p in zip(shapes, self.outputs)]
+        outs = [like.new_empty(s, dtype=dt) for s, dt in zip(shapes, self._out_dtypes)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     # ---- autograd ----------------------------------------------------------------------------
