@@ -52,6 +52,22 @@ class TensorIntrin:
     def __repr__(self) -> str:
         return f"TensorIntrin({self.name})"
 
+    def implementation(self, target_kind: str, call: IntrinCall) -> Stmt:
+        """The statement a loop-IR backend compiles for ``call``: the target's own
+        implementation (``impls[kind](call) -> Stmt``), else a TVM-style ``fcompute``
+        (``impls["default"](inputs, outputs) -> Stmt``), else the declared computation."""
+        impl = self.impls.get(target_kind)
+        if impl is not None:
+            stmt = impl(call)
+        elif "default" in self.impls:
+            stmt = self.impls["default"](list(call.inputs), list(call.outputs))
+        else:
+            return self.lower_fallback(call)
+        if not isinstance(stmt, Stmt):
+            raise ScheduleError("tensorize", self.name, f"the {target_kind!r} implementation "
+                                f"returned {type(stmt).__name__}, not a loop-IR statement")
+        return stmt
+
     def lower_fallback(self, call: IntrinCall) -> Stmt:
         """The declared computation over the call's regions, as plain loops (update only)."""
         loop_vars = [Var(f"{self.name}_{iv.name}", "int64") for iv in self.axes]
@@ -117,9 +133,12 @@ class Match:
 
 
 def _leaf_root(stage: "Stage", leaf: IterVar) -> tuple[IterVar, Optional[int]]:
-    """The root axis a tensorized leaf runs along, and its constant extent."""
+    """The root axis a tensorized leaf runs along, and its constant extent (None where
+    only lowering knows it: the region of an attached stage, checked then)."""
     if leaf in stage.root_iter_vars:
         e = leaf.dom.extent
+        if stage.attach_type.value == "scope" and leaf.kind is not IterKind.REDUCE:
+            return leaf, None
         return leaf, (e.value if isinstance(e, Const) else None)
     for rel in stage.relations:
         if isinstance(rel, Split) and rel.inner is leaf and rel.parent in stage.root_iter_vars \
@@ -164,7 +183,8 @@ def check_tensorize(stage: "Stage", var: IterVar, intrin: TensorIntrin) -> Match
             raise ScheduleError("tensorize", stage.name, f"loop '{leaf.name}' is a "
                                 f"{r.kind.value} loop but the intrinsic's axis '{iax.name}' is "
                                 f"{iax.kind.value}", leaf.name)
-        if ext != intrin.extents[j]:
+        if ext is not None and ext != intrin.extents[j] or \
+                ext is None and stage.attach_type.value != "scope":
             raise ScheduleError("tensorize", stage.name, f"loop '{leaf.name}' has extent {ext} but the "
                                 f"intrinsic's axis '{iax.name}' has {intrin.extents[j]}", leaf.name)
         vmap[r.var] = Var(f"base_{r.name}", "int64") + iax.var
@@ -251,6 +271,14 @@ def make_intrin_call(builder: Any, st: "Stage", inner: list, vmap: dict) -> Intr
     """The IntrinCall replacing ``st``'s loops ``inner`` (used by lowering)."""
     intrin: TensorIntrin = st.iter_attrs[inner[0]].tensor_intrin
     match: Match = st.tensorize_match  # type: ignore[attr-defined]
+    extents = builder.bounds[st].extents
+    for leaf, j in match.axis_of_leaf.items():
+        got = builder.ana.const_int_bound(extents[leaf])
+        if got != (intrin.extents[j], intrin.extents[j]):
+            from tdsl.errors import LoweringError
+            raise LoweringError(f"tensorize: stage '{st.name}', loop '{leaf.name}' runs over "
+                                f"{extents[leaf]!r} iterations here, but the intrinsic "
+                                f"'{intrin.name}' covers {intrin.extents[j]}")
     zero = {iv.var: Const(0, iv.var.dtype) for iv in inner}
     base = {k: substitute(v, zero) for k, v in vmap.items()}
     stor = builder.storage[st]

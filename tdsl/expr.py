@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import enum
 import numbers
+import itertools
 from typing import Any, Sequence
 
 from .dtype import INDEX, DType, as_dtype
 from .errors import DTypeError, ShapeError
+
+
+_VAR_SEQ = itertools.count()
 
 
 class Expr:
@@ -79,13 +83,19 @@ class Expr:
 
 # ---- leaves ---------------------------------------------------------------------------
 class Var(Expr):
-    """A named scalar variable: a loop variable or a symbolic size. Identity-compared."""
+    """A named scalar variable: a loop variable or a symbolic size. Identity-compared.
 
-    __slots__ = ("name",)
+    ``seq`` numbers variables in creation order: a deterministic tie-break between
+    variables of the same name (canonical forms must not depend on memory addresses,
+    or replaying a trace could print terms in another order).
+    """
+
+    __slots__ = ("name", "seq")
 
     def __init__(self, name: str, dtype: "DType | str" = INDEX):
         self.name = name
         self.dtype = as_dtype(dtype)
+        self.seq = next(_VAR_SEQ)
 
 
 class SizeVar(Var):

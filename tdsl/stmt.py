@@ -197,6 +197,7 @@ class BufferRegion:
     """
 
     __slots__ = ("buffer", "mins", "extents", "axes")
+    _fields = ("mins", "extents")
 
     def __init__(self, buffer: Buffer, mins: Sequence[Expr], extents: Sequence[Expr],
                  axes: "Sequence[int | None] | None" = None):
@@ -215,7 +216,7 @@ class IntrinCall(Stmt):
     """
 
     __slots__ = ("intrin", "inputs", "outputs", "reset", "update")
-    _fields = ()
+    _fields = ("inputs", "outputs")
 
     def __init__(self, intrin: Any, inputs: Sequence[BufferRegion],
                  outputs: Sequence[BufferRegion], reset: bool, update: bool):

@@ -9,17 +9,20 @@ regions use the intrinsic's "cuda" implementation or its declared computation.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import ExitStack, contextmanager
+from functools import reduce
+from typing import Any, Callable, Iterator
 
 from tdsl.errors import BuildError, InternalError
-from tdsl.expr import BufferLoad, Const, Expr, Var
+from tdsl.expr import And, BufferLoad, Const, Expr, Var
 from tdsl.stmt import (Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
                        IntrinCall, LetStmt, Stmt, StorageScope, ThreadTag)
 from tdsl.target import Target
 
-from .cstyle import CStyleRenderer, c_type
+from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type
 from .kernels import KernelInfo, const_span, same_extent, walk
 from .prelude import prelude
+from .vectorize import LANES, VectorAccess, VectorPlan, plan_vector_loop
 
 
 class KernelRenderer(CStyleRenderer):
@@ -33,6 +36,8 @@ class KernelRenderer(CStyleRenderer):
         self.thread_vars: set[Var] = set()     # values that differ between threads of a block
         self.divergent = 0                     # depth of thread-dependent conditions
         self.enclosing_tags: list[ThreadTag] = []
+        self.align_flags: dict[tuple[str, int], str] = {}   # (pointer, bytes) -> flag name
+        self.local_align: dict[int, int] = {}               # id(local buffer) -> bytes
 
     # ---- the function ----------------------------------------------------------------------
     def render(self) -> str:
@@ -57,7 +62,12 @@ class KernelRenderer(CStyleRenderer):
             name = self.names.bind(buf, buf.name)
             k.c_names[name] = buf.name
             self.emit(f"__shared__ tdsl_shared<{c_type(buf.dtype)}, {const_span(buf)}> {name};")
+        flags_at = len(self.lines)
         self.stmt(k.root)
+        self.lines[flags_at:flags_at] = [
+            f"  const bool {flag} = ((unsigned long long){ptr} & {nbytes - 1}) == 0;"
+            f"  // vector accesses need {nbytes}-byte alignment"
+            for (ptr, nbytes), flag in self.align_flags.items()]
         self.depth = 0
         body = "\n".join(self.lines)
         head = f'extern "C" __global__ void {launch_bounds}{k.name}({", ".join(params)}) {{'
@@ -73,6 +83,11 @@ class KernelRenderer(CStyleRenderer):
     def loop(self, s: For) -> None:
         if s.kind is not ForKind.THREAD_BINDING or s.thread_tag is ThreadTag.VTHREAD:
             dep = self.depends_on_thread(s.min) or self.depends_on_thread(s.extent)
+            if s.kind is ForKind.VECTORIZED and not dep:
+                plan = plan_vector_loop(self, s)
+                if plan is not None:
+                    self.vector_loop(plan)
+                    return
             if dep:
                 self.thread_vars.add(s.var)
                 self.divergent += 1
@@ -110,6 +125,84 @@ class KernelRenderer(CStyleRenderer):
             self.divergent -= 1
         finally:
             self.enclosing_tags.pop()
+
+    # ---- vector accesses (see vectorize.py) --------------------------------------------------
+    def vector_loop(self, p: VectorPlan) -> None:
+        self.helpers.add("vector")
+        if p.store.ctype.startswith("tdsl_half") or any(
+                a.ctype.startswith("tdsl_half") for a in p.loads):
+            self.helpers.add("half")
+        for buf, nbytes in p.local_align:
+            self.local_align[id(buf)] = max(self.local_align.get(id(buf), 0), nbytes)
+        checks = [self.align_flag(buf, nbytes) for buf, nbytes in p.runtime_align]
+        self.emit(f"// vectorized '{p.lane.name}': {p.width} lanes, {p.store.ctype} accesses")
+        with ExitStack() as stack:
+            if p.invariant:
+                cond = reduce(And, p.invariant)
+                stack.enter_context(self.block(f"if ({self.expr(cond)})"))
+                stack.enter_context(self.ana.constraint(cond))
+            checks += [self.operand(w, LAND) for w in p.worst]
+            if not checks:
+                with self._braces():
+                    self.vector_body(p)
+                return
+            with self.block(f"if ({' && '.join(checks)})"):
+                self.vector_body(p)
+            with self.block("else"):  # a tail, or a user's array that starts misaligned
+                self.serial_loop(p.scalar_loop())
+
+    @contextmanager
+    def _braces(self) -> Iterator[None]:
+        self.emit("{")
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            self.emit("}")
+
+    def vector_pointer(self, acc: VectorAccess) -> str:
+        off = self.expr(acc.base)
+        name = self.buffer_ref(acc.buffer)
+        if acc.buffer.scope is StorageScope.SHARED:
+            return f"{name}.ptr({off})"
+        return name if off == "0" else f"{name} + {off}"
+
+    def vector_body(self, p: VectorPlan) -> None:
+        for acc in p.loads:
+            acc.name = self.names.fresh(f"{acc.buffer.name}_v")
+            self.emit(f"const {acc.ctype} {acc.name} = tdsl_vload<{acc.ctype}>("
+                      f"{self.vector_pointer(acc)});")
+        for acc in p.loads:
+            if p.value is acc.nodes[0] and acc.ctype == p.store.ctype:  # a plain copy
+                self.emit(f"tdsl_vstore({self.vector_pointer(p.store)}, {acc.name});")
+                return
+        scalar: dict[int, tuple[str, int]] = {}
+        for group in p.scalars:
+            name = self.names.fresh(f"{group[0].buffer.name}_s")
+            self.emit(f"const {c_type(group[0].dtype)} {name} = {self.expr(group[0])};")
+            scalar.update((id(node), (name, PRIMARY)) for node in group)
+        out = self.names.fresh(f"{p.store.buffer.name}_v")
+        self.emit(f"{p.store.ctype} {out};")
+        for lane in range(p.width):
+            self.overrides = {id(p.lane): (str(lane), PRIMARY), **scalar}
+            for acc in p.loads:
+                for node in acc.nodes:
+                    self.overrides[id(node)] = (f"{acc.name}.{LANES[lane]}", PRIMARY)
+            try:
+                code = self.expr(p.value)
+            finally:
+                self.overrides = {}
+            self.emit(f"{out}.{LANES[lane]} = {code};")
+        self.emit(f"tdsl_vstore({self.vector_pointer(p.store)}, {out});")
+
+    def align_flag(self, buf: Any, nbytes: int) -> str:
+        """A kernel-wide flag: the user's array ``buf`` starts ``nbytes``-aligned."""
+        ptr = self.buffer_ref(buf)
+        flag = self.align_flags.get((ptr, nbytes))
+        if flag is None:
+            flag = self.align_flags[(ptr, nbytes)] = self.names.fresh(f"{ptr}_aligned{nbytes}")
+        return flag
 
     def depends_on_thread(self, e: Expr) -> bool:
         found = False
@@ -149,7 +242,14 @@ class KernelRenderer(CStyleRenderer):
             name = self.names.bind(buf, buf.name)
             if buf.dtype.value == "float16":
                 self.helpers.add("half")
+            at = len(self.lines)
             self.emit(f"{c_type(buf.dtype)} {name}[{const_span(buf)}];")
+            self.stmt(s.body)
+            align = self.local_align.get(id(buf))
+            if align:  # vector accesses need an aligned start
+                decl = f"{c_type(buf.dtype)} {name}["
+                self.lines[at] = self.lines[at].replace(decl, f"__align__({align}) {decl}", 1)
+            return
         elif self.names.get(buf) is None:
             raise InternalError(f"CUDA codegen: {buf.scope} buffer '{buf.name}' was not hoisted")
         self.stmt(s.body)

@@ -43,6 +43,7 @@ _RESERVED = frozenset("""
     union unsigned void volatile while bool true false class namespace new delete this template
     typename operator private public protected friend virtual asm main min max abs threadIdx
     blockIdx blockDim gridDim warpSize float2 float4 int2 int4 half dim3 uint3 isnan
+    double2 longlong2 float3 int3 double4 longlong4 uintptr_t
 """.split())
 
 _INT_SUFFIX_LIMIT = 2 ** 31
@@ -110,6 +111,9 @@ class CStyleRenderer:
         self.lines: list[str] = []
         self.depth = 0
         self.helpers: set[str] = set()
+        # C text (and precedence) that replaces particular expression nodes, by identity:
+        # the vector renderer maps a lane's loads and its loop variable this way
+        self.overrides: dict[int, tuple[str, int]] = {}
 
     # ---- output ------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -150,6 +154,10 @@ class CStyleRenderer:
         return code if prec <= limit else f"({code})"
 
     def _expr(self, e: Expr) -> tuple[str, int]:
+        if self.overrides:
+            hit = self.overrides.get(id(e))
+            if hit is not None:
+                return hit
         for cls in type(e).__mro__:
             handler = _EXPR_HANDLERS.get(cls)
             if handler is not None:

@@ -40,6 +40,14 @@
 struct uint3 { unsigned int x, y, z; };
 struct dim3 { unsigned int x, y, z; };
 
+// CUDA's built-in vector types that generated vector loads and stores use, aligned as on a GPU
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(16) double2 { double x, y; };
+struct alignas(16) longlong2 { long long x, y; };
+
 namespace emu {
 
 enum State { RUNNABLE, AT_BARRIER, AT_WARP, DONE };
@@ -435,6 +443,48 @@ template <typename T, int N> struct tdsl_shared : emu::SharedBase {
   }
   emu::SharedPtr<T> ptr(long long i) { return {this, data, i}; }
 };
+
+// vector loads and stores (tdsl_vload<float4>(p) ...): the address must be a multiple of the
+// vector's size, as on a GPU (which faults otherwise; here it is reported); a shared array's
+// lanes go through the shadow tracking one by one, so races on any lane are seen
+namespace emu {
+inline void check_vector_align(const void* p, size_t align) {
+  if (((uintptr_t)p & (align - 1)) == 0) return;
+  char buf[128];
+  snprintf(buf, sizeof buf, "misaligned vector access at %p (a multiple of %zu bytes is needed)",
+           p, align);
+  fail("misaligned", buf);
+}
+}  // namespace emu
+
+template <typename V, typename T> inline V tdsl_vload(const T* p) {
+  static_assert(sizeof(V) % sizeof(T) == 0, "vector of T");
+  emu::check_vector_align(p, alignof(V));
+  V v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename V, typename T> inline void tdsl_vstore(T* p, const V& v) {
+  static_assert(sizeof(V) % sizeof(T) == 0, "vector of T");
+  emu::check_vector_align(p, alignof(V));
+  memcpy(p, &v, sizeof v);
+}
+template <typename V, typename T> inline V tdsl_vload(const emu::SharedPtr<T>& p) {
+  constexpr int n = sizeof(V) / sizeof(T);
+  emu::check_vector_align(p.base + p.off, alignof(V));
+  T lanes[n];
+  for (int j = 0; j < n; ++j) lanes[j] = p.read(j);
+  V v;
+  memcpy(&v, lanes, sizeof v);
+  return v;
+}
+template <typename V, typename T> inline void tdsl_vstore(const emu::SharedPtr<T>& p, const V& v) {
+  constexpr int n = sizeof(V) / sizeof(T);
+  emu::check_vector_align(p.base + p.off, alignof(V));
+  T lanes[n];
+  memcpy(lanes, &v, sizeof v);
+  for (int j = 0; j < n; ++j) p.write(j, lanes[j]);
+}
 
 // ---- WMMA m16n16k16 (f16 x f16 + f32): fragments hold the whole tile in every lane -----------------
 struct tdsl_wmma_a { float v[256]; };

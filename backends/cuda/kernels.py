@@ -44,6 +44,8 @@ class KernelParam:
     name: str = ""              # the C name, set by the code generator
     c_decl: str = ""            # the C parameter type, set by the code generator
     min_align: int = 1          # bytes the pointer must be aligned to (WMMA: 32)
+    user_array: bool = False    # an argument of the function (may start anywhere), not a
+                                # buffer the host allocates (256-byte aligned)
 
 
 @dataclass
@@ -285,7 +287,8 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
     globals_.sort(key=lambda b: (0, order[id(b)]) if id(b) in order else (1, 0))
     used_vars: set[Var] = set()
     for b in globals_:  # parameters, host allocations, and global buffers hoisted from here
-        params.append(KernelParam(buffer=b, is_const=id(b) not in written))
+        params.append(KernelParam(buffer=b, is_const=id(b) not in written,
+                                  user_array=id(b) in order))
     for b in touched + [a.buffer for a in allocs]:
         for e in b.effective_strides():
             used_vars |= free_vars(e)

@@ -50,6 +50,20 @@ template <typename T, int N> struct __align__(32) tdsl_shared {
 };
 #endif"""
 
+_VECTOR = """\
+#ifndef TDSL_EMULATION
+// vector loads and stores of W consecutive elements; the address is a multiple of the
+// vector's size (proven when the source was generated, or tested at run time)
+template <typename V, typename T> __device__ __forceinline__ V tdsl_vload(const T* p) {
+  return *(const V*)p; }
+template <typename V, typename T> __device__ __forceinline__ void tdsl_vstore(T* p, const V& v) {
+  *(V*)p = v; }
+#endif"""
+
+_HALF_VECTOR = """\
+struct __align__(4) tdsl_half2 { tdsl_half x, y; };
+struct __align__(8) tdsl_half4 { tdsl_half x, y, z, w; };"""
+
 _WMMA_TYPES = """\
 #ifndef TDSL_EMULATION
 // WMMA m16n16k16 fragments: f16 inputs, f32 accumulator (8 registers per thread each)
@@ -120,14 +134,18 @@ def wmma_prelude(functions: set[str]) -> str:
 
 def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = None) -> str:
     """The prelude for a source whose kernels use ``helpers`` ("half", "floordiv",
-    "shared", "wmma")."""
+    "shared", "vector", "wmma")."""
     parts = [_HEADER.format(target=target)]
     if "half" in helpers or "wmma" in helpers:
         parts.append(_HALF)
+        if "vector" in helpers:
+            parts.append(_HALF_VECTOR)
     if "floordiv" in helpers:
         parts.append(_FLOORDIV)
     if "shared" in helpers:
         parts.append(_SHARED)
+    if "vector" in helpers:
+        parts.append(_VECTOR)
     if "wmma" in helpers:
         parts.append(wmma_prelude(wmma_functions or set()))
     return "\n\n".join(parts) + "\n"

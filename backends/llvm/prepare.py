@@ -11,11 +11,14 @@ from tdsl.visitor import post_order_visit, transform
 def _lower_intrin_calls(node: Any) -> Any:
     def pre(n: Any) -> Any:
         if isinstance(n, IntrinCall):
-            lower = getattr(n.intrin, "lower_fallback", None)
-            if lower is None:
+            implement = getattr(n.intrin, "implementation", None)
+            if implement is not None:
+                return _lower_intrin_calls(implement("llvm", n))
+            fallback = getattr(n.intrin, "lower_fallback", None)
+            if fallback is None:
                 raise BuildError(f"tensor intrinsic {n.intrin!r} has no implementation for "
                                  f"the LLVM backend and no fallback")
-            return _lower_intrin_calls(lower(n))
+            return _lower_intrin_calls(fallback(n))
         return None
     return transform(node, pre=pre)
 

@@ -348,7 +348,7 @@ class Analyzer(RulesMixin, IntSetMixin):
 
     @staticmethod
     def _var_key(v: Var) -> tuple:
-        return (RANK_VAR, v.name, id(v), v.dtype)
+        return (RANK_VAR, v.name, v.seq, v.dtype)
 
     def _l_const(self, e: Const) -> Lin:
         return lin_const(e.value)
@@ -357,7 +357,7 @@ class Analyzer(RulesMixin, IntSetMixin):
         s = self._subst_lin.get(e)
         if s is not None:
             return s
-        return lin_atom(e, (RANK_VAR, e.name, id(e), e.dtype))
+        return lin_atom(e, (RANK_VAR, e.name, e.seq, e.dtype))
 
     def _l_add(self, e: Add) -> Lin:
         r = lin_add(self._lin(e.a), self._lin(e.b))

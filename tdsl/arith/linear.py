@@ -156,7 +156,7 @@ def gkey(e: Expr) -> Any:
     if cls is Const:
         return (RANK_CONST, e.dtype, e.value)
     if isinstance(e, Var):
-        return (RANK_VAR, e.name, id(e), e.dtype)
+        return (RANK_VAR, e.name, e.seq, e.dtype)
     name = cls.__name__
     rank = _RANKS.get(name)
     if rank is None:
