@@ -100,8 +100,14 @@ class Module:
         also returns the data pointers."""
         return self._checker.check(arrays)
 
-    def __call__(self, *arrays: Any) -> None:
+    def __call__(self, *arrays: Any) -> Any:
+        """Run on every argument (inputs and outputs, in order); or, given the inputs only,
+        allocate the outputs (NumPy arrays), run, and return them (a tuple if several)."""
+        if self._written and len(arrays) == len(self.func.params) - len(self._written):
+            from tdsl.integrations.numpy import call
+            return call(self, *arrays)
         self._launcher(*self.bind(arrays))()
+        return None
 
     def _launcher(self, arrays: list[np.ndarray], sizes: dict[Var, int],
                   pointers: list[int]) -> Callable[[], None]:

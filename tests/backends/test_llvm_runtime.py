@@ -114,3 +114,17 @@ def test_signature_metadata_roundtrip():
     assert [p.name for p in g.params] == ["A", "B", "C"]
     assert [v.name for v in g.size_vars] == ["m", "n", "k"]
     assert signature_to_json(g, "mm_meta") == j
+
+
+def test_call_with_inputs_only_allocates_and_returns_the_outputs():
+    import tdsl as td
+    n = td.var("n")
+    A = td.placeholder((n, 3), name="A")
+    B = td.compute((n, 3), lambda i, j: A[i, j] * 2.0, name="B")
+    C = td.compute((n,), lambda i: A[i, 0] + A[i, 2], name="C")
+    f = td.build(td.create_schedule([B.op, C.op]), [A, B, C], target="llvm")
+    a = np.random.default_rng(5).random((4, 3), dtype=np.float32) + 0.5
+    b, c = f(a)
+    np.testing.assert_allclose(b, a * 2)
+    np.testing.assert_allclose(c, a[:, 0] + a[:, 2])
+    assert f(a, np.empty((4, 3), "float32"), np.empty(4, "float32")) is None

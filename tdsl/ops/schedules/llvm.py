@@ -15,6 +15,8 @@ Tile sizes adapt to the vector width of the target (16 float32 lanes with AVX-51
 """
 from __future__ import annotations
 
+from tdsl.errors import TDSLError
+
 import functools
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -51,7 +53,7 @@ def _vector_bits(target: Target) -> int:
     try:
         from tdsl.backends.llvm.machine import machine_spec
         feats = machine_spec(target).features
-    except Exception:   # no LLVM: schedule for 256-bit vectors
+    except (ImportError, RuntimeError, TDSLError):   # no LLVM: schedule for 256-bit vectors
         return 256
     enabled = {f[1:] for f in feats.split(",") if f.startswith("+")}
     if "avx512f" in enabled:
