@@ -10,6 +10,7 @@ file + rename), so concurrent builds cannot leave a torn object behind.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,8 +27,17 @@ from tdsl.target import Target
 
 from .machine import MachineSpec
 
-#: Bumped when code generation changes in a way the IR text would not show.
-BACKEND_VERSION = "1"
+@functools.lru_cache(maxsize=1)
+def backend_fingerprint() -> str:
+    """A hash of the code generator's own source (this package and the runtime), so that
+    a disk-cached object built by another version of tdsl is never reused."""
+    h = hashlib.sha256()
+    import tdsl.runtime
+    for root in (Path(__file__).parent, Path(tdsl.runtime.__file__).parent):
+        for f in sorted(root.glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 MEMORY_ENTRIES = 512
 
 KeyFunction = Callable[[PrimFunc, Target, MachineSpec, Callable[[], str]], str]
@@ -37,7 +47,7 @@ def ir_text_key(func: PrimFunc, target: Target, spec: MachineSpec,
                 ir_text: Callable[[], str]) -> str:
     """The default key: a hash of the LLVM IR text, target and resolved machine."""
     h = hashlib.sha256()
-    for part in (BACKEND_VERSION, llvmlite.__version__, str(target), spec.key(), ir_text()):
+    for part in (backend_fingerprint(), llvmlite.__version__, str(target), spec.key(), ir_text()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -50,7 +60,7 @@ def structural_key(func: PrimFunc, target: Target, spec: MachineSpec,
     from tdsl.structural import structural_hash
     h = hashlib.sha256()
     names = [func.name] + [b.name for b in func.params] + [v.name for v in func.size_vars]
-    for part in (BACKEND_VERSION, llvmlite.__version__, str(target), spec.key(),
+    for part in (backend_fingerprint(), llvmlite.__version__, str(target), spec.key(),
                  structural_hash(func), json.dumps(names), json.dumps(sorted(map(str, func.attrs.items())))):
         h.update(part.encode())
         h.update(b"\0")
