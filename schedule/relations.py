@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
-from tdsl.expr import Const, Expr, Var
-from tdsl.tensor import IterVar, Range
+from tdsl.expr import Const, Expr
+from tdsl.tensor import IterVar
 
 if TYPE_CHECKING:
     from tdsl.arith import Analyzer
@@ -114,28 +114,12 @@ def leaf_ancestry(relations: list, root: IterVar) -> set[IterVar]:
     return out
 
 
-def root_of(relations: list, iv: IterVar) -> list[IterVar]:
-    """The iteration variables ``iv`` was derived from, back to the roots."""
-    parents: dict[IterVar, list[IterVar]] = {}
-    for rel in relations:
-        if isinstance(rel, Split):
-            parents[rel.outer] = [rel.parent]
-            parents[rel.inner] = [rel.parent]
-        else:
-            parents[rel.fused] = [rel.outer, rel.inner]
-    out, todo = [], [iv]
-    while todo:
-        x = todo.pop()
-        if x in parents:
-            todo.extend(parents[x])
-        elif x not in out:
-            out.append(x)
-    return out
-
-
-def zero_range(ext: Expr) -> Range:
-    return Range(0, ext)
+def relation_vars(rel: "Split | Fuse") -> tuple[IterVar, ...]:
+    """Every iteration variable a relation mentions."""
+    if isinstance(rel, Split):
+        return (rel.parent, rel.outer, rel.inner)
+    return (rel.outer, rel.inner, rel.fused)
 
 
 __all__ = ["Split", "Fuse", "pass_down", "pass_up", "split_predicates", "split_extents",
-           "leaf_ancestry", "root_of", "ceil_div", "Var"]
+           "leaf_ancestry", "relation_vars", "ceil_div"]

@@ -16,7 +16,7 @@ from tdsl.expr import Const, Reduce
 from tdsl.tensor import ComputeOp, IterKind, IterVar, Range, Tensor
 from tdsl.visitor import substitute
 
-from .relations import leaf_ancestry, pass_down, pass_up, split_predicates
+from .relations import leaf_ancestry, pass_down, pass_up, relation_vars, split_predicates
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -47,8 +47,7 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
     ana = Analyzer()
     reduce_roots = list(op.reduce_axis)
     derived = set().union(*(leaf_ancestry(st.relations, r) for r in reduce_roots))
-    rels = [r for r in st.relations
-            if any(v in derived for v in getattr(r, "__dict__", {}).values() if isinstance(v, IterVar))]
+    rels = [r for r in st.relations if any(v in derived for v in relation_vars(r))]
     ext = pass_down(rels, {r: r.dom.extent for r in reduce_roots}, ana)
     leaf_reduce = [v for v in st.leaf_iter_vars if v.kind is IterKind.REDUCE]
     fac = IterVar(Range(0, ext[axis]), f"{axis.name}.v", IterKind.DATA_PAR)
