@@ -133,17 +133,30 @@ class Database:
 
     def __init__(self, path: str, timeout: float = 60.0):
         self.path = os.fspath(path)
-        try:
-            self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
-                                         check_same_thread=False)
-            if self.path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.executescript(_SCHEMA)
-            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                               (str(SCHEMA_VERSION),))
-        except sqlite3.DatabaseError as e:
-            raise TuningError(f"cannot open tuning database {self.path!r}: {e}") from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
+                                             check_same_thread=False)
+                self._initialize()
+                break
+            except sqlite3.OperationalError as e:
+                # Switching a new file to WAL needs a moment of exclusive access, which the
+                # busy timeout does not always wait for while another process sets it up.
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise TuningError(f"cannot open tuning database {self.path!r}: {e}") from None
+                self._conn.close()
+                time.sleep(0.05)
+            except sqlite3.DatabaseError as e:
+                raise TuningError(f"cannot open tuning database {self.path!r}: {e}") from None
+
+    def _initialize(self) -> None:
+        if self.path != ":memory:":
+            self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                           (str(SCHEMA_VERSION),))
 
     # ---- writing ---------------------------------------------------------------------------
     def add(self, rec: Record) -> int:

@@ -47,7 +47,8 @@ def test_export_load_roundtrip(tmp_path, parallel):
     with pytest.raises(ShapeError):  # the same argument checks as the built module
         loaded(a, b[:, :5].copy(), c)
     with pytest.raises(ShapeError, match="too few"):
-        loaded(a, b)
+        loaded(a)
+    np.testing.assert_allclose(loaded(a, b), a @ b, rtol=1e-4, atol=1e-4)  # allocates C
     assert "define" in loaded.get_source("ll")
     r = loaded.time_evaluator(number=2, repeat=2)(a, b, c)
     assert len(r.results) == 2 and r.mean > 0
