@@ -35,7 +35,9 @@ def kernel_name(tmp_path_factory: pytest.TempPathFactory) -> str:
     spec = root / "kernels" / KERNEL
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-X", "faulthandler", "-m", "ipykernel_launcher", "-f",
+                 "{connection_file}"],
+        # a kernel that dies prints its native stack to stderr (captured with the failure)
         "display_name": "tdsl tests", "language": "python"}))
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(root) + (os.pathsep + old if old else "")
