@@ -115,12 +115,16 @@ class NestBuilder:
         partitioned nest), guard the declared domain."""
         if not guard or st.attach_type is not AttachType.SCOPE:
             return []
+        # A fresh analyzer: the builder's knows this stage's loop variables over their
+        # clamped ranges, which the unclamped copy does not run over (the final simplify
+        # pass drops what the actual loop extents prove).
+        ana = Analyzer()
         out = []
         for iv in st.op.axis:
             v = b.root_values[iv]
             lo, hi = iv.dom.min, iv.dom.min + iv.dom.extent
             for c in (v >= lo, v < hi):
-                if not self.ana.can_prove(c):
+                if not ana.can_prove(c):
                     out.append(c)
         return out
 
