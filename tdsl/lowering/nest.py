@@ -24,7 +24,7 @@ from ..expr import BufferLoad, Const, Expr, Reduce, TensorLoad, Var
 from ..intrin import minimum
 from ..stmt import (Allocate, Barrier, Buffer, BufferStore, For, ForKind, IfThenElse,
                     LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
-from ..tensor import IterKind, IterVar
+from ..tensor import IterKind, IterVar, Range
 from ..visitor import free_vars, substitute, transform
 from tdsl.schedule.relations import Split, split_extents, split_predicates
 from tdsl.schedule.stage import AttachType
@@ -144,6 +144,10 @@ class NestBuilder:
             split = with_full_regions(st, b, self.ana)
             if split is not None:
                 full, conds = split
+                # both copies run their loops over the full extents: forget the clamped
+                # ranges that bound inference recorded for them
+                for iv in st.leaf_iter_vars:
+                    self.ana.bind(iv.var, Range(0, full.extents[iv]))
                 return IfThenElse(self.ana.simplify(_conj(conds)), self.stage_nest(st, full, False),
                                   self.stage_nest(st, full, True))
         return self.stage_nest(st, b, kernel)
