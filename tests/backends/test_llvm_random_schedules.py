@@ -14,11 +14,17 @@ import tdsl as td
 from tdsl.stmt import ForKind
 from tdsl.tensor import IterKind
 from tdsl.visitor import post_order_visit
+from tests.guard_pages import guarded_copy
 from tests.workloads import random_schedule
 
 
 def llvm_runner(sch, args, arrays):
-    td.build(sch, args, target="llvm")(*arrays)
+    """Build and run with every array ending at an unreadable page (out-of-bounds
+    accesses crash instead of passing by luck); results are copied back."""
+    guarded = [guarded_copy(a) for a in arrays]
+    td.build(sch, args, target="llvm")(*guarded)
+    for a, g in zip(arrays, guarded):
+        a[...] = g
 
 
 @pytest.mark.parametrize("workload", ["matmul", "conv2d", "pipeline"])

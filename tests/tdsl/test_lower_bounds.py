@@ -254,7 +254,10 @@ def test_register_tile_over_clamped_regions_is_partitioned(sizes, symbolic):
     rng = np.random.default_rng(N * 100 + M)
     a = random_array(rng, (N, K))
     b = random_array(rng, (K, M))
-    for runner in (lambda *x: run(func, *x), td.build(s, [A, B, C], target="llvm")):
-        c = np.full((N, M), np.nan, "float32")
-        runner(a, b, c)
-        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    c = np.full((N, M), np.nan, "float32")
+    run(func, a, b, c)                       # bounds-checked on every access
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    from tests.guard_pages import guarded_copy
+    ga, gb, gc = guarded_copy(a), guarded_copy(b), guarded_copy(np.full((N, M), np.nan, "float32"))
+    td.build(s, [A, B, C], target="llvm")(ga, gb, gc)   # reading past an array crashes
+    np.testing.assert_allclose(gc, a @ b, rtol=1e-5, atol=1e-5)
