@@ -6,7 +6,7 @@ from typing import Any, Iterable, Sequence
 from tdsl.errors import ScheduleError
 from tdsl.tensor import IterVar, Operation, Tensor
 
-from .stage import AttachType, Stage
+from .stage import AttachType, Stage, unique_name
 from .trace import Trace
 
 
@@ -71,13 +71,7 @@ class Schedule:
         return st
 
     def unique_op_name(self, base: str) -> str:
-        names = {s.name for s in self.stages}
-        if base not in names:
-            return base
-        k = 1
-        while f"{base}_{k}" in names:
-            k += 1
-        return f"{base}_{k}"
+        return unique_name(base, {s.name for s in self.stages})
 
     def owner_of(self, iv: IterVar) -> "Stage | None":
         for st in self.stages:

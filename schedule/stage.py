@@ -19,6 +19,16 @@ if TYPE_CHECKING:
     from .schedule import Schedule
 
 
+def unique_name(base: str, taken: "set[str]") -> str:
+    """``base``, or ``base_1``, ``base_2``, ... -- the first not in ``taken``."""
+    if base not in taken:
+        return base
+    k = 1
+    while f"{base}_{k}" in taken:
+        k += 1
+    return f"{base}_{k}"
+
+
 class AttachType(enum.Enum):
     ROOT = "root"        # its own loop nest at the top level
     INLINE = "inline"    # substituted into its consumers
@@ -100,13 +110,7 @@ class Stage:
                             loop=iv.name)
 
     def unique_name(self, base: str) -> str:
-        names = {iv.name for iv in self.all_iter_vars}
-        if base not in names:
-            return base
-        k = 1
-        while f"{base}_{k}" in names:
-            k += 1
-        return f"{base}_{k}"
+        return unique_name(base, {iv.name for iv in self.all_iter_vars})
 
     def new_iter_var(self, name: str, kind: IterKind) -> IterVar:
         iv = IterVar(None, self.unique_name(name), kind)

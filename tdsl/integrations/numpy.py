@@ -22,9 +22,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ShapeError
-from ..expr import Add, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
+from ..expr import Var
 from ..runtime.args import written_params
-from ..runtime.shape_eval import format_shape_expr
+from ..runtime.shape_eval import eval_shape_expr, format_shape_expr
 from ..stmt import PrimFunc
 
 
@@ -91,7 +91,7 @@ class Plan:
         self.check_allocatable()
         env = {v: input_shapes[pos][d] for v, (pos, d) in self.sources.items()}
         try:
-            return [tuple(eval_shape(e, env, smin, smax) for e in shape)
+            return [tuple(eval_shape_expr(e, env, smin, smax) for e in shape)
                     for shape in self.out_shapes]
         except ZeroDivisionError:
             raise ShapeError(f"'{func.name}': an output shape divides by a size that is 0 for "
@@ -144,31 +144,6 @@ def signature(f: Any) -> list[ParamInfo]:
 
 
 # ---- shapes --------------------------------------------------------------------------------
-def eval_shape(expr: Expr, env: dict, smin: Callable = min, smax: Callable = max) -> Any:
-    """``expr`` with ``env`` substituted, using only ``+ - * // %`` and ``smin``/``smax``, so
-    the values may be ints or symbolic integers (``torch.SymInt`` under ``torch.compile``)."""
-    if isinstance(expr, Const):
-        return int(expr.value)
-    if isinstance(expr, Var):
-        return env[expr]
-    t = type(expr)
-    if t in (Add, Sub, Mul, FloorDiv, FloorMod, Min, Max):
-        a = eval_shape(expr.a, env, smin, smax)
-        b = eval_shape(expr.b, env, smin, smax)
-        if t is Add:
-            return a + b
-        if t is Sub:
-            return a - b
-        if t is Mul:
-            return a * b
-        if t is FloorDiv:
-            return a // b
-        if t is FloorMod:
-            return a % b
-        return smin(a, b) if t is Min else smax(a, b)
-    raise ShapeError(f"cannot evaluate shape expression node {t.__name__}")
-
-
 def size_sources(f: Any) -> dict:
     """For each symbolic size, the first (input position, dim) whose extent is that size.
 

@@ -6,7 +6,7 @@ the sizes bound from the argument arrays; it never needs the full simplifier.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import ShapeError
 from ..expr import Add, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
@@ -14,25 +14,28 @@ from ..expr import Add, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, Sub, Var
 _SYMBOLS = {Add: "+", Sub: "-", Mul: "*", FloorDiv: "//", FloorMod: "%"}
 
 
-def eval_shape_expr(expr: Expr, env: Mapping[Var, int]) -> int:
-    """The integer value of ``expr`` with the variables of ``env`` substituted.
+def eval_shape_expr(expr: Expr, env: Mapping[Var, Any], smin: Callable = min,
+                    smax: Callable = max) -> Any:
+    """The value of ``expr`` with the variables of ``env`` substituted.
 
-    Raises ``ShapeError`` when a variable has no value or the expression uses an
-    operator a shape cannot contain.
+    Only ``+ - * // %`` and ``smin``/``smax`` are applied to the values, so they may be
+    ints or symbolic integers (``torch.SymInt`` under ``torch.compile``).  Raises
+    ``ShapeError`` when a variable has no value or the expression uses an operator a
+    shape cannot contain.
     """
     if isinstance(expr, Const):
         return int(expr.value)
     if isinstance(expr, Var):
         try:
-            return int(env[expr])
+            return env[expr]
         except KeyError:
             raise ShapeError(
                 f"symbolic size '{expr.name}' has no value: it is not bound from any "
                 f"argument's shape") from None
     t = type(expr)
     if t in (Add, Sub, Mul, FloorDiv, FloorMod, Min, Max):
-        a = eval_shape_expr(expr.a, env)
-        b = eval_shape_expr(expr.b, env)
+        a = eval_shape_expr(expr.a, env, smin, smax)
+        b = eval_shape_expr(expr.b, env, smin, smax)
         if t is Add:
             return a + b
         if t is Sub:
@@ -40,10 +43,10 @@ def eval_shape_expr(expr: Expr, env: Mapping[Var, int]) -> int:
         if t is Mul:
             return a * b
         if t is Min:
-            return min(a, b)
+            return smin(a, b)
         if t is Max:
-            return max(a, b)
-        if b == 0:
+            return smax(a, b)
+        if isinstance(b, int) and b == 0:
             raise ShapeError(f"shape expression {format_shape_expr(expr)} divides by zero")
         return a // b if t is FloorDiv else a % b
     raise ShapeError(f"cannot evaluate shape expression node {t.__name__} "
