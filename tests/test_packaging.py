@@ -1,6 +1,13 @@
-"""Both a regular and an editable install import every subpackage of the one tdsl namespace."""
+"""Both a regular and an editable install import every subpackage of the one tdsl namespace.
+
+The child venv is isolated from the base interpreter; it sees the *test run's* installed
+dependencies (llvmlite, numpy, ...) through a ``.pth`` line naming this interpreter's
+site-packages, so the test needs nothing installed outside the project's own venv.
+"""
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -22,19 +29,40 @@ def _subpackages_on_disk() -> list[str]:
     return sorted(names)
 
 
+def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
+    """Run a child process; on failure, fail the test with its stdout and stderr."""
+    proc = subprocess.run(args, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(args[:6])} ... exited {proc.returncode}\n"
+                    f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}")
+    return proc
+
+
+def _make_venv_with_parent_deps(venv: Path) -> Path:
+    """A plain venv whose sys.path also holds this interpreter's site-packages (the deps)."""
+    _run([sys.executable, "-m", "venv", str(venv)])
+    py = venv / "bin" / "python"
+    child_site = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+                      ).stdout.strip()
+    parent_sites = [p for p in dict.fromkeys([sysconfig.get_paths()["purelib"],
+                                              *site.getsitepackages()]) if Path(p).is_dir()]
+    # Appended after the child's own site-packages, so the child's tdsl install wins; a plain
+    # path line does not run the parent's .pth files, so the parent's editable tdsl stays out.
+    (Path(child_site) / "_tdsl_test_parent_deps.pth").write_text("\n".join(parent_sites) + "\n")
+    return py
+
+
 @pytest.mark.parametrize("editable", [False, True], ids=["install", "editable"])
 def test_install_imports_every_subpackage(tmp_path: Path, editable: bool) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    args = [str(py), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check"]
+    py = _make_venv_with_parent_deps(tmp_path / "venv")
+    args = [str(py), "-m", "pip", "install", "-q", "--no-deps",
+            "--disable-pip-version-check"]
     args += ["-e", str(ROOT)] if editable else [str(ROOT)]
-    subprocess.run(args, check=True, cwd=tmp_path)
+    _run(args, cwd=tmp_path)
     names = sorted(set(SUBPACKAGES) | set(_subpackages_on_disk()))
     code = "import importlib,sys\n" + "".join(f"importlib.import_module({n!r})\n" for n in names) \
         + "import tdsl; print(tdsl.__file__)"
     # -P: do not put the current directory on sys.path; run outside the repo.
-    out = subprocess.run([str(py), "-P", "-c", code], check=True, cwd=tmp_path,
-                         capture_output=True, text=True).stdout
-    if not editable:
-        assert "site-packages" in out, out
+    out = _run([str(py), "-P", "-c", code], cwd=tmp_path).stdout
+    expected = "site-packages" if not editable else str(ROOT)
+    assert expected in out, f"tdsl imported from {out.strip()!r}, expected a path with {expected!r}"
