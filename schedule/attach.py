@@ -14,6 +14,7 @@ from tdsl.errors import ScheduleError
 from tdsl.tensor import ComputeOp, IterVar
 
 from .stage import AttachType, Stage
+from .tensorize import check_regions_still_match, region_loops, tensorized_loop
 
 
 def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
@@ -44,6 +45,11 @@ def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
             raise ScheduleError("compute_at", stage.name, f"stage '{parent.name}' is itself attached "
                                 f"inside '{stage.name}': that would be a cycle", loop=scope.name)
         p = p.attach_stage
+    region = region_loops(parent)
+    if scope in region:
+        raise ScheduleError("compute_at", stage.name, f"loop '{scope.name}' of stage '{parent.name}' is "
+                            f"inside the region tensorized at '{region[0].name}', which one intrinsic "
+                            f"call replaces; attach outside it", loop=scope.name)
     return scope
 
 
@@ -66,9 +72,19 @@ def compute_inline(stage: Stage) -> None:
         if other.attach_stage is stage:
             raise ScheduleError("compute_inline", stage.name, f"stage '{other.name}' is attached to a "
                                 f"loop of this stage; move it first")
+    t = tensorized_loop(stage)
+    if t is not None:
+        raise ScheduleError("compute_inline", stage.name, f"loop '{t.name}' of the stage is tensorized; "
+                            f"an inlined stage has no loops", t.name)
+    before = (stage.attach_type, stage.attach_stage, stage.attach_ivar)
     stage.attach_type = AttachType.INLINE
     stage.attach_stage = None
     stage.attach_ivar = None
+    try:
+        check_regions_still_match("compute_inline", stage)
+    except ScheduleError:
+        stage.attach_type, stage.attach_stage, stage.attach_ivar = before
+        raise
 
 
 def compute_root(stage: Stage) -> None:

@@ -17,6 +17,7 @@ from tdsl.tensor import IterKind, IterVar
 
 from .relations import Fuse, Split
 from .stage import Stage
+from .tensorize import check_outside_region, check_reorder_keeps_region
 
 
 def _positive_size(primitive: str, stage: Stage, loop: IterVar, what: str, value: Any) -> Expr:
@@ -37,6 +38,7 @@ def _check_unannotated(primitive: str, stage: Stage, iv: IterVar) -> None:
     if a is not None and (a.thread_tag is not None or a.tensor_intrin is not None):
         raise ScheduleError(primitive, stage.name, "the loop is already bound or tensorized; "
                             "transform loops before binding them", iv.name)
+    check_outside_region(primitive, stage, [iv])
 
 
 def check_split(stage: Stage, parent: Any, factor: Any, nparts: Any) -> tuple[IterVar, Expr | None, Expr | None]:
@@ -110,6 +112,11 @@ def check_reorder(stage: Stage, ivs: tuple) -> list[IterVar]:
         if iv in seen:
             raise ScheduleError("reorder", stage.name, f"loop '{iv.name}' is given twice", iv.name)
         seen.add(iv)
+    positions = sorted(stage.leaf_iter_vars.index(iv) for iv in leaves)
+    new_order = list(stage.leaf_iter_vars)
+    for pos, iv in zip(positions, leaves):
+        new_order[pos] = iv
+    check_reorder_keeps_region(stage, new_order)
     return leaves
 
 

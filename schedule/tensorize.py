@@ -1,10 +1,15 @@
 """decl_tensor_intrin and tensorize: replace a loop nest by a hardware intrinsic.
 
 The intrinsic declares the computation it performs (a compute over
-placeholders); ``tensorize`` checks, eagerly, that the loops from the chosen
-loop inward compute exactly that (same loop extents in the same roles, the
-same expression up to index offsets) and refuses otherwise.  Lowering turns the
-region into an ``IntrinCall``; a backend uses the intrinsic's implementation
+placeholders).  ``match_intrin`` checks that the loops from the chosen loop
+inward compute exactly that (same loop extents in the same roles, the same
+expression up to index offsets).  ``tensorize`` runs it when called, as an
+early error; lowering runs it again on the final loop order and the body with
+inlined producers substituted (tdsl/lowering/tensorize.py), since primitives
+called later change both, and only then builds the ``IntrinCall``.  Loop
+primitives that would certainly break the region (split/fuse inside it, a
+reorder that moves loops into or out of it) are refused when called.
+A backend uses the intrinsic's implementation
 for its target, or the declared computation itself (``lower_fallback``).
 Reductions are initialized by the stage's ordinary init nest, so an intrinsic
 call only ever performs the update.
@@ -124,12 +129,37 @@ def decl_tensor_intrin(op: Any, fcompute: "Callable | None" = None, name: str = 
 
 
 @dataclass
+class LoadMatch:
+    """A load of the stage body that stands for one of the intrinsic's inputs."""
+
+    load: TensorLoad            # the stage's load
+    input: int                  # index of the intrinsic input it stands for
+    dims: list                  # per dim of the loaded tensor: the intrinsic input dim, or None
+    origin: list                # per dim: the index at the region's origin, over ``Match.base``
+
+
+@dataclass
 class Match:
     """How a stage's loops and loads line up with an intrinsic's."""
 
-    axis_of_leaf: dict          # inner leaf IterVar -> intrinsic axis index
-    load_order: list            # per load (traversal order): (intrin input index, dim map)
+    axis_of_leaf: dict          # region leaf IterVar -> intrinsic axis index
+    loads: list                 # LoadMatch per load of the body, in traversal order
     out_dims: list              # per stage output dim: intrinsic output dim or None
+    base: dict                  # root IterVar -> Var: the root's value at the region's origin
+
+
+def tensorized_loop(stage: "Stage") -> Optional[IterVar]:
+    """The outermost leaf loop of ``stage`` that carries a tensor intrinsic, if any."""
+    return next((iv for iv in stage.leaf_iter_vars
+                 if stage.iter_attrs.get(iv) is not None and stage.iter_attrs[iv].tensor_intrin is not None),
+                None)
+
+
+def region_loops(stage: "Stage", leaves: "list[IterVar] | None" = None) -> list[IterVar]:
+    """The loops the intrinsic replaces: the tensorized loop and every loop under it."""
+    leaves = list(stage.leaf_iter_vars) if leaves is None else leaves
+    t = tensorized_loop(stage)
+    return [] if t is None else leaves[leaves.index(t):]
 
 
 def _leaf_root(stage: "Stage", leaf: IterVar) -> tuple[IterVar, Optional[int]]:
@@ -148,23 +178,25 @@ def _leaf_root(stage: "Stage", leaf: IterVar) -> tuple[IterVar, Optional[int]]:
                         f"an axis or the inner part of a constant split of one", leaf.name)
 
 
-def _load_list(e: Any, out: list) -> None:
-    if isinstance(e, TensorLoad):
-        out.append(e)
-    for c in children(e):
-        _load_list(c, out)
+def match_intrin(stage: "Stage", var: IterVar, intrin: TensorIntrin, body: tuple,
+                 leaves: list[IterVar]) -> Match:
+    """Check that the loops ``leaves[leaves.index(var):]`` over ``body`` compute what
+    ``intrin`` declares; ScheduleError naming the mismatch otherwise.
 
-
-def check_tensorize(stage: "Stage", var: IterVar, intrin: TensorIntrin) -> Match:
-    if not isinstance(intrin, TensorIntrin):
-        raise ScheduleError("tensorize", stage.name, "the second argument must come from "
-                            "td.decl_tensor_intrin", getattr(var, "name", None))
-    var = stage.find_leaf("tensorize", var)
+    Used when ``tensorize`` is called (an early error) and again by lowering, on the
+    final loop order and the body with every inlined producer substituted in (the
+    authority: primitives called after ``tensorize`` can change both).
+    """
     op = stage.op
     if not isinstance(op, ComputeOp):
         raise ScheduleError("tensorize", stage.name, "only a compute stage can be tensorized", var.name)
-    inner = stage.leaf_iter_vars[stage.leaf_iter_vars.index(var):]
-    roots = {}
+    inner = leaves[leaves.index(var):]
+    for other in stage._sch.stages:
+        if other.attach_stage is stage and other.attach_ivar in inner:
+            raise ScheduleError("tensorize", stage.name, f"stage '{other.name}' is attached to loop "
+                                f"'{other.attach_ivar.name}', inside the tensorized region; attach it "
+                                f"outside '{var.name}'", var.name)
+    roots: dict = {}
     for leaf in inner:
         root, ext = _leaf_root(stage, leaf)
         if root in roots:
@@ -173,9 +205,11 @@ def check_tensorize(stage: "Stage", var: IterVar, intrin: TensorIntrin) -> Match
         roots[root] = (leaf, ext)
     order = [r for r in stage.root_iter_vars if r in roots]
     if len(order) != len(intrin.axes):
-        raise ScheduleError("tensorize", stage.name, f"{len(order)} loop(s) under '{var.name}' but the "
-                            f"intrinsic '{intrin.name}' has {len(intrin.axes)} axes", var.name)
-    vmap: dict[Var, Expr] = {}
+        raise ScheduleError("tensorize", stage.name, f"{len(order)} loop(s) under '{var.name}' "
+                            f"({', '.join(iv.name for iv in inner)}) but the intrinsic "
+                            f"'{intrin.name}' has {len(intrin.axes)} axes", var.name)
+    base = {r: Var(f"base_{r.name}", "int64") for r in stage.root_iter_vars}
+    vmap: dict[Var, Expr] = {r.var: base[r] for r in stage.root_iter_vars}
     axis_of_leaf = {}
     for j, (r, iax) in enumerate(zip(order, intrin.axes)):
         leaf, ext = roots[r]
@@ -187,23 +221,20 @@ def check_tensorize(stage: "Stage", var: IterVar, intrin: TensorIntrin) -> Match
                 ext is None and stage.attach_type.value != "scope":
             raise ScheduleError("tensorize", stage.name, f"loop '{leaf.name}' has extent {ext} but the "
                                 f"intrinsic's axis '{iax.name}' has {intrin.extents[j]}", leaf.name)
-        vmap[r.var] = Var(f"base_{r.name}", "int64") + iax.var
+        vmap[r.var] = base[r] + iax.var
         axis_of_leaf[leaf] = j
-    for r in stage.root_iter_vars:
-        vmap.setdefault(r.var, Var(f"base_{r.name}", "int64"))
-    if len(op.body) != len(intrin.op.body):
+    if len(body) != len(intrin.op.body):
         raise ScheduleError("tensorize", stage.name, "the stage and the intrinsic produce different "
                             "numbers of outputs", var.name)
-    axis_vars = frozenset(iv.var for iv in intrin.axes)
-    loads: list = []
-    for sb, ib in zip(op.body, intrin.op.body):
-        _match(stage, var, sb, ib, vmap, axis_vars, intrin, loads)
-    out_dims = []
-    spatial = list(intrin.op.axis)
-    for iv in op.axis:
-        out_dims.append(next((j for j, r in enumerate(order) if r is iv), None))
-    out_dims = [d if d is None or d < len(spatial) else None for d in out_dims]
-    return Match(axis_of_leaf, loads, out_dims)
+    for t, it in zip(op.outputs, intrin.op.outputs):
+        if t.dtype != it.dtype:
+            raise _fail(stage, var, intrin, f"output '{t.name}' is {t.dtype} but the intrinsic's "
+                        f"'{it.name}' is {it.dtype}")
+    m = _Matcher(stage, var, intrin, vmap, frozenset(iv.var for iv in intrin.axes))
+    for sb, ib in zip(body, intrin.op.body):
+        m.match(sb, ib)
+    out_dims = [next((j for j, r in enumerate(order) if r is iv), None) for iv in op.axis]
+    return Match(axis_of_leaf, m.loads, out_dims, base)
 
 
 def _fail(stage: "Stage", var: IterVar, intrin: TensorIntrin, why: str) -> ScheduleError:
@@ -211,91 +242,165 @@ def _fail(stage: "Stage", var: IterVar, intrin: TensorIntrin, why: str) -> Sched
                          f"'{intrin.name}': {why}", var.name)
 
 
-def _match(stage, var, s: Any, i: Any, vmap, axis_vars, intrin, loads) -> None:
-    from tdsl.arith import Analyzer
-    if isinstance(s, Reduce) or isinstance(i, Reduce):
-        if not (isinstance(s, Reduce) and isinstance(i, Reduce)):
-            raise _fail(stage, var, intrin, "one is a reduction and the other is not")
-        if s.combiner.name != i.combiner.name or len(s.source) != len(i.source):
-            raise _fail(stage, var, intrin, f"reducer '{s.combiner.name}' vs '{i.combiner.name}'")
-        for a, b in zip(s.source, i.source):
-            _match(stage, var, a, b, vmap, axis_vars, intrin, loads)
-        return
-    if isinstance(s, TensorLoad) and isinstance(i, TensorLoad):
-        k = next(n for n, t in enumerate(intrin.inputs) if t is i.tensor)
-        ana = Analyzer()
-        sidx = [ana.simplify(substitute(e, vmap)) for e in s.indices]
-        dims: list = []
-        free = [d for d, e in enumerate(sidx) if free_vars(e) & axis_vars]
-        if len(free) != len(i.indices) and not all(isinstance(x, Const) for x in i.indices):
-            if len(free) > len(i.indices):
-                raise _fail(stage, var, intrin, f"'{s.tensor.name}' is indexed along more loops than "
-                            f"the intrinsic's '{i.tensor.name}'")
-        it = iter(range(len(i.indices)))
-        for d, e in enumerate(sidx):
-            if d in free:
-                j = next(it, None)
-                if j is None:
-                    raise _fail(stage, var, intrin, f"index {d} of '{s.tensor.name}'")
-                diff = ana.simplify(e - i.indices[j])
-                if free_vars(diff) & axis_vars:
-                    raise _fail(stage, var, intrin, f"index {d} of '{s.tensor.name}' ({s.indices[d]!r}) "
-                                f"does not run like index {j} of '{i.tensor.name}' ({i.indices[j]!r})")
-                dims.append(j)
-            else:
-                dims.append(None)
-        loads.append((k, dims))
-        return
-    if type(s) is not type(i) or s.dtype != i.dtype:
-        raise _fail(stage, var, intrin, f"{type(s).__name__} vs {type(i).__name__}")
-    if isinstance(s, Const) and s.value != i.value:
-        raise _fail(stage, var, intrin, f"constant {s.value} vs {i.value}")
-    if isinstance(s, Var):
-        if s is not i:
-            raise _fail(stage, var, intrin, f"variable '{s.name}' vs '{i.name}' outside an index")
-        return
-    if getattr(s, "func", None) != getattr(i, "func", None):
-        raise _fail(stage, var, intrin, f"call {s.func} vs {i.func}")
-    for a, b in zip(children(s), children(i)):
-        _match(stage, var, a, b, vmap, axis_vars, intrin, loads)
+def _is_true(e: Any) -> bool:
+    return isinstance(e, Const) and bool(e.value)
+
+
+class _Matcher:
+    """Structural match of a stage expression against the intrinsic's, collecting loads."""
+
+    def __init__(self, stage: "Stage", var: IterVar, intrin: TensorIntrin, vmap: dict,
+                 axis_vars: frozenset):
+        from tdsl.arith import Analyzer
+        self.stage, self.var, self.intrin = stage, var, intrin
+        self.vmap, self.axis_vars = vmap, axis_vars
+        self.ana = Analyzer()
+        self.loads: list[LoadMatch] = []
+
+    def fail(self, why: str) -> ScheduleError:
+        return _fail(self.stage, self.var, self.intrin, why)
+
+    def match(self, s: Any, i: Any) -> None:
+        if isinstance(s, Reduce) or isinstance(i, Reduce):
+            if not (isinstance(s, Reduce) and isinstance(i, Reduce)):
+                raise self.fail("one is a reduction and the other is not")
+            if s.combiner.name != i.combiner.name or len(s.source) != len(i.source):
+                raise self.fail(f"reducer '{s.combiner.name}' vs '{i.combiner.name}'")
+            if not (_is_true(s.condition) and _is_true(i.condition)):
+                raise self.fail("a reduction with a condition (where=) cannot be tensorized: the "
+                                "intrinsic would not apply it")
+            for a, b in zip(s.source, i.source):
+                self.match(a, b)
+            return
+        if isinstance(i, TensorLoad):
+            if not isinstance(s, TensorLoad):
+                raise self.fail(f"the intrinsic reads its input '{i.tensor.name}' where the stage "
+                                f"computes {s!r}, not a load of a tensor (was a producer inlined into "
+                                f"the stage?); compute that producer at root, or at a loop outside the "
+                                f"tensorized region")
+            self.match_load(s, i)
+            return
+        if type(s) is not type(i) or s.dtype != i.dtype:
+            raise self.fail(f"{type(s).__name__} vs {type(i).__name__}")
+        if isinstance(s, Const) and s.value != i.value:
+            raise self.fail(f"constant {s.value} vs {i.value}")
+        if isinstance(s, Var):
+            if s is not i:
+                raise self.fail(f"variable '{s.name}' vs '{i.name}' outside an index")
+            return
+        if getattr(s, "func", None) != getattr(i, "func", None):
+            raise self.fail(f"call {s.func} vs {i.func}")
+        sc, ic = list(children(s)), list(children(i))
+        if len(sc) != len(ic):
+            raise self.fail(f"{type(s).__name__} with {len(sc)} vs {len(ic)} operands")
+        for a, b in zip(sc, ic):
+            self.match(a, b)
+
+    def match_load(self, s: TensorLoad, i: TensorLoad) -> None:
+        """``s`` must run over the intrinsic's axes exactly as ``i`` does (up to an offset
+        that the loops outside the region fix), dimension by dimension in order."""
+        if s.dtype != i.dtype:
+            raise self.fail(f"'{s.tensor.name}' is {s.dtype} but the intrinsic's "
+                            f"'{i.tensor.name}' is {i.dtype}")
+        k = next(n for n, t in enumerate(self.intrin.inputs) if t is i.tensor)
+        ana, axis_vars = self.ana, self.axis_vars
+        sidx = [ana.simplify(substitute(e, self.vmap)) for e in s.indices]
+        s_free = [d for d, e in enumerate(sidx) if free_vars(e) & axis_vars]
+        i_free = [j for j, e in enumerate(i.indices) if free_vars(e) & axis_vars]
+        if len(s_free) != len(i_free):
+            raise self.fail(f"'{s.tensor.name}' is indexed along {len(s_free)} of the intrinsic's "
+                            f"loops but the intrinsic's '{i.tensor.name}' along {len(i_free)}")
+        dims: list = [None] * len(sidx)
+        origin = list(sidx)
+        for d, j in zip(s_free, i_free):
+            diff = ana.simplify(sidx[d] - i.indices[j])
+            if free_vars(diff) & axis_vars:
+                raise self.fail(f"index {d} of '{s.tensor.name}' ({s.indices[d]!r}) does not run like "
+                                f"index {j} of '{i.tensor.name}' ({i.indices[j]!r})")
+            dims[d], origin[d] = j, diff
+        for prev in self.loads:
+            if prev.input != k:
+                continue
+            same = prev.load.tensor is s.tensor and prev.dims == dims and all(
+                ana.can_prove(ana.simplify(a - b) == 0) for a, b in zip(prev.origin, origin))
+            if not same:
+                raise self.fail(f"the intrinsic's input '{i.tensor.name}' stands for "
+                                f"{prev.load!r} in one place and {s!r} in another")
+        self.loads.append(LoadMatch(s, k, dims, origin))
+
+
+def current_body(stage: "Stage") -> tuple:
+    """The stage's body with the producers inlined so far substituted in."""
+    from tdsl.lowering.inline import inlined_bodies
+    return inlined_bodies(stage._sch)[stage]
+
+
+def check_tensorize(stage: "Stage", var: Any, intrin: Any) -> IterVar:
+    if not isinstance(intrin, TensorIntrin):
+        raise ScheduleError("tensorize", stage.name, "the second argument must come from "
+                            "td.decl_tensor_intrin", getattr(var, "name", None))
+    var = stage.find_leaf("tensorize", var)
+    if stage.attach_type.value == "inline":
+        raise ScheduleError("tensorize", stage.name, "the stage is inlined and has no loops", var.name)
+    t = tensorized_loop(stage)
+    if t is not None and t is not var:
+        raise ScheduleError("tensorize", stage.name, f"loop '{t.name}' is already tensorized; a stage "
+                            f"has one tensorized region", var.name)
+    a = stage.iter_attrs.get(var)
+    if a is not None and a.thread_tag is not None:
+        raise ScheduleError("tensorize", stage.name, f"the loop is bound to {a.thread_tag}", var.name)
+    match_intrin(stage, var, intrin, current_body(stage), list(stage.leaf_iter_vars))
+    return var
 
 
 def tensorize(stage: "Stage", var: IterVar, intrin: TensorIntrin) -> None:
-    match = check_tensorize(stage, var, intrin)
-    a = stage.attr(stage.find_leaf("tensorize", var))
-    a.tensor_intrin = intrin
-    stage.tensorize_match = match  # type: ignore[attr-defined]
+    var = check_tensorize(stage, var, intrin)
+    stage.attr(var).tensor_intrin = intrin
 
 
-def make_intrin_call(builder: Any, st: "Stage", inner: list, vmap: dict) -> IntrinCall:
-    """The IntrinCall replacing ``st``'s loops ``inner`` (used by lowering)."""
-    intrin: TensorIntrin = st.iter_attrs[inner[0]].tensor_intrin
-    match: Match = st.tensorize_match  # type: ignore[attr-defined]
-    extents = builder.bounds[st].extents
-    for leaf, j in match.axis_of_leaf.items():
-        got = builder.ana.const_int_bound(extents[leaf])
-        if got != (intrin.extents[j], intrin.extents[j]):
-            from tdsl.errors import LoweringError
-            raise LoweringError(f"tensorize: stage '{st.name}', loop '{leaf.name}' runs over "
-                                f"{extents[leaf]!r} iterations here, but the intrinsic "
-                                f"'{intrin.name}' covers {intrin.extents[j]}")
-    zero = {iv.var: Const(0, iv.var.dtype) for iv in inner}
-    base = {k: substitute(v, zero) for k, v in vmap.items()}
-    stor = builder.storage[st]
-    loads: list = []
-    for b in builder.bodies[st]:
-        for src in (b.source if isinstance(b, Reduce) else (b,)):
-            _load_list(src, loads)
-    inputs: list[Optional[BufferRegion]] = [None] * len(intrin.inputs)
-    for load, (k, dims) in zip(loads, match.load_order):
-        lowered = builder.lower_expr(load, base)
-        shape = intrin.inputs[k].shape
-        ext = [shape[j] if j is not None else Const(1, "int64") for j in dims]
-        inputs[k] = BufferRegion(lowered.buffer, lowered.indices, ext, dims)
-    outputs = []
-    for o, buf in enumerate(stor.buffers):
-        idx = builder.out_indices(st, base, stor)
-        ext = [intrin.op.axis[j].dom.extent if j is not None else Const(1, "int64")
-               for j in match.out_dims]
-        outputs.append(BufferRegion(buf, idx, ext, match.out_dims))
-    return IntrinCall(intrin, inputs, outputs, reset=False, update=True)
+# ---- early refusals for primitives called after tensorize (lowering re-checks) -------------
+def check_outside_region(primitive: str, stage: "Stage", loops: list[IterVar]) -> None:
+    """Refuse to split or fuse a loop inside a tensorized region: the intrinsic matches
+    only axes and inner parts of constant splits, so the region could no longer match."""
+    region = region_loops(stage)
+    for iv in loops:
+        if iv in region:
+            raise ScheduleError(primitive, stage.name, f"the loop is inside the region tensorized at "
+                                f"'{region[0].name}'; transform loops before tensorize", iv.name)
+
+
+def check_reorder_keeps_region(stage: "Stage", new_leaves: list[IterVar]) -> None:
+    """Refuse a reorder that changes which loops the tensorized loop encloses (loops
+    may still be reordered inside the region, or outside it)."""
+    t = tensorized_loop(stage)
+    if t is None:
+        return
+    old = region_loops(stage)
+    new = new_leaves[new_leaves.index(t):]
+    if set(old) != set(new):
+        moved_in = [iv.name for iv in new if iv not in old]
+        moved_out = [iv.name for iv in old if iv not in new]
+        why = "; ".join(x for x in (f"it would move {moved_in} under it" if moved_in else "",
+                                    f"it would move {moved_out} out of it" if moved_out else "") if x)
+        raise ScheduleError("reorder", stage.name, f"loop '{t.name}' is tensorized over "
+                            f"{[iv.name for iv in old]}; {why}. Reorder before tensorize", t.name)
+
+
+def check_regions_still_match(primitive: str, stage: "Stage") -> None:
+    """Re-match every tensorized region of the schedule against the bodies as they are
+    now; a mismatch is blamed on ``primitive`` called on ``stage`` (the caller has just
+    changed the schedule tentatively and rolls back on error)."""
+    sch = stage._sch
+    from tdsl.lowering.inline import inlined_bodies
+    bodies = None
+    for other in sch.stages:
+        t = tensorized_loop(other)
+        if t is None or other.attach_type.value == "inline":
+            continue
+        bodies = inlined_bodies(sch) if bodies is None else bodies
+        try:
+            match_intrin(other, t, other.iter_attrs[t].tensor_intrin, bodies[other],
+                         list(other.leaf_iter_vars))
+        except ScheduleError as e:
+            raise ScheduleError(primitive, stage.name, f"stage '{other.name}' is tensorized at loop "
+                                f"'{t.name}' and would no longer match: {e.reason}") from None

@@ -195,8 +195,8 @@ class NestBuilder:
 
         # the innermost statement
         if tpos < m:
-            from tdsl.schedule.tensorize import make_intrin_call
-            core = make_intrin_call(self, st, leaves[tpos:], vmap)
+            from .tensorize import intrin_call
+            core = intrin_call(self, st, leaves, tpos, vmap)
             last = tpos - 1
         else:
             core = self.update_stmt(st, body, vmap, stor) if is_reduce else self.store_stmt(st, body, vmap, stor)
