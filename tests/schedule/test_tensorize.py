@@ -376,7 +376,7 @@ def test_tensorize_sees_producers_inlined_before_it():
 
 
 @pytest.mark.parametrize("m", [8, 12])
-def test_inlining_a_transposing_producer_after_tensorize_reads_the_source(m):
+def test_inlining_a_producer_that_is_a_plain_load_after_tensorize_is_rematched(m):
     """P[j, k] = BT[k, j] inlined after tensorize: the intrinsic's b now stands for BT read
     transposed, which does not run like b[i, k]; refused.  P[j, k] = B2[j, k + 1] (a plain
     shifted load) still matches, and the call must read B2 at the shifted region."""
@@ -530,3 +530,13 @@ def test_intrinsic_reading_its_input_at_an_offset():
     assert str(call.inputs[0].mins[0]) == "c.outer * 4"
     xv = random_array(np.random.default_rng(6), (13,))
     _both(s, [X, Z], [xv, np.full((12,), np.nan, "float32")], xv[1:] * 3)
+
+
+def test_rfactor_after_tensorize_is_refused_at_lowering():
+    """rfactor replaces the stage's body by a reduction over the factored tensor, which the
+    gemv intrinsic does not compute: lowering (not the call-time match) refuses it."""
+    s, A, B, _, C, (x, yo, yi, k) = _gemv_schedule()
+    s.rfactor(C, k)
+    with pytest.raises(td.LoweringError, match=r"tensorize: stage 'C', loop 'j.inner': the loop nest "
+                       r"as finally scheduled \(loops \['j.inner', 'k.v'\].*no longer matches"):
+        td.lower(s, [A, B, C])
