@@ -304,7 +304,11 @@ def emit_vectorized(cg: "CodeGen", loop: For) -> None:
     if why is not None or lanes is None or lanes < 2:
         if why is not None:
             cg.notes.append(f"loop '{loop.var.name}' not widened: {why}")
-        cg.serial_loop(loop, hints=[("llvm.loop.vectorize.enable", True)])
+        # LLVM's loop vectorizer handles innermost loops only: hinting an outer loop would
+        # just print "loop not vectorized" warnings
+        from .codegen import _has_inner_loop
+        cg.serial_loop(loop, hints=None if _has_inner_loop(loop.body) else
+                       [("llvm.loop.vectorize.enable", True)])
         return
     lo = cg.convert_index(cg.scalar(loop.min), loop.min.dtype, loop.var.dtype)
     saved = st.vars.get(loop.var)
