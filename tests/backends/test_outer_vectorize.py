@@ -154,13 +154,9 @@ def test_outer_vectorize_random(m, n, kk, factor, red, k_outside_j, symbolic, se
     C = td.compute((rows, n), lambda i, j: tred(A[i, k] * B[k, j] + A[i, k], axis=k), name="C")
     s = td.create_schedule(C.op)
     i, j = C.op.axis
-    if factor is None:
-        s[C].reorder(i, k, j) if k_outside_j else None
-        s[C].vectorize(i)
-    else:
-        io, ii = s[C].split(i, factor=factor)
-        s[C].reorder(io, ii, k, j) if k_outside_j else s[C].reorder(io, ii, j, k)
-        s[C].vectorize(ii)
+    outer = [i] if factor is None else list(s[C].split(i, factor=factor))
+    s[C].reorder(*outer, *((k, j) if k_outside_j else (j, k)))
+    s[C].vectorize(outer[-1])
     f = td.lower(s, [A, B, C])
     mod = td.build(s, [A, B, C], target="llvm")
     assert not mod.notes, mod.notes
