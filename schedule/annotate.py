@@ -27,13 +27,15 @@ def _set_kind(primitive: str, stage: Stage, var: IterVar, kind: ForKind) -> Iter
 
 
 def check_vectorize(stage: Stage, var: IterVar) -> IterVar:
+    """Any spatial loop can be vectorized, innermost or not: iterations of a spatial loop
+    write distinct elements, so lanes are independent.  A loop that encloses others is
+    outer-loop vectorized (each lane runs the inner loops for its own element; the LLVM
+    backend widens it where the inner bounds do not depend on the lane, else it keeps a
+    scalar loop).  A reduction loop is refused: its iterations share one accumulator."""
     var = stage.find_leaf("vectorize", var)
     if var.kind is IterKind.REDUCE:
         raise ScheduleError("vectorize", stage.name, "cannot vectorize a reduction loop (lanes would "
                             "race on one accumulator); rfactor it or vectorize a spatial loop", var.name)
-    if stage.leaf_iter_vars[-1] is not var:
-        raise ScheduleError("vectorize", stage.name, "only the innermost loop can be vectorized; "
-                            f"reorder first (innermost now: '{stage.leaf_iter_vars[-1].name}')", var.name)
     return var
 
 
@@ -99,6 +101,10 @@ def storage_align(stage: Stage, axis: IterVar, factor: int, offset: int) -> None
 
 
 def double_buffer(stage: Stage) -> None:
+    """Two copies of the stage's buffer in a GPU kernel, so that the fetch for the next
+    iteration of the attach loop overlaps the compute of this one (one barrier per
+    iteration).  Outside GPU kernels (a CPU schedule) the hint has no effect: the stage
+    keeps a plain single buffer and no barrier is emitted."""
     if stage.scope in (None, StorageScope.GLOBAL) or stage.is_output:
         raise ScheduleError("double_buffer", stage.name, "only a shared/local cache stage attached "
                             "inside a loop can be double-buffered")

@@ -193,7 +193,8 @@ class Stage:
         self._sch.trace.record("storage_align", self, [axis], {"factor": factor, "offset": offset}, [])
 
     def double_buffer(self) -> None:
-        """Keep two copies of this (shared) stage so one loads while the other is read."""
+        """Keep two copies of this (shared) stage so one loads while the other is read (GPU
+        kernels; on a CPU schedule it stays a plain single buffer, without barriers)."""
         from . import annotate
         annotate.double_buffer(self)
         self._sch.trace.record("double_buffer", self, [], {}, [])

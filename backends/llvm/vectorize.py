@@ -14,7 +14,11 @@ only correct when the iterations do not communicate through memory.
 ``widen_blocker`` checks a sufficient condition (every buffer the body stores is
 accessed only at one index expression, affine in the loop variable with a nonzero
 constant coefficient, so each lane owns its elements) and the structural limits
-(no parallel loop, allocation or lane-dependent inner loop bound inside).  When it
+(no parallel loop, allocation or lane-dependent inner loop bound inside).  A body
+with inner serial loops (outer-loop vectorization, e.g. a reduction per lane) is
+widened too: the inner loop runs once with vector values, provided its bounds are
+lane-invariant and each stored index either ignores the inner loops or has one
+dimension owned by the lane (``C[i, j]`` with ``i`` the lane, ``j`` inner).  When it
 finds a blocker, the loop is emitted as a scalar loop carrying
 ``llvm.loop.vectorize.enable`` so that LLVM's own vectorizer may still try: a
 vectorized loop is never miscompiled.
@@ -124,6 +128,7 @@ def widen_blocker(loop: For) -> "str | None":
     if lanes > MAX_LANES:
         return f"its extent {lanes} is above {MAX_LANES} lanes"
     lane_vars: set[Var] = {loop.var}
+    inner_vars: set[Var] = set()          # loops inside the widened one, and lets of them
     lets: dict[Var, Expr] = {}
     accesses: dict[Buffer, list[tuple[tuple[Expr, ...], bool]]] = {}
     problem: list[str] = []
@@ -148,11 +153,14 @@ def widen_blocker(loop: For) -> "str | None":
             else:
                 note_loads(s.min)
                 note_loads(s.extent)
+                inner_vars.add(s.var)
                 walk(s.body)
         elif isinstance(s, LetStmt):
             note_loads(s.value)
             if uses_var(s.value, lane_vars):
                 lane_vars.add(s.var)
+            if uses_var(s.value, inner_vars):
+                inner_vars.add(s.var)
             lets[s.var] = s.value
             walk(s.body)
         elif isinstance(s, IfThenElse):
@@ -191,7 +199,22 @@ def widen_blocker(loop: For) -> "str | None":
         if not coeff:
             return (f"the store to '{buf.name}' is not at an index affine in "
                     f"'{loop.var.name}' with a nonzero constant stride")
+        if uses_var(flat, inner_vars) and not _lane_owned_dim(first, lets, loop.var, inner_vars):
+            return (f"the store to '{buf.name}' moves with an inner loop, so two lanes may "
+                    f"reach one element in different inner iterations")
     return None
+
+
+def _lane_owned_dim(indices: Iterable[Expr], lets: dict[Var, Expr], lane: Var,
+                    inner_vars: set[Var]) -> bool:
+    """True if some index is ``c*lane + (terms uniform in the widened body)`` with ``c != 0``:
+    then distinct lanes touch distinct elements whatever the inner loops do (outer-loop
+    vectorization: lane ``i`` runs the inner loops over its own row ``C[i, :]``)."""
+    for idx in indices:
+        e = _expand_lets(idx, lets)
+        if not uses_var(e, inner_vars) and linear_coeff(e, lane):
+            return True
+    return False
 
 
 def _expand_lets(e: Expr, lets: dict[Var, Expr]) -> Expr:
@@ -281,7 +304,11 @@ def emit_vectorized(cg: "CodeGen", loop: For) -> None:
     if why is not None or lanes is None or lanes < 2:
         if why is not None:
             cg.notes.append(f"loop '{loop.var.name}' not widened: {why}")
-        cg.serial_loop(loop, hints=[("llvm.loop.vectorize.enable", True)])
+        # LLVM's loop vectorizer handles innermost loops only: hinting an outer loop would
+        # just print "loop not vectorized" warnings
+        from .codegen import _has_inner_loop
+        cg.serial_loop(loop, hints=None if _has_inner_loop(loop.body) else
+                       [("llvm.loop.vectorize.enable", True)])
         return
     lo = cg.convert_index(cg.scalar(loop.min), loop.min.dtype, loop.var.dtype)
     saved = st.vars.get(loop.var)

@@ -614,10 +614,37 @@ class Analyzer(RulesMixin, IntSetMixin):
                 hi = h2
         return (lo, hi)
 
-    def _refined_bound(self, lin: Lin) -> Bound:
+    def _refined_bound(self, lin: Lin, depth: int = 2) -> Bound:
         lo, hi = self._lin_bound(lin)
         if self._facts and lin.terms:
             lo, hi = self._refine(lin, lo, hi)
+        if depth and len(lin.terms) > 1:
+            lo, hi = self._split_minmax_bound(lin, lo, hi, depth)
+        return (lo, hi)
+
+    def _split_minmax_bound(self, lin: Lin, lo: "int | None", hi: "int | None", depth: int) -> Bound:
+        """Tighten the bounds of ``rest + c*max(a, b)`` (or ``min``) by distributing the
+        term: it is ``max``/``min`` of ``rest + c*a`` and ``rest + c*b``, whose bounds keep
+        the correlation between ``rest`` and ``a``, ``b`` that interval arithmetic loses
+        (``8*x + 7 - max(0, 8*x - 1)`` is at most 8, not ``7 + 8*max(x)``)."""
+        for k, (x, c) in lin.terms.items():
+            r = k[0]
+            if r != RANK_MIN and r != RANK_MAX:
+                continue
+            rest = Lin({kk: v for kk, v in lin.terms.items() if kk != k}, lin.const)
+            (l1, h1), (l2, h2) = (self._refined_bound(lin_add(rest, lin_scale(self._lin(op), c)),
+                                                      depth - 1) for op in (x.a, x.b))
+            if (r == RANK_MIN) == (c > 0):      # the sum is the min of the two
+                nlo = None if l1 is None or l2 is None else min(l1, l2)
+                nhi = h1 if h2 is None else (h2 if h1 is None else min(h1, h2))
+            else:                               # the sum is the max of the two
+                nlo = l1 if l2 is None else (l2 if l1 is None else max(l1, l2))
+                nhi = None if h1 is None or h2 is None else max(h1, h2)
+            if nlo is not None and (lo is None or nlo > lo):
+                lo = nlo
+            if nhi is not None and (hi is None or nhi < hi):
+                hi = nhi
+            break
         return (lo, hi)
 
     def _prove_nonneg(self, lin: Lin) -> bool:

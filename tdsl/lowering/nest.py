@@ -249,7 +249,11 @@ class NestBuilder:
         return False
 
     def is_double_buffered(self, child: "Stage") -> bool:
-        return child.double_buffered and child in self.bounds and self.storage[child].allocated
+        """Double buffering overlaps a block's cooperative fetch with compute through barriers:
+        only inside a GPU kernel.  On the CPU there is nothing to overlap with (and no barrier
+        to run), so the stage keeps a plain single buffer."""
+        return (child.double_buffered and child in self.bounds and self.storage[child].allocated
+                and self.in_kernel(child))
 
     def double_buffered(self, st: "Stage", iv: IterVar, extent: Expr, db: list, body: Stmt) -> Stmt:
         """Two copies of each double-buffered child: iteration ``v`` reads copy ``v % 2`` while

@@ -12,6 +12,10 @@ from ..tensor import Range
 from ..visitor import map_children, substitute, transform
 from .nest import seq
 
+#: Largest constant upper bound to which a vectorized/unrolled loop of varying extent is
+#: padded (beyond it most lanes or copies would be guarded off: refuse instead).
+MAX_PADDED_EXTENT = 256
+
 
 def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
     """Simplify every expression with the loop bounds known; drop dead branches and
@@ -25,6 +29,9 @@ def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
         if isinstance(ext, Const) and ext.value == 1 and stmt.kind in (ForKind.SERIAL, ForKind.UNROLLED,
                                                                          ForKind.VECTORIZED, ForKind.PARALLEL):
             return simplify_stmt(substitute(stmt.body, {stmt.var: lo}), ana)
+        if stmt.kind in (ForKind.VECTORIZED, ForKind.UNROLLED) and not isinstance(ext, Const) \
+                and hi_bound is not None and hi_bound <= MAX_PADDED_EXTENT:
+            return simplify_stmt(pad_to_constant(stmt, lo, ext, hi_bound), ana)
         ana.bind(stmt.var, Range(lo, ext))
         try:
             body = simplify_stmt(stmt.body, ana)
@@ -74,21 +81,26 @@ def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
     return map_children(stmt, lambda n: ana.simplify(n) if isinstance(n, Expr) else n)
 
 
+def pad_to_constant(loop: For, lo: Expr, ext: Expr, bound: int) -> For:
+    """A vectorized or unrolled loop whose extent varies but never exceeds the constant
+    ``bound`` (an attached region clamped at the domain's edge, ``8 - max(0, 8*io - 1) +
+    8*io - 1``) runs over ``bound`` iterations with the extra ones guarded off: in vector
+    code the guard is a lane mask, so no lane past ``ext`` touches memory."""
+    body = IfThenElse(loop.var < lo + ext, loop.body)
+    return For(loop.var, lo, Const(bound, ext.dtype), loop.kind, body, loop.thread_tag, loop.annotations)
+
+
 def check_loops(stmt: Stmt) -> None:
-    """Vectorized loops are innermost with a constant extent; unrolled ones are constant."""
+    """Vectorized and unrolled loops have a constant extent (``simplify_stmt`` already padded
+    those with a constant upper bound).  A vectorized loop may enclose other loops."""
     def fn(n: Any) -> Any:
         if isinstance(n, For):
             if n.kind in (ForKind.VECTORIZED, ForKind.UNROLLED) and not isinstance(n.extent, Const):
                 raise LoweringError(f"{n.kind.value} loop '{n.var.name}' has a non-constant extent "
-                                    f"{n.extent!r}; split it by a constant factor and "
+                                    f"{n.extent!r} with no constant upper bound (at most "
+                                    f"{MAX_PADDED_EXTENT}); split it by a constant factor and "
                                     f"{'vectorize' if n.kind is ForKind.VECTORIZED else 'unroll'} "
                                     f"the inner loop")
-            if n.kind is ForKind.VECTORIZED:
-                inner = []
-                transform(n.body, pre=lambda x: inner.append(x) if isinstance(x, (For, Allocate)) else None)
-                if inner:
-                    raise LoweringError(f"vectorize: loop '{n.var.name}' is not innermost: it contains "
-                                        f"another loop or allocation (a stage attached inside it?)")
         return None
     transform(stmt, pre=fn)
 
