@@ -28,7 +28,7 @@ class IntSetMixin:
         self._begin()
         try:
             dt = expr.dtype
-            if dt not in INDEX_INTS:
+            if dt not in INDEX_INTS or self._has_data(expr):   # data wraps: no ranges
                 e = self._simp(expr)
                 if type(e) is Const or not dom_map or not uses_var(e, _var_set(dom_map)):
                     return Interval(e, e)
