@@ -118,6 +118,7 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         self._depth = 0
         self._memo: dict[int, tuple] = {}
         self._dmemo: dict[int, tuple] = {}       # id -> (expr, is data), see data.py
+        self._data_on = False                      # does the current call see data?
         self._bcache: dict[Any, Bound] = {}
         self._dom_vars: frozenset = frozenset()   # int_set's ranging variables
 
@@ -132,6 +133,7 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         if self._bind_facts.pop(var, None):
             self._rebuild_facts()
         self._begin()
+        self._scan(value)
         try:
             if isinstance(value, Interval):
                 self._bind_range(var, value.min, value.max)
@@ -157,6 +159,7 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         """The canonical, folded form of ``expr`` given what is known."""
         if not isinstance(expr, Expr):
             expr = convert(expr)
+        self._scan(expr)
         if self._depth:
             return self._simp(expr)
         self._depth = 1
@@ -166,12 +169,14 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
             self._depth = 0
             self._memo = {}
             self._dmemo = {}
+            self._data_on = False
             self._bcache = {}
 
     def const_int_bound(self, expr: Expr) -> "tuple[int | None, int | None]":
         """Inclusive constant bounds of an integer expression (None = unbounded)."""
         expr = convert(expr)
         self._begin()
+        self._scan(expr)
         try:
             dt = expr.dtype
             if dt in INDEX_INTS and not self._has_data(expr):
@@ -192,6 +197,7 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         """True only if ``cond`` certainly holds given what is known."""
         cond = convert(cond)
         self._begin()
+        self._scan(cond)
         try:
             r = self._bool(cond)
             return type(r) is Const and bool(r.value)
@@ -205,6 +211,7 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         if a is b:
             return True
         self._begin()
+        self._scan(a, b)
         try:
             data = self._is_data_int(a) or self._is_data_int(b)
             if a.dtype in INDEX_INTS and b.dtype in INDEX_INTS and not data:
@@ -228,10 +235,12 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         if self._depth == 0:
             self._memo = {}
             self._dmemo = {}
+            self._data_on = False
             self._bcache = {}
 
     # ---- knowledge -----------------------------------------------------------------------
     def _bind_range(self, var: Var, lo_e: Any, hi_e: Any) -> None:
+        self._scan(lo_e, hi_e)
         facts = []
         lo = hi = None
         av = lin_atom(var, self._var_key(var))
@@ -291,6 +300,7 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
 
     def _add_constraint(self, cond: Expr) -> None:
         self._begin()
+        self._scan(cond)
         try:
             c = self._bool(convert(cond))
             self._add_fact_expr(c)
@@ -355,6 +365,8 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
             return self._dlin(e)
         f = _LIN.get(type(e))
         lin = f(self, e) if f is not None else self._l_other(e)
+        if not lin.terms:                 # a constant: the value the backends compute
+            lin = wrap_lin(lin, e.dtype)
         self._memo[id(e)] = (e, lin)
         return lin
 

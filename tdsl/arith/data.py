@@ -19,12 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..dtype import DType
-from ..expr import (Add, BufferLoad, Const, EQ, Expr, GE, GT, LE, LT, Mul, NE, Reduce, Sub,
-                    TensorLoad, Var)
-from .constfold import fold_node, int_range
+from ..expr import (Add, BufferLoad, Const, EQ, Expr, GE, GT, LE, LT, Mul, NE, Reduce,
+                    SizeVar, Sub, TensorLoad, Var)
+from .constfold import fold_node
 from .linear import RANK_DATA, Lin, gkey, lin_add, lin_const, lin_key, lin_scale
 
 _LOADS = (BufferLoad, TensorLoad, Reduce)
+_VARS = (Var, SizeVar)
+_AB = ("a", "b")
+_DATA_INTS = frozenset({DType.INT8, DType.UINT8})
 _DECIDE_ZERO = {EQ: lambda c: c == 0, NE: lambda c: c != 0,
                 LE: lambda c: True if c == 0 else None, GE: lambda c: True if c == 0 else None,
                 LT: lambda c: False if c == 0 else None, GT: lambda c: False if c == 0 else None}
@@ -33,19 +36,67 @@ _DECIDE_ZERO = {EQ: lambda c: c == 0, NE: lambda c: c != 0,
 def wrap_lin(lin: Lin, dtype: DType) -> Lin:
     """``lin`` with every coefficient and the constant reduced modulo ``2**bits`` (into
     the signed range, so ``x - 1`` stays ``x - 1`` for uint8 too); zero terms vanish."""
-    lo, hi = int_range(dtype)
-    span = hi - lo + 1
-    half = span // 2
+    half = _HALF[dtype]
+    c = lin.const
+    if lin.terms:
+        terms = {}
+        for k, (x, co) in lin.terms.items():
+            if not -half <= co < half:
+                co = (co + half) % (2 * half) - half
+            if co:
+                terms[k] = (x, co)
+    elif -half <= c < half:
+        return lin
+    else:
+        terms = lin.terms
+    if not -half <= c < half:
+        c = (c + half) % (2 * half) - half
+    return Lin(terms, c)
 
-    def red(c: int) -> int:
-        return c if -half <= c < half else (c + half) % span - half
 
-    terms = {}
-    for k, (x, c) in lin.terms.items():
-        c = red(c)
-        if c:
-            terms[k] = (x, c)
-    return Lin(terms, red(lin.const))
+def reads_data(e: Any, subst: dict) -> bool:
+    """True if integer data occurs anywhere in ``e`` (see ``DataMixin._has_data``)."""
+    todo = [e]
+    seen: "set | None" = None
+    n = 0
+    while todo:
+        x = todo.pop()
+        cls = type(x)
+        if cls is Const:
+            continue
+        if cls in _VARS or isinstance(x, Var):
+            if x.dtype in _DATA_INTS:
+                return True
+            v = subst.get(x) if subst else None
+            if v is not None:
+                todo.append(v)
+            continue
+        if cls in _LOADS:
+            return True
+        n += 1
+        if n > 32:                       # a large DAG: visit shared nodes once
+            if seen is None:
+                seen = set()
+            if id(x) in seen:
+                continue
+            seen.add(id(x))
+        fields = cls._fields
+        if fields == _AB:
+            todo.append(x.a)
+            todo.append(x.b)
+            continue
+        if not fields:
+            y = x.as_expr()
+            if y is not x:
+                todo.append(y)
+            continue
+        for f in fields:
+            v = getattr(x, f)
+            if isinstance(v, tuple):
+                todo.extend(c for c in v if isinstance(c, Expr))
+            elif isinstance(v, Expr):
+                todo.append(v)
+    return False
 
 
 class DataMixin:
@@ -55,14 +106,23 @@ class DataMixin:
     # ---- which expressions are data -------------------------------------------------
     def _has_data(self, e: Any) -> bool:
         """True if the integer value of ``e`` wraps: ``e`` reads memory, is of a non-index
-        integer dtype, or uses a variable bound to such a value (memoized per call)."""
+        integer dtype, or uses a variable bound to such a value (memoized per call).
+        Always False while the analyzer works on inputs free of data (``_data_on``)."""
+        if not self._data_on:
+            return False
+        cls = type(e)
+        if cls is Const:
+            return False
+        if cls is Var or cls is SizeVar:
+            if e.dtype not in _INDEX_INTS and e.dtype.is_int:
+                return True
+            s = self._subst.get(e)
+            return s is not None and self._has_data(s)
         m = self._dmemo.get(id(e))
         if m is not None:
             return m[1]
         if isinstance(e, _LOADS):
             r = True
-        elif type(e) is Const:
-            r = False
         elif isinstance(e, Var):
             s = self._subst.get(e)
             r = (e.dtype.is_int and e.dtype not in _INDEX_INTS) or (
@@ -82,6 +142,12 @@ class DataMixin:
                 r = x is not e and self._has_data(x)
         self._dmemo[id(e)] = (e, r)
         return r
+
+    def _scan(self, *exprs: Any) -> None:
+        """Turn on data checks for the current call if an input holds data."""
+        if not self._data_on and any(isinstance(x, Expr) and reads_data(x, self._subst)
+                                     for x in exprs):
+            self._data_on = True
 
     def _is_data_int(self, e: Expr) -> bool:
         dt = e.dtype
@@ -162,3 +228,4 @@ def _key(node: Expr) -> tuple:
 
 
 _INDEX_INTS = frozenset({DType.INT32, DType.INT64})
+_HALF = {d: 2 ** (d.bits - 1) for d in (DType.INT8, DType.UINT8, DType.INT32, DType.INT64)}

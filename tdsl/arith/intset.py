@@ -26,6 +26,7 @@ class IntSetMixin:
         from .analyzer import INDEX_INTS
         expr = convert(expr)
         self._begin()
+        self._scan(expr)
         try:
             dt = expr.dtype
             if dt not in INDEX_INTS or self._has_data(expr):   # data wraps: no ranges
