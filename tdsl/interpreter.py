@@ -345,8 +345,16 @@ class _Codegen:
             return f"({a} {e.symbol} {b})"
         if isinstance(e, Div) or dt.is_bool:
             raise LoweringError(f"'{e.symbol}' on {dt} operands in {expr_to_str(e)}")
-        if isinstance(e, FloorMod):
-            return f"({a} % {b})"
+        if isinstance(e, (FloorDiv, FloorMod)):
+            # x // 0 and x % 0 are 0 (NumPy's results, as the compiled backends give)
+            op = "//" if isinstance(e, FloorDiv) else "%"
+            bv = _fold_int(e.b)
+            if bv is not None and _make_wrap(e.b.dtype)(bv) != 0:
+                code = f"{a} {op} {b}"
+            else:
+                d = f"_d{next(self.counter)}"
+                code = f"({a} {op} {d} if ({d} := {b}) else 0)"
+            return f"({code})" if op == "%" else self.wrap(code, dt)
         folded = _fold_int(e)
         if folded is not None:
             return str(_make_wrap(dt)(folded))

@@ -7,19 +7,21 @@ bounds of atoms (from ``bind``, ``constraint`` and ``SizeVar >= 1``) and symboli
 facts ``lin >= 0`` (from symbolic ranges and constraints).  Pure Python over the
 tdsl nodes: a typical index expression takes tens of microseconds.
 
-Other dtypes are only constant-folded: floats are never reassociated, and int8 /
-uint8 arithmetic (which wraps in practice) gets no bound-based rewrites.
+Integer *data* (anything that reads memory, and all int8/uint8 arithmetic) wraps at
+its width, so it only gets the ring identities of ``data.py`` (docs/ir.md, "Integer
+semantics"); floats are only constant-folded, never reassociated.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ..dtype import DType
-from ..expr import (Add, And, BufferLoad, Call, Cast, Const, EQ, Expr, FloorDiv,
+from ..expr import (Add, And, Call, Cast, Const, EQ, Expr, FloorDiv,
                     FloorMod, GE, GT, Intrinsic, LE, LT, Max, Min, Mul, NE, Not, Or, Select,
-                    SizeVar, Sub, TensorLoad, Var, convert)
+                    SizeVar, Sub, Var, convert)
 from ..visitor import map_children
 from .constfold import fold_cast, fold_node, int_range
+from .data import DataMixin, wrap_lin
 from .interval import Interval
 from .intset import IntSetMixin
 from .linear import (RANK_CALL, RANK_CAST, RANK_DIV, RANK_MAX, RANK_MIN, RANK_MOD,
@@ -98,7 +100,7 @@ class _Constraint:
         ana._rebuild_facts()
 
 
-class Analyzer(RulesMixin, IntSetMixin):
+class Analyzer(RulesMixin, IntSetMixin, DataMixin):
     """Simplifies, bounds and compares integer expressions given what is known of the
     variables: ranges (``bind(var, Range)``), values (``bind(var, expr)``) and
     conditions (``with constraint(cond)``)."""
@@ -115,6 +117,8 @@ class Analyzer(RulesMixin, IntSetMixin):
         self._facts: list[Lin] = []
         self._depth = 0
         self._memo: dict[int, tuple] = {}
+        self._dmemo: dict[int, tuple] = {}       # id -> (expr, is data), see data.py
+        self._data_on = False                      # does the current call see data?
         self._bcache: dict[Any, Bound] = {}
         self._dom_vars: frozenset = frozenset()   # int_set's ranging variables
 
@@ -129,6 +133,7 @@ class Analyzer(RulesMixin, IntSetMixin):
         if self._bind_facts.pop(var, None):
             self._rebuild_facts()
         self._begin()
+        self._scan(value)
         try:
             if isinstance(value, Interval):
                 self._bind_range(var, value.min, value.max)
@@ -154,6 +159,7 @@ class Analyzer(RulesMixin, IntSetMixin):
         """The canonical, folded form of ``expr`` given what is known."""
         if not isinstance(expr, Expr):
             expr = convert(expr)
+        self._scan(expr)
         if self._depth:
             return self._simp(expr)
         self._depth = 1
@@ -162,15 +168,18 @@ class Analyzer(RulesMixin, IntSetMixin):
         finally:
             self._depth = 0
             self._memo = {}
+            self._dmemo = {}
+            self._data_on = False
             self._bcache = {}
 
     def const_int_bound(self, expr: Expr) -> "tuple[int | None, int | None]":
         """Inclusive constant bounds of an integer expression (None = unbounded)."""
         expr = convert(expr)
         self._begin()
+        self._scan(expr)
         try:
             dt = expr.dtype
-            if dt in INDEX_INTS:
+            if dt in INDEX_INTS and not self._has_data(expr):
                 lin = self._lin(expr)
                 return self._refined_bound(lin)
             e = self._simp(expr)
@@ -188,6 +197,7 @@ class Analyzer(RulesMixin, IntSetMixin):
         """True only if ``cond`` certainly holds given what is known."""
         cond = convert(cond)
         self._begin()
+        self._scan(cond)
         try:
             r = self._bool(cond)
             return type(r) is Const and bool(r.value)
@@ -201,12 +211,17 @@ class Analyzer(RulesMixin, IntSetMixin):
         if a is b:
             return True
         self._begin()
+        self._scan(a, b)
         try:
-            if a.dtype in INDEX_INTS and b.dtype in INDEX_INTS:
+            data = self._is_data_int(a) or self._is_data_int(b)
+            if a.dtype in INDEX_INTS and b.dtype in INDEX_INTS and not data:
                 d = lin_add(self._lin(a), self._lin(b), -1)
                 if not d.terms:
                     return d.const == 0
                 return _judge(EQ, *self._refined_bound(d)) is True
+            if data and a.dtype == b.dtype:
+                d = wrap_lin(lin_add(self._dlin(a), self._dlin(b), -1), a.dtype)
+                return not d.terms and d.const == 0
             return gkey(self._simp(a)) == gkey(self._simp(b))
         finally:
             self._end()
@@ -219,10 +234,13 @@ class Analyzer(RulesMixin, IntSetMixin):
         self._depth -= 1
         if self._depth == 0:
             self._memo = {}
+            self._dmemo = {}
+            self._data_on = False
             self._bcache = {}
 
     # ---- knowledge -----------------------------------------------------------------------
     def _bind_range(self, var: Var, lo_e: Any, hi_e: Any) -> None:
+        self._scan(lo_e, hi_e)
         facts = []
         lo = hi = None
         av = lin_atom(var, self._var_key(var))
@@ -282,6 +300,7 @@ class Analyzer(RulesMixin, IntSetMixin):
 
     def _add_constraint(self, cond: Expr) -> None:
         self._begin()
+        self._scan(cond)
         try:
             c = self._bool(convert(cond))
             self._add_fact_expr(c)
@@ -298,7 +317,8 @@ class Analyzer(RulesMixin, IntSetMixin):
         if cls is And:
             self._add_fact_expr(c.a)
             self._add_fact_expr(c.b)
-        elif cls in _CMP and c.a.dtype in INDEX_INTS:
+        elif (cls in _CMP and c.a.dtype in INDEX_INTS and not self._has_data(c.a)
+              and not self._has_data(c.b)):        # no bound facts from wrapping data
             d = lin_add(self._lin(c.a), self._lin(c.b), -1)
             if cls is LT: facts = [lin_add(lin_scale(d, -1), lin_const(-1))]
             elif cls is LE: facts = [lin_scale(d, -1)]
@@ -320,8 +340,8 @@ class Analyzer(RulesMixin, IntSetMixin):
     # ---- dispatch -------------------------------------------------------------------------
     def _simp(self, e: Expr) -> Expr:
         dt = e.dtype
-        if dt in INDEX_INTS:
-            return self._to_expr(self._lin(e), dt)
+        if dt.is_int:
+            return self._to_expr(self._lin(e) if dt in INDEX_INTS else self._dlin(e), dt)
         if dt is DType.BOOL:
             return self._bool(e)
         return self._other(e)
@@ -341,8 +361,12 @@ class Analyzer(RulesMixin, IntSetMixin):
         m = self._memo.get(id(e))
         if m is not None:
             return m[1]
+        if self._has_data(e):
+            return self._dlin(e)
         f = _LIN.get(type(e))
         lin = f(self, e) if f is not None else self._l_other(e)
+        if not lin.terms:                 # a constant: the value the backends compute
+            lin = wrap_lin(lin, e.dtype)
         self._memo[id(e)] = (e, lin)
         return lin
 
@@ -419,12 +443,6 @@ class Analyzer(RulesMixin, IntSetMixin):
         return self._atom(node, (RANK_CALL, node.func, node.dtype,
                                tuple(gkey(a) for a in args)))
 
-    def _l_load(self, e: Expr) -> Lin:
-        idx = tuple(self._simp(i) for i in e.indices)
-        node = e if all(x is y for x, y in zip(idx, e.indices)) else type(e)(
-            e.buffer if type(e) is BufferLoad else e.tensor, idx)
-        return self._atom(node, gkey(node))
-
     def _l_other(self, e: Expr) -> Lin:
         x = e.as_expr()
         if x is not e:
@@ -437,7 +455,9 @@ class Analyzer(RulesMixin, IntSetMixin):
         if cls is Const:
             return e
         if cls in _CMP:
-            if e.a.dtype in INDEX_INTS:
+            if e.a.dtype.is_int and (self._is_data_int(e.a) or self._is_data_int(e.b)):
+                r = self._dcmp(cls, e)
+            elif e.a.dtype in INDEX_INTS:
                 r = self._cmp(cls, e.a, e.b)
             else:
                 a, b = self._simp(e.a), self._simp(e.b)
@@ -652,7 +672,7 @@ class Analyzer(RulesMixin, IntSetMixin):
 
     def _bound_expr(self, x: Expr) -> Bound:
         dt = x.dtype
-        if dt in INDEX_INTS:
+        if dt in INDEX_INTS and not self._has_data(x):
             return self._lin_bound(self._lin(x))
         if dt.is_bool:
             return (0, 1)
@@ -756,7 +776,7 @@ _LIN = {Const: Analyzer._l_const, Var: Analyzer._l_var, SizeVar: Analyzer._l_var
         Add: Analyzer._l_add, Sub: Analyzer._l_sub, Mul: Analyzer._l_mul,
         FloorDiv: Analyzer._l_div, FloorMod: Analyzer._l_mod, Min: Analyzer._l_min,
         Max: Analyzer._l_max, Select: Analyzer._l_select, Cast: Analyzer._l_cast,
-        Call: Analyzer._l_call, BufferLoad: Analyzer._l_load, TensorLoad: Analyzer._l_load}
+        Call: Analyzer._l_call}
 
 
 def simplify(expr: Expr) -> Expr:

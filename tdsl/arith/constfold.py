@@ -93,14 +93,14 @@ def _float_binary(cls: type, a: float, b: float, dtype: DType) -> "float | bool 
 def fold_binary(cls: type, a: Const, b: Const, dtype: DType) -> "Const | None":
     """``a <cls> b`` for two constants, or None when it must not fold (x // 0)."""
     if issubclass(cls, CmpOp):
-        r = _compare(cls, a.value, b.value)
+        r = _compare(cls, _value(a), _value(b))
         return None if r is None else Const(r, DType.BOOL)
     if cls is And:
         return Const(a.value and b.value, DType.BOOL)
     if cls is Or:
         return Const(a.value or b.value, DType.BOOL)
     if dtype.is_int:
-        r = _int_binary(cls, a.value, b.value)
+        r = _int_binary(cls, _value(a), _value(b))
     elif dtype.is_float:
         r = _float_binary(cls, a.value, b.value, dtype)
     else:
@@ -108,9 +108,15 @@ def fold_binary(cls: type, a: Const, b: Const, dtype: DType) -> "Const | None":
     return None if r is None else make_const(r, dtype)
 
 
+def _value(c: Const) -> Any:
+    """The value a constant stands for: integers wrapped to their width (a ``Const``
+    may hold ``2**31`` as an int32; every backend reads it as ``-2**31``)."""
+    return wrap(c.value, c.dtype) if c.dtype.is_int else c.value
+
+
 def fold_cast(value: Const, dtype: DType) -> "Const | None":
     """Cast a constant: float->int truncates, ->bool is ``!= 0``, ints wrap."""
-    v = value.value
+    v = _value(value)
     if dtype.is_bool:
         return Const(v != 0, dtype)
     if dtype.is_int:
@@ -167,7 +173,7 @@ def fold_node(e: Expr) -> Expr:
             return e.true_value if e.cond.value else e.false_value
         return e
     if cls is Call and e.func is Intrinsic.ABS and e.dtype.is_int and type(e.args[0]) is Const:
-        return make_const(abs(e.args[0].value), e.dtype)
+        return make_const(abs(_value(e.args[0])), e.dtype)
     return e
 
 

@@ -26,9 +26,10 @@ class IntSetMixin:
         from .analyzer import INDEX_INTS
         expr = convert(expr)
         self._begin()
+        self._scan(expr)
         try:
             dt = expr.dtype
-            if dt not in INDEX_INTS:
+            if dt not in INDEX_INTS or self._has_data(expr):   # data wraps: no ranges
                 e = self._simp(expr)
                 if type(e) is Const or not dom_map or not uses_var(e, _var_set(dom_map)):
                     return Interval(e, e)

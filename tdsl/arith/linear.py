@@ -21,6 +21,7 @@ from .constfold import make_const
 RANK_VAR, RANK_CONST, RANK_SUM, RANK_MUL = 0, 1, 2, 3
 RANK_DIV, RANK_MOD, RANK_MIN, RANK_MAX, RANK_SELECT, RANK_CAST = 4, 5, 6, 7, 8, 9
 RANK_CALL, RANK_LOAD, RANK_OPAQUE = 10, 11, 40
+RANK_DATA = 30   # atoms of wrapping data expressions (data.py): no index rule looks inside
 _RANKS = {"FloorDiv": RANK_DIV, "FloorMod": RANK_MOD, "Min": RANK_MIN, "Max": RANK_MAX,
           "Select": RANK_SELECT, "Cast": RANK_CAST, "Call": RANK_CALL,
           "BufferLoad": RANK_LOAD, "TensorLoad": RANK_LOAD + 1, "Add": 13, "Sub": 14,

@@ -1,6 +1,7 @@
 """Rewrite rules on linear forms: products, floor division/modulo, min/max.
 
-Each rule is exact under floor semantics; those that depend on values fire only
+Each rule is exact under floor semantics over mathematical integers, so it applies
+to index expressions only (data wraps: see data.py); those that depend on values fire only
 when the analyzer's bounds (``_lin_bound``, refined by facts) prove them:
 
 - ``(c*q + r) // c -> q + r // c`` and ``(c*q + r) % c -> r % c`` (exact split),

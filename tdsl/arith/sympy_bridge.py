@@ -4,7 +4,9 @@
 remembers its variable, so ``from_sympy`` gives back the very same ``Var`` objects;
 two different variables with the same name stay different symbols.  Floor
 division becomes ``floor(a/b)``, modulo ``Mod(a, b)``.  Loads and other
-non-arithmetic nodes are refused.  Far too slow for lowering: use ``Analyzer``.
+non-arithmetic nodes are refused.  Integers are mathematical (index semantics,
+docs/ir.md): int8/uint8 wraparound is not modelled.  Far too slow for lowering: use
+``Analyzer``.
 """
 from __future__ import annotations
 
