@@ -6,34 +6,17 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ..arith import Analyzer
 from ..errors import LoweringError, ShapeError
 from ..expr import Const, Expr, SizeVar, Var
-from ..stmt import Allocate, Buffer, PrimFunc, StorageScope
+from ..stmt import Allocate, Buffer, PrimFunc
 from ..tensor import Tensor
 from ..visitor import free_vars
-from .bound import infer_bounds, storage_scope
+from .bound import infer_bounds
 from .inline import inlined_bodies
-from .nest import NestBuilder, Storage
+from .nest import NestBuilder
+from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
 from .passes import check_loops, check_thread_extents, simplify_stmt
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
-
-
-def aligned_strides(shape: Sequence[Expr], align: dict[int, tuple[int, int]], ana: Analyzer
-                    ) -> "tuple[Expr, ...] | None":
-    """Row-major strides where dimension d's stride is k*factor + offset (storage_align)."""
-    if not align:
-        return None
-    strides: list[Expr] = [Const(1, "int64")] * len(shape)
-    acc: Expr = Const(1, "int64")
-    for d in range(len(shape) - 1, -1, -1):
-        if d in align:
-            factor, offset = align[d]
-            acc = ana.simplify(((acc + (factor - offset) - 1) // factor) * factor + offset) \
-                if not isinstance(acc, Const) else \
-                Const(-(-(acc.value - offset) // factor) * factor + offset, "int64")
-        strides[d] = acc
-        acc = ana.simplify(acc * shape[d])
-    return tuple(strides)
 
 
 def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict:
@@ -57,24 +40,7 @@ def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict
             bufs = params[id(st)]
             storage[st] = Storage(bufs, zeros, False)
             continue
-        if st.attach_type is AttachType.ROOT:
-            shape = [iv.dom.extent for iv in op.axis]
-            offsets = zeros
-        else:
-            shape, offsets = [], []
-            for iv in op.axis:
-                r = b.root_ranges[iv]
-                hi = ana.const_int_bound(r.extent)[1]
-                if r.alloc_bound is not None:
-                    hi = r.alloc_bound if hi is None else min(hi, r.alloc_bound)
-                declared = iv.dom.extent
-                dhi = ana.const_int_bound(declared)[1]
-                shape.append(Const(hi, "int64") if hi is not None and (dhi is None or hi <= dhi)
-                             else declared)
-                offsets.append(r.min)
-        strides = aligned_strides(shape, st.storage_alignment, ana)
-        bufs = [Buffer(t.name, shape, t.dtype, strides, storage_scope(st)) for t in op.outputs]
-        storage[st] = Storage(bufs, offsets, True)
+        storage[st] = allocated_storage(st, bounds, ana)
     return storage
 
 
