@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..arith import Analyzer, Interval
 from ..errors import LoweringError
-from ..expr import Const, Expr, TensorLoad, Var
+from ..expr import Const, Expr, Reduce, TensorLoad, Var
 from ..intrin import maximum, minimum
 from ..stmt import StorageScope
-from ..tensor import IterVar, Range
+from ..tensor import IterKind, IterVar, Range
 from ..visitor import post_order_visit, substitute
 from tdsl.schedule.relations import Fuse, pass_down, pass_up
 from tdsl.schedule.stage import AttachType
@@ -231,15 +231,17 @@ def in_kernel(st: "Stage") -> bool:
     return False
 
 
-def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", StageBounds]:
-    """Bounds of every non-inlined compute stage, consumers before producers.
+def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer,
+                 materialize: "frozenset[Stage]" = frozenset()) -> dict["Stage", StageBounds]:
+    """Bounds of every non-inlined compute stage, consumers before producers.  Inlined
+    stages in ``materialize`` (arguments of the function) are computed whole at root too.
 
     Each stage's bounds are inferred knowing only the loops around its attach point (and
     its own loops, for its index values), each fact scoped to that work."""
     bounds: dict["Stage", StageBounds] = {}
     owned: set[IterVar] = set()
     for st in reversed(sch.stages):
-        if st.is_placeholder or st.attach_type is AttachType.INLINE:
+        if st.is_placeholder or (st.attach_type is AttachType.INLINE and st not in materialize):
             continue
         loop_vars = {}
         for iv in st.leaf_iter_vars:
@@ -301,6 +303,29 @@ def rebound_descendants(sch: "Schedule", st: "Stage", nb: StageBounds, bodies: d
     return out
 
 
+def _check_init_reads(sch: "Schedule", st: "Stage", bodies: dict) -> None:
+    """A reduction's init runs just outside its first reduction loop: a stage it reads
+    cannot be computed inside that loop (or any loop nested in it)."""
+    host, ivar = st.attach_stage, st.attach_ivar
+    body = bodies[host]
+    if not (isinstance(body[0], Reduce) and body[0].init):
+        return
+    leaves = host.leaf_iter_vars
+    first = next((p for p, iv in enumerate(leaves) if iv.kind is IterKind.REDUCE), len(leaves))
+    if ivar not in leaves or leaves.index(ivar) < first:
+        return
+    reads: list = []
+    for e in body[0].init:
+        post_order_visit(e, lambda n: reads.append(n) if isinstance(n, TensorLoad)
+                         and sch[n.tensor] is st else None)
+    if reads:
+        raise LoweringError(
+            f"compute_at: stage '{st.name}' is attached to loop '{ivar.name}' of '{host.name}', "
+            f"inside its reduction loop '{leaves[first].name}', but the reduction's init "
+            f"(init=...) reads '{st.name}' before that loop runs; attach '{st.name}' at a loop "
+            f"outside '{leaves[first].name}' or compute it at root")
+
+
 def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
                      ana: Analyzer) -> dict[IterVar, Range]:
     host, ivar = st.attach_stage, st.attach_ivar
@@ -316,6 +341,7 @@ def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
         raise LoweringError(f"compute_at: stage '{st.name}' is attached to loop '{ivar.name}' of "
                             f"'{host.name}', which is no longer a loop of it (it was split or fused "
                             f"after compute_at); attach to one of {[v.name for v in host.leaf_iter_vars]}")
+    _check_init_reads(sch, st, bodies)
     extra = _thread_relaxed(sch, st, bounds)
     ndim = len(st.op.axis)
     lo: list[Expr | None] = [None] * ndim

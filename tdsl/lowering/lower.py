@@ -30,11 +30,9 @@ def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict
             continue
         if st not in bounds:
             continue
-        b = bounds[st]
-        op = st.op
-        zeros = [Const(0, "int64")] * len(op.axis)
+        zeros = [Const(0, "int64")] * len(st.op.axis)
         if id(st) in params:
-            if st.attach_type is not AttachType.ROOT:
+            if st.attach_type is AttachType.SCOPE:
                 raise LoweringError(f"stage '{st.name}' is an argument, so it must be computed whole; "
                                     f"it is attached with compute_at")
             bufs = params[id(st)]
@@ -116,7 +114,12 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     ana = Analyzer()
     params, by_stage, scratch = _params(sch, args)
     bodies = inlined_bodies(sch)
-    bounds = infer_bounds(sch, bodies, ana)
+    # An inlined stage that is also an argument: its consumers read the inlined expression,
+    # and its buffer is written at root as well (the caller asked for its values).
+    from tdsl.schedule.stage import AttachType
+    materialize = frozenset(st for st in sch.stages
+                            if st.attach_type is AttachType.INLINE and id(st) in by_stage)
+    bounds = infer_bounds(sch, bodies, ana, materialize)
     storage = _storage(sch, bounds, by_stage, ana)
     builder = NestBuilder(sch, bodies, bounds, storage, ana)
     body = builder.build_root()

@@ -148,8 +148,9 @@ class NestBuilder:
         return out
 
     def build_root(self) -> Stmt:
+        # (an inlined stage has bounds only when it is an argument: written at root too)
         parts = [self.build_stage(st) for st in self.sch.stages
-                 if st in self.bounds and st.attach_type is AttachType.ROOT]
+                 if st in self.bounds and st.attach_type in (AttachType.ROOT, AttachType.INLINE)]
         return seq(parts)
 
     def build_stage(self, st: "Stage") -> Stmt:
