@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..arith import Analyzer
 from ..errors import LoweringError, ShapeError
-from ..expr import Const, Expr, SizeVar, Var
+from ..expr import Const, SizeVar, Var
 from ..stmt import Allocate, Buffer, PrimFunc
 from ..tensor import Tensor
 from ..visitor import free_vars

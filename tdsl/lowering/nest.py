@@ -15,8 +15,8 @@ a thread-dependent condition.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..arith import Analyzer
 from ..errors import LoweringError
@@ -24,7 +24,7 @@ from ..expr import BufferLoad, Const, Expr, Reduce, TensorLoad, Var
 from ..intrin import minimum
 from ..stmt import (Allocate, Barrier, Buffer, BufferStore, For, ForKind, IfThenElse,
                     LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
-from ..tensor import IterKind, IterVar, Range
+from ..tensor import IterKind, IterVar
 from ..visitor import free_vars, substitute, transform
 from tdsl.schedule.relations import Split, split_extents, split_predicates
 from tdsl.schedule.stage import AttachType
