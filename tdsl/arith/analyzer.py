@@ -100,6 +100,26 @@ class _Constraint:
         ana._rebuild_facts()
 
 
+class _Binding:
+    """What ``Analyzer.bind`` returns: the binding is already in effect; used as a context
+    manager (``with ana.bind(v, Range(0, n)): ...``) it restores what was known of the
+    variable before, so that a fact such as "the loop runs" (``n >= 1``) does not outlive
+    the code it describes."""
+
+    __slots__ = ("ana", "var", "saved")
+
+    def __init__(self, ana: "Analyzer", var: Var, saved: tuple):
+        self.ana = ana
+        self.var = var
+        self.saved = saved
+
+    def __enter__(self) -> "Analyzer":
+        return self.ana
+
+    def __exit__(self, *exc: Any) -> None:
+        self.ana._restore_binding(self.var, self.saved)
+
+
 class Analyzer(RulesMixin, IntSetMixin, DataMixin):
     """Simplifies, bounds and compares integer expressions given what is known of the
     variables: ranges (``bind(var, Range)``), values (``bind(var, expr)``) and
@@ -123,9 +143,15 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         self._dom_vars: frozenset = frozenset()   # int_set's ranging variables
 
     # ---- public API ------------------------------------------------------------------
-    def bind(self, var: Var, value: Any) -> None:
-        """Declare ``var``'s range (a ``Range`` or ``Interval``) or its value (an expression)."""
+    def bind(self, var: Var, value: Any) -> _Binding:
+        """Declare ``var``'s range (a ``Range`` or ``Interval``) or its value (an expression).
+
+        Takes effect at once.  ``with ana.bind(var, value): ...`` scopes it: on exit the
+        previous knowledge of ``var`` comes back (use this for facts that hold only inside
+        a loop or a region of code)."""
         var = var.as_expr()
+        saved = (self._subst.get(var), self._subst_lin.get(var), self._var_bounds.get(var),
+                 self._bind_facts.get(var))
         # a new binding replaces what was known of var
         self._subst.pop(var, None)
         self._subst_lin.pop(var, None)
@@ -150,6 +176,19 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
                     self._subst_lin[var] = self._lin(e)
         finally:
             self._end()
+        return _Binding(self, var, saved)
+
+    def _restore_binding(self, var: Var, saved: tuple) -> None:
+        """Put back what was known of ``var`` before a scoped ``bind``."""
+        for table, value in zip((self._subst, self._subst_lin, self._var_bounds, self._bind_facts),
+                                saved):
+            if value is None:
+                table.pop(var, None)
+            else:
+                table[var] = value
+        self._rebuild_facts()
+        self._memo = {} if self._depth == 0 else self._memo
+        self._bcache = {}
 
     def constraint(self, cond: Expr) -> _Constraint:
         """``with ana.constraint(i < n): ...`` assumes ``cond`` inside the block."""

@@ -8,15 +8,16 @@ relaxed too when the buffer is shared by those threads.
 """
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ..arith import Analyzer, Interval
 from ..errors import LoweringError
-from ..expr import Const, Expr, TensorLoad, Var
+from ..expr import Const, Expr, Reduce, TensorLoad, Var
 from ..intrin import maximum, minimum
 from ..stmt import StorageScope
-from ..tensor import IterVar, Range
+from ..tensor import IterKind, IterVar, Range
 from ..visitor import post_order_visit, substitute
 from tdsl.schedule.relations import Fuse, pass_down, pass_up
 from tdsl.schedule.stage import AttachType
@@ -33,11 +34,64 @@ class StageBounds:
     extents: dict[IterVar, Expr]          # every iteration variable's extent
     values: dict[IterVar, Expr] = field(default_factory=dict)   # 0-based, in leaf loop vars
     root_values: dict[IterVar, Expr] = field(default_factory=dict)  # min + value, simplified
+    # the variable of each leaf loop: the IterVar's own, or a fresh one when another stage
+    # has the same IterVar object among its loops (one reduce_axis used by two computes)
+    loop_vars: dict[IterVar, Var] = field(default_factory=dict)
+
+    def loop_var(self, iv: IterVar) -> Var:
+        """The variable of leaf loop ``iv`` in the lowered nest."""
+        return self.loop_vars.get(iv, iv.var)
 
 
 def stage_loops(st: "Stage", bounds: StageBounds) -> dict[Var, Expr]:
     """The extent of each leaf loop variable of ``st``."""
-    return {iv.var: bounds.extents[iv] for iv in st.leaf_iter_vars}
+    return {bounds.loop_var(iv): bounds.extents[iv] for iv in st.leaf_iter_vars}
+
+
+@contextmanager
+def loop_scope(ana: Analyzer, loops: Iterable[tuple[Var, Expr]]) -> Iterator[Analyzer]:
+    """Bind each loop variable to ``[0, extent)`` for the duration of the block.
+
+    Such a range also says that the loop runs (``extent >= 1``), which holds only inside
+    it: every fact lowering uses is scoped to the code it describes, never global."""
+    with ExitStack() as stack:
+        for v, e in loops:
+            stack.enter_context(ana.bind(v, Range(0, e)))
+        yield ana
+
+
+def enclosing_loops(st: "Stage", bounds: dict) -> list[tuple[Var, Expr]]:
+    """The loops around ``st``'s attach point (outermost first), as (variable, extent)."""
+    out: list[tuple[Var, Expr]] = []
+    if st.attach_type is not AttachType.SCOPE:
+        return out
+    cur, at = st.attach_stage, st.attach_ivar
+    while cur is not None and cur in bounds and at in cur.leaf_iter_vars:
+        b = bounds[cur]
+        pos = cur.leaf_iter_vars.index(at)
+        out[:0] = [(b.loop_var(iv), b.extents[iv]) for iv in cur.leaf_iter_vars[:pos + 1]]
+        if cur.attach_type is not AttachType.SCOPE:
+            break
+        cur, at = cur.attach_stage, cur.attach_ivar
+    return out
+
+
+def enclosing_scope(st: "Stage", bounds: dict, ana: Analyzer) -> Any:
+    """``with enclosing_scope(st, bounds, ana):`` knows the loops around ``st``."""
+    return loop_scope(ana, enclosing_loops(st, bounds))
+
+
+def attached_descendants(sch: "Schedule", st: "Stage") -> list["Stage"]:
+    """The stages attached (directly or not) inside ``st``'s loops, in schedule order."""
+    out = []
+    for x in sch.stages:
+        cur = x
+        while cur.attach_type is AttachType.SCOPE and cur.attach_stage is not None:
+            cur = cur.attach_stage
+            if cur is st:
+                out.append(x)
+                break
+    return out
 
 
 def _loads_of(body: tuple, target: "Stage", sch: "Schedule") -> list[TensorLoad]:
@@ -68,19 +122,21 @@ def _enclosing_chain(sch: "Schedule", x: "Stage", host: "Stage", ivar: IterVar,
         if parent is None:
             return None
         pos = parent.leaf_iter_vars.index(at)
+        pb = bounds[parent]
         if parent is host:
             hpos = host.leaf_iter_vars.index(ivar)
             if pos < hpos:
                 return None
             for iv in host.leaf_iter_vars[hpos + 1:pos + 1]:
-                relaxed[iv.var] = bounds[host].extents[iv]
+                relaxed[pb.loop_var(iv)] = pb.extents[iv]
             return relaxed
         for iv in parent.leaf_iter_vars[:pos + 1]:
-            relaxed[iv.var] = bounds[parent].extents[iv]
+            relaxed[pb.loop_var(iv)] = pb.extents[iv]
         cur = parent
     hpos = host.leaf_iter_vars.index(ivar)
+    hb = bounds[host]
     for iv in host.leaf_iter_vars[hpos + 1:]:
-        relaxed[iv.var] = bounds[host].extents[iv]
+        relaxed[hb.loop_var(iv)] = hb.extents[iv]
     return relaxed
 
 
@@ -123,7 +179,7 @@ def _thread_relaxed(sch: "Schedule", st: "Stage", bounds: dict) -> dict[Var, Exp
             a = cur.iter_attrs.get(iv)
             if a is not None and a.thread_tag is not None:
                 if a.thread_tag.is_thread or scope is StorageScope.GLOBAL:
-                    out[iv.var] = bounds[cur].extents[iv]
+                    out[bounds[cur].loop_var(iv)] = bounds[cur].extents[iv]
         cur, at = cur.attach_stage, cur.attach_ivar
     return out
 
@@ -162,11 +218,7 @@ def with_full_regions(st: "Stage", b: StageBounds, ana: Analyzer
         conds.append(ana.simplify(r.extent >= r.full_extent))
     if not conds:
         return None
-    ext = pass_down(st.relations, {iv: ana.simplify(r.extent) for iv, r in ranges.items()}, ana)
-    nb = StageBounds(ranges, ext)
-    nb.values = pass_up(st.relations, {iv: iv.var for iv in st.leaf_iter_vars}, ext)
-    nb.root_values = {iv: ana.simplify(ranges[iv].min + nb.values[iv]) for iv in st.root_iter_vars}
-    return nb, conds
+    return _finish(st, ranges, b.loop_vars, ana), conds
 
 
 def in_kernel(st: "Stage") -> bool:
@@ -179,12 +231,33 @@ def in_kernel(st: "Stage") -> bool:
     return False
 
 
-def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", StageBounds]:
-    """Bounds of every non-inlined compute stage, consumers before producers."""
+def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer,
+                 materialize: "frozenset[Stage]" = frozenset()) -> dict["Stage", StageBounds]:
+    """Bounds of every non-inlined compute stage, consumers before producers.  Inlined
+    stages in ``materialize`` (arguments of the function) are computed whole at root too.
+
+    Each stage's bounds are inferred knowing only the loops around its attach point (and
+    its own loops, for its index values), each fact scoped to that work."""
     bounds: dict["Stage", StageBounds] = {}
+    owned: set[IterVar] = set()
     for st in reversed(sch.stages):
-        if st.is_placeholder or st.attach_type is AttachType.INLINE:
+        if st.is_placeholder or (st.attach_type is AttachType.INLINE and st not in materialize):
             continue
+        loop_vars = {}
+        for iv in st.leaf_iter_vars:
+            # the same IterVar object among the loops of two stages (a shared reduce_axis):
+            # give this stage's loop its own variable, or nested loops would share one
+            loop_vars[iv] = Var(iv.var.name, iv.var.dtype) if iv in owned else iv.var
+            owned.add(iv)
+        bounds[st] = stage_bounds(sch, st, bodies, bounds, ana, loop_vars)
+    return bounds
+
+
+def stage_bounds(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict, ana: Analyzer,
+                 loop_vars: dict[IterVar, Var]) -> StageBounds:
+    """The bounds of one stage, given the bounds of the stages that read it and of the
+    stages it is attached inside."""
+    with enclosing_scope(st, bounds, ana):
         if st.attach_type is AttachType.SCOPE:
             ranges = _attached_ranges(sch, st, bodies, bounds, ana)
             if any(isinstance(r, Fuse) for r in st.relations):
@@ -200,24 +273,57 @@ def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer) -> dict["Stage", 
             ranges = {iv: iv.dom for iv in st.op.axis}
         for iv in st.op.reduce_axis:
             ranges[iv] = iv.dom
-        ext = pass_down(st.relations, {iv: ana.simplify(r.extent) for iv, r in ranges.items()}, ana)
-        b = StageBounds(ranges, ext)
-        b.values = pass_up(st.relations, {iv: iv.var for iv in st.leaf_iter_vars}, ext)
-        for iv in st.leaf_iter_vars:
-            e = ext[iv]
-            if ana.can_prove(e >= 1):
-                ana.bind(iv.var, Range(0, e))
-            else:
-                # An extent that may be <= 0 (e.g. an attached region in a consumer's tail
-                # iteration).  A range [0, e) would assert e >= 1 -- true only inside the
-                # loop -- and this analyzer's facts are global: guards of the consumer that
-                # depend on it would be "proved" and dropped.  Keep constant bounds only.
-                hi = ana.const_int_bound(e)[1]
-                ana.bind(iv.var, Interval(Const(0, iv.var.dtype),
-                                          None if hi is None else max(hi - 1, 0)))
+        return _finish(st, ranges, loop_vars, ana)
+
+
+def _finish(st: "Stage", ranges: dict[IterVar, Range], loop_vars: dict[IterVar, Var],
+            ana: Analyzer) -> StageBounds:
+    """Leaf extents and index values of a stage whose root ranges are known (call it
+    inside the scope of the loops around the stage)."""
+    ext = pass_down(st.relations, {iv: ana.simplify(r.extent) for iv, r in ranges.items()}, ana)
+    b = StageBounds(ranges, ext, loop_vars=dict(loop_vars))
+    b.values = pass_up(st.relations, {iv: b.loop_var(iv) for iv in st.leaf_iter_vars}, ext)
+    # the root values are used inside the stage's loops: simplify them knowing those
+    with loop_scope(ana, [(b.loop_var(iv), ext[iv]) for iv in st.leaf_iter_vars]):
         b.root_values = {iv: ana.simplify(ranges[iv].min + b.values[iv]) for iv in st.root_iter_vars}
-        bounds[st] = b
-    return bounds
+    return b
+
+
+def rebound_descendants(sch: "Schedule", st: "Stage", nb: StageBounds, bodies: dict,
+                        bounds: dict, ana: Analyzer) -> dict["Stage", StageBounds]:
+    """``bounds`` with ``st``'s replaced by ``nb`` and bound inference re-run for every
+    stage attached inside ``st``: their regions follow ``st``'s loops (a copy of a
+    partitioned nest runs them over other extents than bound inference first chose)."""
+    out = dict(bounds)
+    out[st] = nb
+    inside = attached_descendants(sch, st)
+    for x in reversed(inside):
+        if x in bounds:
+            out[x] = stage_bounds(sch, x, bodies, out, ana, bounds[x].loop_vars)
+    return out
+
+
+def _check_init_reads(sch: "Schedule", st: "Stage", bodies: dict) -> None:
+    """A reduction's init runs just outside its first reduction loop: a stage it reads
+    cannot be computed inside that loop (or any loop nested in it)."""
+    host, ivar = st.attach_stage, st.attach_ivar
+    body = bodies[host]
+    if not (isinstance(body[0], Reduce) and body[0].init):
+        return
+    leaves = host.leaf_iter_vars
+    first = next((p for p, iv in enumerate(leaves) if iv.kind is IterKind.REDUCE), len(leaves))
+    if ivar not in leaves or leaves.index(ivar) < first:
+        return
+    reads: list = []
+    for e in body[0].init:
+        post_order_visit(e, lambda n: reads.append(n) if isinstance(n, TensorLoad)
+                         and sch[n.tensor] is st else None)
+    if reads:
+        raise LoweringError(
+            f"compute_at: stage '{st.name}' is attached to loop '{ivar.name}' of '{host.name}', "
+            f"inside its reduction loop '{leaves[first].name}', but the reduction's init "
+            f"(init=...) reads '{st.name}' before that loop runs; attach '{st.name}' at a loop "
+            f"outside '{leaves[first].name}' or compute it at root")
 
 
 def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
@@ -235,6 +341,7 @@ def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
         raise LoweringError(f"compute_at: stage '{st.name}' is attached to loop '{ivar.name}' of "
                             f"'{host.name}', which is no longer a loop of it (it was split or fused "
                             f"after compute_at); attach to one of {[v.name for v in host.leaf_iter_vars]}")
+    _check_init_reads(sch, st, bodies)
     extra = _thread_relaxed(sch, st, bounds)
     ndim = len(st.op.axis)
     lo: list[Expr | None] = [None] * ndim

@@ -5,35 +5,18 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..arith import Analyzer
 from ..errors import LoweringError, ShapeError
-from ..expr import Const, Expr, SizeVar, Var
-from ..stmt import Allocate, Buffer, PrimFunc, StorageScope
+from ..expr import Const, SizeVar, Var
+from ..stmt import Allocate, Buffer, PrimFunc
 from ..tensor import Tensor
 from ..visitor import free_vars
-from .bound import infer_bounds, storage_scope
+from .bound import infer_bounds
 from .inline import inlined_bodies
-from .nest import NestBuilder, Storage
+from .nest import NestBuilder
+from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
 from .passes import check_loops, check_thread_extents, simplify_stmt
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
-
-
-def aligned_strides(shape: Sequence[Expr], align: dict[int, tuple[int, int]], ana: Analyzer
-                    ) -> "tuple[Expr, ...] | None":
-    """Row-major strides where dimension d's stride is k*factor + offset (storage_align)."""
-    if not align:
-        return None
-    strides: list[Expr] = [Const(1, "int64")] * len(shape)
-    acc: Expr = Const(1, "int64")
-    for d in range(len(shape) - 1, -1, -1):
-        if d in align:
-            factor, offset = align[d]
-            acc = ana.simplify(((acc + (factor - offset) - 1) // factor) * factor + offset) \
-                if not isinstance(acc, Const) else \
-                Const(-(-(acc.value - offset) // factor) * factor + offset, "int64")
-        strides[d] = acc
-        acc = ana.simplify(acc * shape[d])
-    return tuple(strides)
 
 
 def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict:
@@ -47,34 +30,15 @@ def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict
             continue
         if st not in bounds:
             continue
-        b = bounds[st]
-        op = st.op
-        zeros = [Const(0, "int64")] * len(op.axis)
+        zeros = [Const(0, "int64")] * len(st.op.axis)
         if id(st) in params:
-            if st.attach_type is not AttachType.ROOT:
+            if st.attach_type is AttachType.SCOPE:
                 raise LoweringError(f"stage '{st.name}' is an argument, so it must be computed whole; "
                                     f"it is attached with compute_at")
             bufs = params[id(st)]
             storage[st] = Storage(bufs, zeros, False)
             continue
-        if st.attach_type is AttachType.ROOT:
-            shape = [iv.dom.extent for iv in op.axis]
-            offsets = zeros
-        else:
-            shape, offsets = [], []
-            for iv in op.axis:
-                r = b.root_ranges[iv]
-                hi = ana.const_int_bound(r.extent)[1]
-                if r.alloc_bound is not None:
-                    hi = r.alloc_bound if hi is None else min(hi, r.alloc_bound)
-                declared = iv.dom.extent
-                dhi = ana.const_int_bound(declared)[1]
-                shape.append(Const(hi, "int64") if hi is not None and (dhi is None or hi <= dhi)
-                             else declared)
-                offsets.append(r.min)
-        strides = aligned_strides(shape, st.storage_alignment, ana)
-        bufs = [Buffer(t.name, shape, t.dtype, strides, storage_scope(st)) for t in op.outputs]
-        storage[st] = Storage(bufs, offsets, True)
+        storage[st] = allocated_storage(st, bounds, ana)
     return storage
 
 
@@ -150,7 +114,12 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     ana = Analyzer()
     params, by_stage, scratch = _params(sch, args)
     bodies = inlined_bodies(sch)
-    bounds = infer_bounds(sch, bodies, ana)
+    # An inlined stage that is also an argument: its consumers read the inlined expression,
+    # and its buffer is written at root as well (the caller asked for its values).
+    from tdsl.schedule.stage import AttachType
+    materialize = frozenset(st for st in sch.stages
+                            if st.attach_type is AttachType.INLINE and id(st) in by_stage)
+    bounds = infer_bounds(sch, bodies, ana, materialize)
     storage = _storage(sch, bounds, by_stage, ana)
     builder = NestBuilder(sch, bodies, bounds, storage, ana)
     body = builder.build_root()

@@ -15,8 +15,8 @@ a thread-dependent condition.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..arith import Analyzer
 from ..errors import LoweringError
@@ -24,24 +24,17 @@ from ..expr import BufferLoad, Const, Expr, Reduce, TensorLoad, Var
 from ..intrin import minimum
 from ..stmt import (Allocate, Barrier, Buffer, BufferStore, For, ForKind, IfThenElse,
                     LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
-from ..tensor import IterKind, IterVar, Range
+from ..tensor import IterKind, IterVar
 from ..visitor import free_vars, substitute, transform
 from tdsl.schedule.relations import Split, split_extents, split_predicates
 from tdsl.schedule.stage import AttachType
 
-from .bound import StageBounds, in_kernel, storage_scope, with_full_regions
+from .bound import (StageBounds, attached_descendants, in_kernel, loop_scope, rebound_descendants,
+                    storage_scope, with_full_regions)
+from .storage import Storage, allocated_storage
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
-
-
-@dataclass
-class Storage:
-    """Where a stage's outputs live: one buffer per output and the region origin."""
-
-    buffers: list[Buffer]
-    offsets: list[Expr]
-    allocated: bool      # needs an Allocate (not a parameter)
 
 
 def seq(parts: list) -> Stmt:
@@ -88,6 +81,32 @@ class NestBuilder:
         for st in sch.stages:
             if st.attach_type is AttachType.SCOPE:
                 self.children.setdefault((id(st.attach_stage), st.attach_ivar), []).append(st)
+        # the loop extents of each stage whose nest is being built (by id), so that the
+        # stages attached inside it are built knowing exactly the loops around them
+        self.building: dict[int, dict[IterVar, Expr]] = {}
+
+    def with_bounds(self, st: "Stage", b: StageBounds) -> "NestBuilder":
+        """A builder for one copy of ``st``'s nest whose loops run as ``b`` says: bound
+        inference re-run (and buffers re-sized) for the stages attached inside it."""
+        bounds = rebound_descendants(self.sch, st, b, self.bodies, self.bounds, self.ana)
+        storage = dict(self.storage)
+        for x in attached_descendants(self.sch, st):
+            if x in bounds and self.storage[x].allocated:
+                storage[x] = allocated_storage(x, bounds, self.ana)
+        out = NestBuilder.__new__(NestBuilder)
+        out.__dict__.update(self.__dict__)
+        out.bounds, out.storage, out.building = bounds, storage, {}
+        return out
+
+    @contextmanager
+    def inside(self, st: "Stage", iv: IterVar) -> Iterator[Analyzer]:
+        """Know ``st``'s loops down to ``iv`` (the loops around what is attached at ``iv``)."""
+        ext = self.building[id(st)]
+        b = self.bounds[st]
+        leaves = st.leaf_iter_vars
+        with loop_scope(self.ana, [(b.loop_var(x), ext[x])
+                                   for x in leaves[:leaves.index(iv) + 1]]) as ana:
+            yield ana
 
     # ---- expressions -------------------------------------------------------------------
     def lower_expr(self, e: Expr, vmap: dict[Var, Expr]) -> Expr:
@@ -129,8 +148,9 @@ class NestBuilder:
         return out
 
     def build_root(self) -> Stmt:
+        # (an inlined stage has bounds only when it is an argument: written at root too)
         parts = [self.build_stage(st) for st in self.sch.stages
-                 if st in self.bounds and st.attach_type is AttachType.ROOT]
+                 if st in self.bounds and st.attach_type in (AttachType.ROOT, AttachType.INLINE)]
         return seq(parts)
 
     def build_stage(self, st: "Stage") -> Stmt:
@@ -144,18 +164,17 @@ class NestBuilder:
             split = with_full_regions(st, b, self.ana)
             if split is not None:
                 full, conds = split
-                # both copies run their loops over the full extents: forget the clamped
-                # ranges that bound inference recorded for them
-                for iv in st.leaf_iter_vars:
-                    self.ana.bind(iv.var, Range(0, full.extents[iv]))
-                return IfThenElse(self.ana.simplify(_conj(conds)), self.stage_nest(st, full, False),
-                                  self.stage_nest(st, full, True))
+                # both copies run their loops over the full extents; the stages attached
+                # inside them get bounds (and buffers) inferred for those loops
+                sub = self.with_bounds(st, full)
+                return IfThenElse(self.ana.simplify(_conj(conds)), sub.stage_nest(st, full, False),
+                                  sub.stage_nest(st, full, True))
         return self.stage_nest(st, b, kernel)
 
     def stage_nest(self, st: "Stage", b: StageBounds, guard_domain: bool) -> Stmt:
         leaves = st.leaf_iter_vars
         m = len(leaves)
-        pos = {iv.var: i for i, iv in enumerate(leaves)}
+        pos = {b.loop_var(iv): i for i, iv in enumerate(leaves)}
         vmap = {iv.var: b.root_values[iv] for iv in st.root_iter_vars}
         stor = self.storage[st]
         body = self.bodies[st]
@@ -179,7 +198,8 @@ class NestBuilder:
                     and kind in (ForKind.SERIAL, ForKind.PARALLEL)):
                 pext = b.extents[rel_parent]
                 _, inner_ext = split_extents(pext, rel)
-                start = substitute(b.values[rel_parent], {inner.var: Const(0, inner.var.dtype)})
+                iv0 = b.loop_var(inner)
+                start = substitute(b.values[rel_parent], {iv0: Const(0, iv0.dtype)})
                 ext[inner] = self.ana.simplify(minimum(inner_ext, pext - start))
                 continue
             involves_reduce = any(leaves[p].kind is IterKind.REDUCE for p in used)
@@ -207,6 +227,7 @@ class NestBuilder:
             init = self.init_nest(st, body, vmap, stor, leaves[init_pos:], ext, preds, init_pos, kernel)
 
         stmt = guard([c for lv, _, c in preds if lv == last], core) if last >= 0 else core
+        self.building[id(st)] = ext
         for p in range(last, -1, -1):
             iv = leaves[p]
             parts = self.children_nests(st, iv)
@@ -220,6 +241,7 @@ class NestBuilder:
                 stmt = self.make_loop(st, iv, ext[iv], self.wrap_allocs(st, iv, inner_stmt))
             if p > 0:
                 stmt = guard([c for lv, _, c in preds if lv == p - 1], stmt)
+        del self.building[id(st)]
         top_guards = [c for lv, _, c in preds if lv < 0]
         parts = [init] if init is not None and init_pos == 0 else []
         return guard(top_guards, seq(parts + [stmt]))
@@ -235,7 +257,8 @@ class NestBuilder:
         ann = {f"pragma_{k}": v for k, v in a.pragmas.items()} if a is not None else {}
         if tag is ThreadTag.VTHREAD:
             kind, tag = ForKind.SERIAL, None
-        return For(iv.var, Const(0, iv.var.dtype), self.ana.simplify(extent), kind, body, tag, ann)
+        v = self.bounds[st].loop_var(iv)
+        return For(v, Const(0, v.dtype), self.ana.simplify(extent), kind, body, tag, ann)
 
     def in_serial_loop(self, st: "Stage") -> bool:
         """True if a loop that is not bound to a GPU index encloses ``st``'s attach point."""
@@ -268,12 +291,13 @@ class NestBuilder:
                                                C += A.shared[ko % 2, ...]
                                                sync
         """
-        v = iv.var
+        v = self.bounds[st].loop_var(iv)
         slot = v % 2
         fills, allocs = [], []
         for child in db:
             stor = self.storage[child]
-            nest = self.build_stage(child)
+            with self.inside(st, iv):
+                nest = self.build_stage(child)
             for buf in stor.buffers:
                 two = Buffer(buf.name, (Const(2, "int64"),) + buf.shape, buf.dtype,
                              None if buf.strides is None else
@@ -297,7 +321,8 @@ class NestBuilder:
         for child in self.children.get((id(st), iv), []):
             if child not in self.bounds or self.is_double_buffered(child):
                 continue
-            nest = self.build_stage(child)
+            with self.inside(st, iv):
+                nest = self.build_stage(child)
             if storage_scope(child) is not StorageScope.LOCAL and self.in_kernel(child):
                 # written by the block's threads together, read by others: synchronize
                 # the barrier before guards the previous iteration's readers; it is

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..arith import Analyzer, Interval
+from ..arith import Analyzer
 from ..errors import LoweringError
 from ..expr import Const, Expr
 from ..stmt import (Allocate, Barrier, BufferRegion, BufferStore, For, ForKind, IfThenElse, IntrinCall, LetStmt,
@@ -32,14 +32,11 @@ def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
         if stmt.kind in (ForKind.VECTORIZED, ForKind.UNROLLED) and not isinstance(ext, Const) \
                 and hi_bound is not None and hi_bound <= MAX_PADDED_EXTENT:
             return simplify_stmt(pad_to_constant(stmt, lo, ext, hi_bound), ana)
-        ana.bind(stmt.var, Range(lo, ext))
-        try:
+        # The range implies ``ext >= 1`` (the loop runs), which holds only inside the
+        # loop: scoped, or a sibling guard such as ``f < 1`` next to a loop of extent
+        # ``1 - f`` would be "proved" and dropped.
+        with ana.bind(stmt.var, Range(lo, ext)):
             body = simplify_stmt(stmt.body, ana)
-        finally:
-            # The range implies ``ext >= 1`` (the loop runs), which holds only inside the
-            # loop: forget it, or a sibling guard such as ``f < 1`` next to a loop of extent
-            # ``1 - f`` would be "proved" and dropped.
-            ana.bind(stmt.var, Interval.everything())
         if body is None:
             return None
         return For(stmt.var, lo, ext, stmt.kind, body, stmt.thread_tag, stmt.annotations)
