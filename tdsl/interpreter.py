@@ -36,6 +36,7 @@ from .stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKin
                    IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt, StorageScope,
                    ThreadTag)
 from .visitor import post_order_visit, uses_var
+from .deep import deep_recursion
 
 __all__ = ["run"]
 
@@ -811,6 +812,7 @@ _CACHE: "OrderedDict[int, _Program]" = OrderedDict()
 _CACHE_SIZE = 256
 
 
+@deep_recursion
 def _program(func: PrimFunc) -> _Program:
     """The compiled program of ``func`` (an LRU cache keyed by identity)."""
     prog = _CACHE.get(id(func))

@@ -13,6 +13,7 @@ from .bound import infer_bounds, storage_scope
 from .inline import inlined_bodies
 from .nest import NestBuilder, Storage
 from .passes import check_loops, check_thread_extents, simplify_stmt
+from ..deep import deep_recursion
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
@@ -137,6 +138,7 @@ def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], 
     return size_vars, bindings
 
 
+@deep_recursion
 def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode: bool = False,
           dump: "Callable[[str, Any], None] | None" = None) -> PrimFunc:
     """Lower a schedule to the loop IR (``print`` it to read the loop nest).
