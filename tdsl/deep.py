@@ -26,10 +26,11 @@ from .errors import TDSLError
 MAX_EXPR_DEPTH = 10_000
 
 # Python frames allowed inside a wrapped call, and the worker thread's stack: measured
-# at about 0.8 KiB of C stack per frame on CPython 3.11, so the limit is reached long
-# before the stack overflows.
+# at about 0.5 KiB of C stack per frame (recursion through generators, map, repr) on
+# CPython 3.11, so the limit (about 130 MiB of frames) is reached long before the
+# stack overflows.
 _RECURSION_LIMIT = 250_000
-_STACK_BYTES = 1024 * 1024 * 1024
+_STACK_BYTES = 512 * 1024 * 1024
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,14 +71,19 @@ def _run_deep(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
             _raised[1] = sys.getrecursionlimit()
             sys.setrecursionlimit(max(_raised[1], _RECURSION_LIMIT))
         _raised[0] += 1
-        old_size = threading.stack_size()
+        # the stack size applies to threads started while it is set
+        old_size = threading.stack_size(_STACK_BYTES)
         try:
-            threading.stack_size(_STACK_BYTES)
             worker = threading.Thread(target=work, name=f"tdsl-deep-{fn.__name__}", daemon=True)
+            worker.start()
+        except BaseException:
+            _raised[0] -= 1
+            if _raised[0] == 0:
+                sys.setrecursionlimit(_raised[1])
+            raise
         finally:
             threading.stack_size(old_size)
     try:
-        worker.start()
         worker.join()
     finally:
         with _lock:
