@@ -52,6 +52,22 @@ def deep_recursion(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def retry_deep(fn: F) -> F:
+    """Like ``deep_recursion``, but first call ``fn`` directly and only rerun it on a worker
+    thread if it runs out of recursion: for cheap, pure passes (printing, hashing) that
+    catch no exceptions, so shallow inputs pay no thread start."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_local, "deep", False):
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except RecursionError:
+            pass
+        return _run_deep(fn, args, kwargs)
+    return wrapper  # type: ignore[return-value]
+
+
 def _run_deep(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     result: list[Any] = []
     error: list[BaseException] = []
