@@ -284,7 +284,10 @@ class BufferLoad(Expr):
 
 
 class Reduce(Expr):
-    """A commutative reduction over ``axis``; only valid at the top of a compute body.
+    """A commutative reduction over ``axis``.
+
+    A ``ComputeOp`` holds reductions only at the top of its body; ``td.compute`` moves
+    reductions used inside larger expressions into stages of their own.
 
     ``source`` holds one expression per reduced value (two for argmax-style
     reducers); this node is the ``value_index``-th result.

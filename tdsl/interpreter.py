@@ -36,6 +36,7 @@ from .stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKin
                    IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt, StorageScope,
                    ThreadTag)
 from .visitor import post_order_visit, uses_var
+from .deep import deep_recursion
 
 __all__ = ["run"]
 
@@ -99,6 +100,16 @@ def _floor_mod(a: Any, b: Any) -> Any:
     return a - np.floor(a / b) * b
 
 
+def _int_floordiv(a: int, b: int) -> int:
+    """Integer ``//`` as docs/ir.md defines it: floor division, and ``x // 0 == 0``."""
+    return a // b if b else 0
+
+
+def _int_floormod(a: int, b: int) -> int:
+    """Integer ``%`` as docs/ir.md defines it: floor modulo, and ``x % 0 == 0``."""
+    return a % b if b else 0
+
+
 def _sigmoid(x: Any) -> Any:
     one = type(x)(1)
     return one / (one + np.exp(-x))
@@ -135,7 +146,8 @@ def _oob(name: str, indices: tuple, shape: tuple) -> Any:
 def _runtime_namespace() -> dict[str, Any]:
     """Globals of the generated code: helpers, dtype constructors, wrap functions."""
     ns: dict[str, Any] = {
-        "_np": np, "_floor_mod": _floor_mod, "_sigmoid": _sigmoid, "_rsqrt": _rsqrt,
+        "_np": np, "_floor_mod": _floor_mod, "_int_floordiv": _int_floordiv,
+        "_int_floormod": _int_floormod, "_sigmoid": _sigmoid, "_rsqrt": _rsqrt,
         "_erf": _erf, "_isnan": _isnan, "_oob": _oob, "_alloc": _alloc,
         "_kernel_alloc": _kernel_alloc, "_launch": _launch, "_thread_extent": _thread_extent,
         "__builtins__": __builtins__,
@@ -345,19 +357,14 @@ class _Codegen:
             return f"({a} {e.symbol} {b})"
         if isinstance(e, Div) or dt.is_bool:
             raise LoweringError(f"'{e.symbol}' on {dt} operands in {expr_to_str(e)}")
-        if isinstance(e, (FloorDiv, FloorMod)):
-            # x // 0 and x % 0 are 0 (NumPy's results, as the compiled backends give)
-            op = "//" if isinstance(e, FloorDiv) else "%"
-            bv = _fold_int(e.b)
-            if bv is not None and _make_wrap(e.b.dtype)(bv) != 0:
-                code = f"{a} {op} {b}"
-            else:
-                d = f"_d{next(self.counter)}"
-                code = f"({a} {op} {d} if ({d} := {b}) else 0)"
-            return f"({code})" if op == "%" else self.wrap(code, dt)
+        nonzero = isinstance(e.b, Const) and _make_wrap(e.b.dtype)(int(e.b.value)) != 0
+        if isinstance(e, FloorMod):
+            return f"({a} % {b})" if nonzero else f"_int_floormod({a}, {b})"
         folded = _fold_int(e)
         if folded is not None:
             return str(_make_wrap(dt)(folded))
+        if isinstance(e, FloorDiv) and not nonzero:
+            return self.wrap(f"_int_floordiv({a}, {b})", dt)
         return self.wrap(f"{a} {e.symbol} {b}", dt)
 
     def compare(self, e: CmpOp) -> str:
@@ -819,6 +826,7 @@ _CACHE: "OrderedDict[int, _Program]" = OrderedDict()
 _CACHE_SIZE = 256
 
 
+@deep_recursion
 def _program(func: PrimFunc) -> _Program:
     """The compiled program of ``func`` (an LRU cache keyed by identity)."""
     prog = _CACHE.get(id(func))

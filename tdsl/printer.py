@@ -13,6 +13,7 @@ import html
 import re
 from typing import Any, Callable
 
+from .deep import retry_deep
 from .dtype import DType
 from .expr import (Add, And, BufferLoad, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv,
                    FloorMod, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TensorLoad, Var)
@@ -258,11 +259,13 @@ _STMT_HANDLERS: dict[type, Callable[[_Printer, Any, int], None]] = {
 }
 
 
+@retry_deep
 def expr_to_str(expr: Any) -> str:
     """One expression as text, e.g. ``i.outer * 32 + ii < n``."""
     return _Printer().expr(expr)
 
 
+@retry_deep
 def stmt_to_str(stmt: Stmt) -> str:
     """A statement tree as indented lines (no trailing newline)."""
     p = _Printer()
@@ -270,6 +273,7 @@ def stmt_to_str(stmt: Stmt) -> str:
     return "\n".join(p.lines)
 
 
+@retry_deep
 def func_to_str(func: PrimFunc) -> str:
     """A lowered function as a ``@tdsl.prim_func`` definition."""
     p = _Printer()

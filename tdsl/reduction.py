@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .dtype import DType
+from .dtype import DType, as_dtype
 from .errors import DTypeError, TDSLError
 from .expr import Const, Expr, Max, Min, Reduce, Var, convert
 from .tensor import IterKind, IterVar
@@ -118,9 +118,10 @@ def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") 
     return Reducer(fcombine, fidentity, name)
 
 
-def max_value(dtype: DType) -> Const:
-    """The largest value of ``dtype`` (+inf for floats)."""
+def max_value(dtype: "DType | str") -> Const:
+    """The largest value of ``dtype`` (+inf for floats); ``dtype`` may be a name, as in TVM."""
     import numpy as np
+    dtype = as_dtype(dtype)
     if dtype.is_float:
         return Const(float("inf"), dtype)
     if dtype.is_bool:
@@ -128,9 +129,10 @@ def max_value(dtype: DType) -> Const:
     return Const(int(np.iinfo(dtype.numpy).max), dtype)
 
 
-def min_value(dtype: DType) -> Const:
-    """The smallest value of ``dtype`` (-inf for floats)."""
+def min_value(dtype: "DType | str") -> Const:
+    """The smallest value of ``dtype`` (-inf for floats); ``dtype`` may be a name, as in TVM."""
     import numpy as np
+    dtype = as_dtype(dtype)
     if dtype.is_float:
         return Const(float("-inf"), dtype)
     if dtype.is_bool:

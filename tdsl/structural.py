@@ -27,10 +27,12 @@ from .expr import BufferLoad, Call, Const, Expr, Reduce, TensorLoad, Var
 from .stmt import (Allocate, Buffer, BufferRegion, BufferStore, For, IntrinCall, LetStmt,
                    PrimFunc, Stmt)
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
+from .deep import retry_deep
 
 __all__ = ["structural_equal", "structural_hash"]
 
 
+@retry_deep
 def structural_hash(node: Any) -> str:
     """A hex digest that is equal for structurally equal ``node``s (see module doc)."""
     h = hashlib.blake2b(digest_size=16)
@@ -40,6 +42,7 @@ def structural_hash(node: Any) -> str:
     return h.hexdigest()
 
 
+@retry_deep
 def structural_equal(a: Any, b: Any) -> bool:
     """True if ``a`` and ``b`` are the same computation up to names (see module doc)."""
     return a is b or _canonical(a) == _canonical(b)

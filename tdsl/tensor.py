@@ -46,7 +46,7 @@ class IterVar(Expr):
     where it stands for its variable.
     """
 
-    __slots__ = ("var", "dom", "kind", "thread_tag")
+    __slots__ = ("var", "dom", "kind", "thread_tag", "owner")
 
     def __init__(self, dom: "Range | None", var: "Var | str", kind: IterKind,
                  thread_tag: "ThreadTag | None" = None):
@@ -55,6 +55,8 @@ class IterVar(Expr):
         self.kind = kind
         self.thread_tag = thread_tag
         self.dtype = self.var.dtype
+        #: a weak reference to the ComputeOp whose reduction claimed this reduce axis
+        self.owner: "Any" = None
 
     @property
     def name(self) -> str:
@@ -274,8 +276,9 @@ def compute(shape: Any, fcompute: Callable, name: str = "compute", tag: str = ""
             attrs: "dict | None" = None) -> Any:
     """A tensor whose element at index ``i`` is ``fcompute(*i)`` (TVM's te.compute).
 
-    If ``fcompute`` returns a tuple, one tensor per value is returned (all
-    reductions of one multi-value reducer, or plain expressions).
+    If ``fcompute`` returns a tuple, one tensor per value is returned.  A reduction
+    used inside a larger expression (``td.sum(X[i, k], axis=k) / n``) becomes a stage
+    of its own, ``<name>.red0``, that this one reads (see ``tdsl.compute_body``).
     """
     shape = _shape(shape, f"compute '{name}'")
     names = _arg_names(fcompute, len(shape))
@@ -283,32 +286,6 @@ def compute(shape: Any, fcompute: Callable, name: str = "compute", tag: str = ""
     result = fcompute(*[iv.var for iv in axis])
     multi = isinstance(result, (tuple, list))
     body = [convert(b) for b in (result if multi else [result])]
-    _check_body(name, body)
-    op = ComputeOp(name, tag, attrs or {}, axis, body)
+    from .compute_body import make_compute
+    op = make_compute(name, tag, attrs or {}, axis, body)
     return list(op.outputs) if multi else op.outputs[0]
-
-
-def _check_body(name: str, body: list[Expr]) -> None:
-    reduces = [b for b in body if isinstance(b, Reduce)]
-    if reduces and len(reduces) != len(body):
-        raise TDSLError(f"compute '{name}': either every output is a reduction or none is")
-    if reduces:
-        r0 = reduces[0]
-        for r in reduces[1:]:
-            if r.combiner is not r0.combiner or r.axis != r0.axis:
-                raise TDSLError(f"compute '{name}': multiple reductions must come from one "
-                                f"call of one reducer (same combiner and axes)")
-    for b in body:
-        inner = [b.source, b.condition] if isinstance(b, Reduce) else [b]
-
-        def fn(n: Any) -> None:
-            if isinstance(n, Reduce):
-                raise TDSLError(
-                    f"compute '{name}': a reduction must be the whole body of a compute, not "
-                    f"part of an expression; compute it in a separate stage first")
-        for x in inner:
-            if isinstance(x, tuple):
-                for y in x:
-                    post_order_visit(y, fn)
-            else:
-                post_order_visit(x, fn)

@@ -66,10 +66,18 @@ def map_children(node: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def post_order_visit(node: Any, fn: Callable[[Any], None]) -> None:
-    """Call ``fn`` on every node below and including ``node``, children first."""
-    for c in children(node):
-        post_order_visit(c, fn)
-    fn(node)
+    """Call ``fn`` on every node below and including ``node``, children first.
+
+    Iterative (an explicit stack), so arbitrarily deep expressions need no recursion.
+    """
+    stack: list[tuple[Any, bool]] = [(node, False)]
+    while stack:
+        n, expanded = stack.pop()
+        if expanded:
+            fn(n)
+            continue
+        stack.append((n, True))
+        stack.extend((c, False) for c in reversed(list(children(n))))
 
 
 def transform(node: Any, pre: "Callable[[Any], Any] | None" = None,
@@ -78,20 +86,34 @@ def transform(node: Any, pre: "Callable[[Any], Any] | None" = None,
 
     ``pre(node)`` may return a replacement (not visited further) or None to
     recurse; ``post(node)`` gets the node after its children were rewritten and
-    returns the final node (or None to keep it).
+    returns the final node (or None to keep it).  Nodes are visited in the order
+    of a recursive depth-first walk, but with an explicit stack: deep
+    expressions need no recursion.
     """
-    def visit(n: Any) -> Any:
-        if pre is not None:
-            r = pre(n)
-            if r is not None:
-                return r
-        n = map_children(n, visit)
+    done: list[Any] = []                         # rewritten nodes, in visit order
+    work: list[tuple[Any, int]] = [(node, -1)]   # (node, -1): enter; (node, k): rebuild
+    while work:
+        n, k = work.pop()
+        if k < 0:
+            if pre is not None:
+                r = pre(n)
+                if r is not None:
+                    done.append(r)
+                    continue
+            kids = list(children(n))
+            work.append((n, len(kids)))
+            work.extend((c, -1) for c in reversed(kids))
+            continue
+        start = len(done) - k
+        new_kids = iter(done[start:])
+        del done[start:]
+        n = map_children(n, lambda _c: next(new_kids)) if k else n
         if post is not None:
             r = post(n)
             if r is not None:
-                return r
-        return n
-    return visit(node)
+                n = r
+        done.append(n)
+    return done[0]
 
 
 def substitute(node: Any, vmap: Mapping[Var, Expr]) -> Any:
@@ -119,9 +141,15 @@ def free_vars(node: Any) -> set[Var]:
 
 def uses_var(node: Any, var_set: "set[Var] | frozenset[Var]") -> bool:
     """True if any variable of ``var_set`` occurs in ``node``."""
-    if isinstance(node, Var):
-        return node in var_set
-    return any(uses_var(c, var_set) for c in children(node))
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, Var):
+            if n in var_set:
+                return True
+            continue
+        stack.extend(children(n))
+    return False
 
 
 def is_expr(x: Any) -> bool:

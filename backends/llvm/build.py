@@ -12,6 +12,7 @@ from . import cache, jit
 from .codegen import c_identifier, generate
 from .machine import MachineSpec, emit_object, machine_spec, optimize, parse
 from .parallel import thread_count_symbol, thread_setter_symbol
+from tdsl.deep import deep_recursion
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Compiled:
         return names
 
 
+@deep_recursion
 def compile_func(func: PrimFunc, target: Target) -> Compiled:
     """Generate, optimize and emit object code for ``func`` (through the cache), and
     link it into the JIT when this machine can run it."""

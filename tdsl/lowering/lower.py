@@ -14,6 +14,7 @@ from .inline import inlined_bodies
 from .nest import NestBuilder
 from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
 from .passes import check_loops, check_thread_extents, simplify_stmt
+from ..deep import deep_recursion
 
 if TYPE_CHECKING:
     from tdsl.schedule import Schedule, Stage
@@ -101,6 +102,7 @@ def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], 
     return size_vars, bindings
 
 
+@deep_recursion
 def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode: bool = False,
           dump: "Callable[[str, Any], None] | None" = None) -> PrimFunc:
     """Lower a schedule to the loop IR (``print`` it to read the loop nest).

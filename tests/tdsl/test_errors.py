@@ -533,8 +533,10 @@ def test_declaration_errors():
                        r"takes 2 argument\(s\)"):
         td.compute((4,), lambda i, j: A[i], name="B")
     k = td.reduce_axis((0, 4), name="k")
-    with pytest.raises(TDSLError, match=r"compute 'B': a reduction must be the whole body"):
-        td.compute((1,), lambda i: td.sum(A[k], axis=k) + 1.0, name="B")
+    k2 = td.reduce_axis((0, 4), name="k2")
+    with pytest.raises(TDSLError, match=r"compute 'B': a max reduction is nested inside a sum "
+                       r"reduction's value"):
+        td.compute((1,), lambda i: td.sum(td.max(A[k], axis=k) + A[k2], axis=k2), name="B")
     j = td.reduce_axis((0, 4), name="j")
     data_axis = td.compute((4,), lambda i: A[i], name="X").op.axis[0]     # an IterVar, not reduce
     with pytest.raises(TDSLError, match=r"sum: axis 'i' is not a reduce_axis"):
