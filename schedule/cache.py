@@ -46,7 +46,8 @@ def replace_reads(sch: "Schedule", body: tuple, src_stage: Any, new_tensors: lis
 def cache_read(sch: "Schedule", tensor: Tensor, scope: str, readers: list) -> Tensor:
     src = sch[tensor]
     sc = _scope("cache_read", src.name, scope)
-    reader_stages = [sch[r] for r in readers]
+    from .stage import Stage
+    reader_stages = [r if isinstance(r, Stage) else sch[r] for r in readers]
     if not reader_stages:
         raise ScheduleError("cache_read", src.name, "give at least one reader")
     for r in reader_stages:

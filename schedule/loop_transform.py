@@ -20,6 +20,10 @@ from .stage import Stage
 
 
 def _positive_size(primitive: str, stage: Stage, loop: IterVar, what: str, value: Any) -> Expr:
+    if isinstance(value, (IterVar, bool)) or isinstance(value, Expr) and not isinstance(value, Const) \
+            and not value.dtype.is_int:
+        raise ScheduleError(primitive, stage.name, f"{what} must be an integer or an integer size "
+                            f"expression, got {type(value).__name__} {value!r}", loop.name)
     try:
         e = convert(value, loop.dtype) if not isinstance(value, Expr) else value.as_expr()
     except TDSLError:       # a float or non-number: say which primitive and loop
@@ -29,6 +33,11 @@ def _positive_size(primitive: str, stage: Stage, loop: IterVar, what: str, value
         raise ScheduleError(primitive, stage.name, f"{what} must be an integer, got {e.dtype}", loop.name)
     if isinstance(e, Const) and e.value < 1:
         raise ScheduleError(primitive, stage.name, f"{what} must be >= 1, got {e.value}", loop.name)
+    if not isinstance(e, Const):
+        from tdsl.arith import Analyzer
+        if not Analyzer().can_prove(e >= 1):
+            raise ScheduleError(primitive, stage.name, f"{what}={e!r} may be < 1 for some sizes; use "
+                                f"an expression known to be >= 1 (e.g. td.max({e!r}, 1))", loop.name)
     return e
 
 

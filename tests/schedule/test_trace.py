@@ -1,5 +1,6 @@
 """Traces: a schedule's primitive calls, serialized to JSON and replayed on a fresh
 schedule of the same computation, give the identical lowered IR."""
+import dataclasses
 import json
 
 import pytest
@@ -45,7 +46,7 @@ def test_trace_design_brief_matmul():
     s[C].parallel(io)
     assert [st.primitive for st in s.trace.steps] == ["tile", "split", "reorder", "vectorize",
                                                      "parallel"]
-    assert str(s.trace.steps[0]) == "s['C'].tile('i', 'j', x_factor=8, y_factor=4)"
+    assert str(s.trace.steps[0]) == "s[#2 'C'].tile(#0 'i', #1 'j', x_factor=8, y_factor=4)"
     replay_same(s, [C.op], [A, B, C])
 
 
@@ -145,24 +146,27 @@ def test_trace_from_bad_json():
     with pytest.raises(td.TuningError, match="not valid JSON"):
         Trace.from_json("[{")
     with pytest.raises(td.TuningError, match="unknown primitive 'frobnicate'"):
-        Trace.from_json('[{"primitive": "frobnicate", "stage": "C"}]')
+        Trace.from_json('[{"primitive": "frobnicate", "stage": 0}]')
+    with pytest.raises(td.TuningError, match="old name-based trace format"):
+        Trace.from_json('[{"primitive": "split", "stage": "C", "loops": ["i"]}]')
     with pytest.raises(td.TuningError, match="must be a list"):
         Trace.from_json('{"primitive": "split"}')
 
 
 def test_trace_replay_on_wrong_computation_names_the_loop():
-    wl = pipeline(H=5, W=4)
+    wl = matmul(M=4, N=4, K=4)                # a stage 'C' with loops i, j, k
     s = wl.schedule()
     C = s[wl.main["C"]]
     io, ii = C.split(C.op.axis[0], factor=2)
-    C.split(io, factor=2)
-    other = matmul(M=4, N=4, K=4)             # a stage 'C' with loops i, j, k
+    C.split(io, factor=2)                     # loop #3 of C: i.outer
     tr = Trace.from_json(s.trace.to_json())
-    sched = other.schedule()
-    tr.steps = tr.steps[1:]                   # split of 'i.outer' which this C lacks
-    with pytest.raises(td.ScheduleError, match=r"split: stage 'C', loop 'i.outer': replay: no loop "
-                                              r"named 'i.outer'"):
-        tr.apply(sched)
+    tr.steps = tr.steps[1:]                   # a fresh C has no loop #3
+    with pytest.raises(td.ScheduleError, match=r"split: stage 'C', loop '#3': replay: the stage has "
+                                              r"no loop #3"):
+        tr.apply(wl.schedule())
+    tr.steps = [dataclasses.replace(tr.steps[0], stage=7)]
+    with pytest.raises(td.ScheduleError, match=r"replay: the schedule has no stage #7"):
+        tr.apply(wl.schedule())
 
 
 @settings(max_examples=25)
