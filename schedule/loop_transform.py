@@ -48,13 +48,14 @@ def _check_unannotated(primitive: str, stage: Stage, iv: IterVar) -> None:
                             "transform loops before binding them", iv.name)
 
 
-def check_split(stage: Stage, parent: Any, factor: Any, nparts: Any) -> tuple[IterVar, Expr | None, Expr | None]:
-    parent = stage.find_leaf("split", parent)
-    _check_unannotated("split", stage, parent)
+def check_split(stage: Stage, parent: Any, factor: Any, nparts: Any, primitive: str = "split"
+                ) -> tuple[IterVar, Expr | None, Expr | None]:
+    parent = stage.find_leaf(primitive, parent)
+    _check_unannotated(primitive, stage, parent)
     if (factor is None) == (nparts is None):
-        raise ScheduleError("split", stage.name, "give exactly one of factor= or nparts=", parent.name)
-    f = _positive_size("split", stage, parent, "factor", factor) if factor is not None else None
-    p = _positive_size("split", stage, parent, "nparts", nparts) if nparts is not None else None
+        raise ScheduleError(primitive, stage.name, "give exactly one of factor= or nparts=", parent.name)
+    f = _positive_size(primitive, stage, parent, "factor", factor) if factor is not None else None
+    p = _positive_size(primitive, stage, parent, "nparts", nparts) if nparts is not None else None
     return parent, f, p
 
 
@@ -131,6 +132,10 @@ def reorder(stage: Stage, *ivs: IterVar) -> None:
 
 def tile(stage: Stage, x: IterVar, y: IterVar, x_factor: Any, y_factor: Any
          ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+    x, _, _ = check_split(stage, x, x_factor, None, "tile")
+    y, _, _ = check_split(stage, y, y_factor, None, "tile")
+    if x is y:
+        raise ScheduleError("tile", stage.name, "x_parent and y_parent are the same loop", x.name)
     xo, xi = split(stage, x, x_factor)
     yo, yi = split(stage, y, y_factor)
     reorder(stage, xo, yo, xi, yi)

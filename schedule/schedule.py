@@ -112,10 +112,12 @@ class Schedule:
                     v = type(v)(v)
                 d[k] = v
             return d
-        return list(self.stages), dict(self.stage_map), [(st, copy_state(st)) for st in self.stages]
+        return (list(self.stages), dict(self.stage_map), [(st, copy_state(st)) for st in self.stages],
+                len(self.trace.steps))
 
     def _restore(self, saved: tuple) -> None:
-        stages, stage_map, states = saved
+        stages, stage_map, states, n_steps = saved
+        del self.trace.steps[n_steps:]
         self.stages[:] = stages
         self.stage_map.clear()
         self.stage_map.update(stage_map)
