@@ -7,7 +7,7 @@ from ..arith import Analyzer
 from ..errors import LoweringError, ShapeError
 from ..expr import Const, Expr, SizeVar, Var
 from ..stmt import Allocate, Buffer, PrimFunc, StorageScope
-from ..tensor import Tensor
+from ..tensor import PlaceholderOp, Tensor
 from ..visitor import free_vars
 from .bound import infer_bounds, storage_scope
 from .inline import inlined_bodies
@@ -85,12 +85,24 @@ def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict, l
         raise LoweringError(f"args must be a list of tensors, got {type(args).__name__}")
     buffers: list[Buffer] = []
     by_stage: dict[int, list[Buffer]] = {}
+    unused: set[int] = set()   # ids of input ops passed but not read
     ana = Analyzer()   # shapes like ``h + 2 - 3 + 1`` print (and bind) as ``h``
     for a in args:
         if not isinstance(a, Tensor):
             raise LoweringError(f"argument {a!r} is not a tensor (scalar arguments are not supported; "
                                 f"symbolic sizes are taken from the tensors' shapes)")
-        st = sch[a]
+        st = sch.stage_map.get(id(a.op))
+        if st is None:
+            if not isinstance(a.op, PlaceholderOp):
+                raise LoweringError(f"argument '{a.name}' is not part of this schedule (not an output "
+                                    f"nor something an output depends on)")
+            # an input nothing reads (TVM accepts it): a parameter the body never touches
+            if id(a.op) in unused:
+                raise LoweringError(f"tensor '{a.name}' appears twice in the argument list")
+            buf = Buffer(a.name, [ana.simplify(d) for d in a.shape], a.dtype)
+            unused.add(id(a.op))
+            buffers.append(buf)
+            continue
         cur = st.op.outputs[a.value_index] if not st.is_placeholder else a
         buf = Buffer(a.name, [ana.simplify(d) for d in cur.shape], cur.dtype)
         buffers.append(buf)

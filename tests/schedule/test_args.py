@@ -1,0 +1,53 @@
+"""What ``args`` of lower/build may hold besides the tensors the computation reads."""
+import numpy as np
+import pytest
+
+import tdsl as td
+from tdsl import interpreter
+
+
+def _both(s, args, arrays):
+    outs = []
+    for mode in ("interp", "llvm"):
+        arrs = [a.copy() for a in arrays]
+        if mode == "interp":
+            interpreter.run(td.lower(s, args), *arrs)
+        else:
+            td.build(s, args, target="llvm")(*arrs)
+        outs.append(arrs)
+    return outs
+
+
+@pytest.mark.parametrize("n", [8, 13])
+def test_unused_input_is_an_ignored_parameter(n):
+    """An input placeholder passed in args but not read is accepted (as in TVM)."""
+    m = td.var("m")
+    A = td.placeholder((m,), name="A")
+    U = td.placeholder((m, 3), "int32", name="U")
+    C = td.compute((m,), lambda i: A[i] * 2.0, name="C")
+    s = td.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    a = np.random.default_rng(n).uniform(-3, 3, n).astype("float32")
+    u = np.arange(3 * n, dtype="int32").reshape(n, 3)
+    for _, u_out, c in _both(s, [A, U, C], [a, u, np.full(n, np.nan, "float32")]):
+        np.testing.assert_allclose(c, a * 2)
+        np.testing.assert_array_equal(u_out, u)
+    f = td.lower(s, [A, U, C])
+    assert [b.name for b in f.params] == ["A", "U", "C"]
+    for bad in (np.zeros((n, 4), "int32"), np.zeros((n, 3), "float32")):   # checked like any param
+        with pytest.raises(td.TDSLError):
+            interpreter.run(f, a, bad, np.zeros(n, "float32"))
+        with pytest.raises(td.TDSLError):
+            td.build(s, [A, U, C], target="llvm")(a, bad, np.zeros(n, "float32"))
+
+
+def test_unused_input_twice_and_foreign_compute_are_refused():
+    A = td.placeholder((8,), name="A")
+    U = td.placeholder((8,), name="U")
+    C = td.compute((8,), lambda i: A[i] * 2.0, name="C")
+    D = td.compute((8,), lambda i: U[i] + 1.0, name="D")
+    s = td.create_schedule(C.op)
+    with pytest.raises(td.LoweringError, match="'U' appears twice"):
+        td.lower(s, [A, U, U, C])
+    with pytest.raises(td.LoweringError, match="'D' is not part of this schedule"):
+        td.lower(s, [A, D, C])
