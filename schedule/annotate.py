@@ -96,7 +96,7 @@ def check_storage_align(stage: Stage, axis: object, factor: object, offset: obje
     dims = [d for d, a in enumerate(axes) if a is axis]
     if not dims:
         raise ScheduleError("storage_align", stage.name, f"'{axis.name}' is not one "
-                            f"of the stage's data axes {[a.name for a in axes]}", axis.name)
+                            f"of the stage's data axes {[a.name for a in axes]}")
     if not _is_int(factor) or factor < 1 or not _is_int(offset) or not 0 <= offset < factor:
         raise ScheduleError("storage_align", stage.name, f"need an int factor >= 1 and 0 <= offset < "
                             f"factor, got factor={factor!r}, offset={offset!r}", axis.name)

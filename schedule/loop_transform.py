@@ -130,12 +130,16 @@ def reorder(stage: Stage, *ivs: IterVar) -> None:
         stage.leaf_iter_vars[pos] = iv
 
 
-def tile(stage: Stage, x: IterVar, y: IterVar, x_factor: Any, y_factor: Any
-         ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+def check_tile(stage: Stage, x: Any, y: Any, x_factor: Any, y_factor: Any) -> None:
     x, _, _ = check_split(stage, x, x_factor, None, "tile")
     y, _, _ = check_split(stage, y, y_factor, None, "tile")
     if x is y:
         raise ScheduleError("tile", stage.name, "x_parent and y_parent are the same loop", x.name)
+
+
+def tile(stage: Stage, x: IterVar, y: IterVar, x_factor: Any, y_factor: Any
+         ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+    check_tile(stage, x, y, x_factor, y_factor)
     xo, xi = split(stage, x, x_factor)
     yo, yi = split(stage, y, y_factor)
     reorder(stage, xo, yo, xi, yi)

@@ -134,6 +134,7 @@ class Stage:
         computation's sizes, provably >= 1).
         """
         from . import loop_transform
+        loop_transform.check_split(self, parent, factor, nparts)
         return self._run("split", [parent], {"factor": factor, "nparts": nparts},
                          lambda: loop_transform.split(self, parent, factor, nparts))
 
@@ -151,6 +152,7 @@ class Stage:
              ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
         """Split two loops and reorder to (x.outer, y.outer, x.inner, y.inner)."""
         from . import loop_transform
+        loop_transform.check_tile(self, x_parent, y_parent, x_factor, y_factor)
         return self._run("tile", [x_parent, y_parent], {"x_factor": x_factor, "y_factor": y_factor},
                          lambda: loop_transform.tile(self, x_parent, y_parent, x_factor, y_factor))
 
@@ -215,7 +217,7 @@ class Stage:
     def compute_at(self, parent: "Stage", scope: IterVar) -> None:
         """Compute this stage inside loop ``scope`` of stage ``parent``, just the part it needs."""
         from . import attach
-        attach.check_compute_at_args(self, parent, scope)
+        attach.check_compute_at(self, parent, scope)
         self._run("compute_at", [scope], {}, lambda: attach.compute_at(self, parent, scope), parent=parent)
 
     def compute_inline(self) -> None:

@@ -9,7 +9,7 @@ from tdsl import interpreter
 def _both(s, args, arrays):
     outs = []
     for mode in ("interp", "llvm"):
-        arrs = [a.copy() for a in arrays]
+        arrs = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
         if mode == "interp":
             interpreter.run(td.lower(s, args), *arrs)
         else:
@@ -51,3 +51,49 @@ def test_unused_input_twice_and_foreign_compute_are_refused():
         td.lower(s, [A, U, U, C])
     with pytest.raises(td.LoweringError, match="'D' is not part of this schedule"):
         td.lower(s, [A, D, C])
+
+
+@pytest.mark.parametrize("n", [8, 13])
+def test_scalar_parameters(n):
+    """td.var scalars in args (a float factor, an int offset) are passed as Python numbers
+    to both the interpreter and the LLVM kernel."""
+    m = td.var("m")
+    alpha = td.var("alpha", "float32")
+    off = td.var("off")
+    A = td.placeholder((m + 4,), name="A")
+    B = td.compute((m,), lambda i: A[i + off] * alpha + 1.0, name="B")
+    s = td.create_schedule(B.op)
+    io, ii = s[B].split(B.op.axis[0], factor=3)
+    args = [A, alpha, off, B]
+    a = np.random.default_rng(n).uniform(-3, 3, n + 4).astype("float32")
+    for o, al in ((1, 2.5), (4, np.float32(-0.75)), (3, 1)):
+        for _, _, _, b in _both(s, args, [a, al, o, np.full(n, np.nan, "float32")]):
+            np.testing.assert_allclose(b, a[o:o + n] * np.float32(al) + 1, rtol=1e-6)
+    f = td.lower(s, args)
+    out = np.zeros(n, "float32")
+    for bad, err in (("2.5", td.DTypeError), (None, td.DTypeError)):
+        with pytest.raises(err, match="'alpha'"):
+            interpreter.run(f, a, bad, 1, out)
+        with pytest.raises(err, match="'alpha'"):
+            td.build(s, args, target="llvm")(a, bad, 1, out)
+    for bad, err in ((1.5, td.DTypeError), (0, td.ShapeError)):
+        with pytest.raises(err, match="'off'"):
+            interpreter.run(f, a, 1.0, bad, out)
+        with pytest.raises(err, match="'off'"):
+            td.build(s, args, target="llvm")(a, 1.0, bad, out)
+
+
+def test_scalar_parameter_errors():
+    n = td.var("n")
+    A = td.placeholder((n,), name="A")
+    B = td.compute((n,), lambda i: A[i] * 2.0, name="B")
+    s = td.create_schedule(B.op)
+    with pytest.raises(td.LoweringError, match="'n' is passed as a scalar but is also a dimension"):
+        td.lower(s, [A, n, B])
+    x = td.var("x", "float32")
+    with pytest.raises(td.LoweringError, match="scalar 'x' appears twice"):
+        td.lower(s, [A, x, x, B])
+    f = td.lower(s, [A, x, B])             # unused scalar: fine
+    b = np.zeros(5, "float32")
+    interpreter.run(f, np.ones(5, "float32"), 3.0, b)
+    np.testing.assert_allclose(b, 2.0)
