@@ -228,6 +228,7 @@ class ArgChecker:
         self.written = written_params(func) if written is None else frozenset(written)
         params = func.params
         self.count = len(params)
+        self.scalars = scalar_params(func)
         self.dtypes = [p.dtype.numpy for p in params]
         self.ndims = [p.ndim for p in params]
         self.binds = [(v, pi, d) for v, (pi, d) in func.bindings.items()]
@@ -249,6 +250,8 @@ class ArgChecker:
     def check(self, arrays: Sequence[Any]
               ) -> tuple[list[np.ndarray], dict[Var, int], list[int]]:
         """Checked arrays, the size bindings, and the arrays' data pointers."""
+        if self.scalars:
+            arrays = scalars_as_arrays(self.func, arrays)
         arrs = self._fast(arrays)
         if arrs is None:
             arrs, env = _bind_slow(self.func, arrays, self.written)

@@ -97,3 +97,14 @@ def test_scalar_parameter_errors():
     b = np.zeros(5, "float32")
     interpreter.run(f, np.ones(5, "float32"), 3.0, b)
     np.testing.assert_allclose(b, 2.0)
+
+
+def test_scalar_parameters_survive_exported_metadata():
+    from tdsl.runtime.args import scalar_params
+    from tdsl.runtime.meta import signature_from_json, signature_to_json
+    A = td.placeholder((4,), name="A")
+    x = td.var("x", "float32")
+    B = td.compute((4,), lambda i: A[i] * x, name="B")
+    f = td.lower(td.create_schedule(B.op), [A, x, B])
+    assert scalar_params(f) == {1}
+    assert scalar_params(signature_from_json(signature_to_json(f, "k"))) == {1}
