@@ -4,20 +4,20 @@ Every candidate the tuner measures is a trace (``tdsl.schedule.Trace``): the
 record stores its JSON, workers replay it on their own copy of the computation,
 and ``apply_history_best`` replays the best one at ``td.build``.
 
-Names: a trace names stages and loops.  A computation built again elsewhere may
-use other names for the same structure; ``name_signature`` lists the stage and
-root-axis names in schedule order, and ``rename_trace`` maps a trace recorded
-under one signature to another (derived names such as ``i.outer.j.outer.fused``
-or ``C.local`` are rewritten token by token).
+Names: a trace identifies stages, loops and sizes by position, so it replays on a
+computation built again elsewhere with other names.  ``name_signature`` lists the
+stage and root-axis names in schedule order; ``rename_trace`` checks that two
+signatures have the same structure and rewrites the trace's display labels
+(derived names such as ``i.outer.j.outer.fused`` token by token).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Mapping, Sequence
 
 from tdsl.errors import TuningError
 from tdsl.schedule import Schedule, Trace, create_schedule
-from tdsl.schedule.trace import Step
 
 
 def fresh_schedule(outputs: Sequence[Any]) -> Schedule:
@@ -64,13 +64,11 @@ def rename_trace(trace_json: str, old: Sequence[Sequence[str]], new: Sequence[Se
             return table[name]
         return _TOKEN.sub(lambda m: table.get(m.group(0), m.group(0)), name)
 
-    steps = []
-    for st in Trace.from_json(trace_json).steps:
-        kw = dict(st.kwargs)
-        for key in ("parent", "axis"):
-            if key in kw and isinstance(kw[key], str):
-                kw[key] = ren(kw[key])
-        steps.append(Step(st.primitive, ren(st.stage), tuple(ren(x) for x in st.loops),
-                          tuple(sorted(kw.items())), tuple(ren(x) for x in st.readers),
-                          tuple(ren(x) for x in st.outputs)))
+    def ren_label(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return tuple(ren(x) for x in v)
+        return ren(v) if isinstance(v, str) else v
+
+    steps = [dataclasses.replace(st, labels=tuple((k, ren_label(v)) for k, v in st.labels))
+             for st in Trace.from_json(trace_json).steps]
     return Trace(steps).to_json()

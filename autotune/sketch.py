@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from tdsl.errors import TuningError
 from tdsl.expr import Reduce, TensorLoad
 from tdsl.target import Target, TargetKind
 from tdsl.tensor import ComputeOp, IterVar
@@ -125,6 +126,11 @@ class SketchSource:
 
     def _analyze(self) -> None:
         sch = fresh_schedule(self.outputs)
+        names = [st.name for st in sch.stages]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:    # the sketch rules and their knobs are keyed by stage name
+            raise TuningError(f"sketch: several stages are named {dup}; give each td.compute / "
+                              f"td.placeholder a distinct name= to auto-schedule it")
         plans: dict[str, StagePlan] = {}
         for st in sch.stages:
             if st.is_placeholder:

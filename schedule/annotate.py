@@ -83,17 +83,31 @@ def pragma(stage: Stage, var: IterVar, pragma_type: str, pragma_value: Any = Non
     stage.attr(var).pragmas[pragma_type] = 1 if pragma_value is None else pragma_value
 
 
-def storage_align(stage: Stage, axis: IterVar, factor: int, offset: int) -> None:
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_storage_align(stage: Stage, axis: object, factor: object, offset: object) -> int:
+    """The data dimension ``axis`` stands for, or a ScheduleError saying what is wrong."""
     if stage.is_placeholder:
         raise ScheduleError("storage_align", stage.name, "inputs have the caller's layout")
     axes = list(stage.op.axis)
-    if axis not in axes:
-        raise ScheduleError("storage_align", stage.name, f"'{getattr(axis, 'name', axis)}' is not one "
+    if not isinstance(axis, IterVar):
+        raise ScheduleError("storage_align", stage.name, f"expected one of the stage's data axes "
+                            f"{[a.name for a in axes]} (s[T].op.axis), got {type(axis).__name__} {axis!r}")
+    dims = [d for d, a in enumerate(axes) if a is axis]
+    if not dims:
+        raise ScheduleError("storage_align", stage.name, f"'{axis.name}' is not one "
                             f"of the stage's data axes {[a.name for a in axes]}")
-    if not isinstance(factor, int) or factor < 1 or not isinstance(offset, int) or not 0 <= offset < factor:
+    if not _is_int(factor) or factor < 1 or not _is_int(offset) or not 0 <= offset < factor:
         raise ScheduleError("storage_align", stage.name, f"need an int factor >= 1 and 0 <= offset < "
                             f"factor, got factor={factor!r}, offset={offset!r}", axis.name)
-    dim = axes.index(axis)
+    return dims[0]
+
+
+def storage_align(stage: Stage, axis: IterVar, factor: int, offset: int) -> None:
+    dim = check_storage_align(stage, axis, factor, offset)
+    axes = list(stage.op.axis)
     if dim == len(axes) - 1:
         raise ScheduleError("storage_align", stage.name, "the innermost axis has stride 1; align an "
                             "outer axis", axis.name)

@@ -17,18 +17,27 @@ from .stage import AttachType, Stage
 from .tensorize import check_regions_still_match, region_loops, tensorized_loop
 
 
+def check_compute_at_args(stage: Stage, parent: object, scope: object) -> None:
+    """Argument types: ``parent`` a stage of this schedule, ``scope`` a loop (IterVar)."""
+    if not isinstance(parent, Stage) or parent._sch is not stage._sch:
+        raise ScheduleError("compute_at", stage.name, f"the parent must be a stage of the same schedule "
+                            f"(s[T]), got {type(parent).__name__} {parent!r}")
+    if not isinstance(scope, IterVar):
+        raise ScheduleError("compute_at", stage.name, f"the scope must be a loop (IterVar) of stage "
+                            f"'{parent.name}', got {type(scope).__name__} {scope!r}")
+
+
 def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
     sch = stage._sch
-    if not isinstance(parent, Stage) or parent._sch is not sch:
-        raise ScheduleError("compute_at", stage.name, "the parent must be a stage of the same schedule")
+    check_compute_at_args(stage, parent, scope)
     if stage.is_placeholder:
         raise ScheduleError("compute_at", stage.name, "an input has no loop nest to move")
     if stage.is_output:
         raise ScheduleError("compute_at", stage.name, "an output must be computed whole (at root)")
     if parent is stage:
         raise ScheduleError("compute_at", stage.name, "cannot attach a stage to its own loop")
-    if scope not in parent.leaf_iter_vars:
-        owner = sch.owner_of(scope) if isinstance(scope, IterVar) else None
+    if not any(v is scope for v in parent.leaf_iter_vars):
+        owner = sch.owner_of(scope)
         where = f" (it belongs to stage '{owner.name}')" if owner is not None and owner is not parent else ""
         raise ScheduleError("compute_at", stage.name, f"'{getattr(scope, 'name', scope)}' is not a "
                             f"current loop of stage '{parent.name}'{where}",

@@ -46,7 +46,8 @@ def replace_reads(sch: "Schedule", body: tuple, src_stage: Any, new_tensors: lis
 def cache_read(sch: "Schedule", tensor: Tensor, scope: str, readers: list) -> Tensor:
     src = sch[tensor]
     sc = _scope("cache_read", src.name, scope)
-    reader_stages = [sch[r] for r in readers]
+    from .stage import Stage
+    reader_stages = [r if isinstance(r, Stage) else sch[r] for r in readers]
     if not reader_stages:
         raise ScheduleError("cache_read", src.name, "give at least one reader")
     for r in reader_stages:
@@ -69,18 +70,51 @@ def cache_read(sch: "Schedule", tensor: Tensor, scope: str, readers: list) -> Te
 
 
 def cache_write(sch: "Schedule", tensor: Any, scope: str) -> Any:
+    """``C.local`` computes what ``C`` computed; ``C`` becomes a copy of it.
+
+    On a stage already split/reordered/annotated, the cache stage takes over the
+    loop structure (the original axes, relations, leaf order, annotations, and the
+    stages attached to those loops), so the loops the caller holds keep working on
+    the computation they scheduled; ``C`` restarts as a plain copy nest.
+    """
     multi = isinstance(tensor, (list, tuple))
     first = tensor[0] if multi else tensor
     st = sch[first]
     sc = _scope("cache_write", st.name, scope)
     if not isinstance(st.op, ComputeOp):
         raise ScheduleError("cache_write", st.name, "an input cannot be cache-written")
-    if st.is_scheduled() or st.attach_type.value != "root":
-        raise ScheduleError("cache_write", st.name, "call cache_write before scheduling the stage "
-                            "(its loops are about to be replaced)")
+    if st.attach_type.value != "root":
+        raise ScheduleError("cache_write", st.name, f"the stage is {st.attach_type.value}-attached; call "
+                            f"cache_write before compute_at / compute_inline")
     if st.op.num_outputs > 1 and not multi:
         raise ScheduleError("cache_write", st.name, "the operation has several outputs; pass them all "
                             "as a list")
+    op = st.op
+    name = sch.unique_op_name(f"{op.name}.{sc.value}")
+    names = [f"{t.name}.{sc.value}" for t in op.outputs] if op.num_outputs > 1 else [name]
+    relayout = st.is_scheduled() or any(o.attach_stage is st for o in sch.stages)
+    if relayout:
+        cache_op, copy_axis = _relayout_cache(sch, st, name, names)
+    else:
+        cache_op, copy_axis = _fresh_cache(st, name, names), list(op.axis)
+    cst = sch.insert_stage(cache_op, st)
+    cst.scope = sc
+    if relayout:
+        move_loop_structure(sch, st, cst)
+    copy_body = [t(*[iv.var for iv in copy_axis]) for t in cache_op.outputs]
+    new_op = ComputeOp(op.name, op.tag, op.attrs, copy_axis, copy_body, [t.name for t in op.outputs])
+    st.op = new_op
+    sch.register(st, new_op)
+    st.relations = []
+    st.leaf_iter_vars = list(st.root_iter_vars)
+    st.all_iter_vars = list(st.root_iter_vars)
+    st.iter_attrs = {}
+    outs = list(cache_op.outputs)
+    return outs if multi else outs[0]
+
+
+def _fresh_cache(st: Any, name: str, names: list) -> ComputeOp:
+    """The cache op of an unscheduled stage: the body over new axes ``i.c``."""
     op = st.op
     new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), f"{iv.name}.c", IterKind.DATA_PAR)
                 for iv in op.axis]
@@ -92,17 +126,24 @@ def cache_write(sch: "Schedule", tensor: Any, scope: str) -> Any:
                                substitute(b.condition, vmap), b.value_index, b.init))
         else:
             body.append(substitute(b, vmap))
-    name = sch.unique_op_name(f"{op.name}.{sc.value}")
-    names = [f"{t.name}.{sc.value}" for t in op.outputs] if op.num_outputs > 1 else [name]
-    cache_op = ComputeOp(name, op.tag, op.attrs, new_axis, body, names)
-    cst = sch.insert_stage(cache_op, st)
-    cst.scope = sc
-    copy_body = [t(*[iv.var for iv in op.axis]) for t in cache_op.outputs]
-    new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, copy_body, [t.name for t in op.outputs])
-    st.op = new_op
-    sch.register(st, new_op)
-    st.leaf_iter_vars = list(st.root_iter_vars)
-    st.all_iter_vars = list(st.root_iter_vars)
-    st.iter_attrs.clear()
-    outs = list(cache_op.outputs)
-    return outs if multi else outs[0]
+    return ComputeOp(name, op.tag, op.attrs, new_axis, body, names)
+
+
+def _relayout_cache(sch: "Schedule", st: Any, name: str, names: list) -> tuple[ComputeOp, list]:
+    """The cache op of a scheduled stage: the same body over the same axes, with the
+    stage's loop structure moved onto it; returns it and fresh axes for the copy."""
+    op = st.op
+    cache_op = ComputeOp(name, op.tag, op.attrs, op.axis, list(op.body), names)
+    copy_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), iv.name, IterKind.DATA_PAR) for iv in op.axis]
+    return cache_op, copy_axis
+
+
+def move_loop_structure(sch: "Schedule", src: Any, dst: Any) -> None:
+    """Give ``dst`` (whose op has ``src``'s axes) ``src``'s loops, annotations and attached stages."""
+    dst.relations = src.relations
+    dst.leaf_iter_vars = src.leaf_iter_vars
+    dst.all_iter_vars = src.all_iter_vars
+    dst.iter_attrs = src.iter_attrs
+    for other in sch.stages:
+        if other.attach_stage is src:
+            other.attach_stage = dst

@@ -21,6 +21,10 @@ from .tensorize import check_outside_region, check_reorder_keeps_region
 
 
 def _positive_size(primitive: str, stage: Stage, loop: IterVar, what: str, value: Any) -> Expr:
+    if isinstance(value, (IterVar, bool)) or isinstance(value, Expr) and not isinstance(value, Const) \
+            and not value.dtype.is_int:
+        raise ScheduleError(primitive, stage.name, f"{what} must be an integer or an integer size "
+                            f"expression, got {type(value).__name__} {value!r}", loop.name)
     try:
         e = convert(value, loop.dtype) if not isinstance(value, Expr) else value.as_expr()
     except TDSLError:       # a float or non-number: say which primitive and loop
@@ -30,6 +34,11 @@ def _positive_size(primitive: str, stage: Stage, loop: IterVar, what: str, value
         raise ScheduleError(primitive, stage.name, f"{what} must be an integer, got {e.dtype}", loop.name)
     if isinstance(e, Const) and e.value < 1:
         raise ScheduleError(primitive, stage.name, f"{what} must be >= 1, got {e.value}", loop.name)
+    if not isinstance(e, Const):
+        from tdsl.arith import Analyzer
+        if not Analyzer().can_prove(e >= 1):
+            raise ScheduleError(primitive, stage.name, f"{what}={e!r} may be < 1 for some sizes; use "
+                                f"an expression known to be >= 1 (e.g. td.max({e!r}, 1))", loop.name)
     return e
 
 
@@ -41,13 +50,14 @@ def _check_unannotated(primitive: str, stage: Stage, iv: IterVar) -> None:
     check_outside_region(primitive, stage, [iv])
 
 
-def check_split(stage: Stage, parent: Any, factor: Any, nparts: Any) -> tuple[IterVar, Expr | None, Expr | None]:
-    parent = stage.find_leaf("split", parent)
-    _check_unannotated("split", stage, parent)
+def check_split(stage: Stage, parent: Any, factor: Any, nparts: Any, primitive: str = "split"
+                ) -> tuple[IterVar, Expr | None, Expr | None]:
+    parent = stage.find_leaf(primitive, parent)
+    _check_unannotated(primitive, stage, parent)
     if (factor is None) == (nparts is None):
-        raise ScheduleError("split", stage.name, "give exactly one of factor= or nparts=", parent.name)
-    f = _positive_size("split", stage, parent, "factor", factor) if factor is not None else None
-    p = _positive_size("split", stage, parent, "nparts", nparts) if nparts is not None else None
+        raise ScheduleError(primitive, stage.name, "give exactly one of factor= or nparts=", parent.name)
+    f = _positive_size(primitive, stage, parent, "factor", factor) if factor is not None else None
+    p = _positive_size(primitive, stage, parent, "nparts", nparts) if nparts is not None else None
     return parent, f, p
 
 
@@ -127,8 +137,16 @@ def reorder(stage: Stage, *ivs: IterVar) -> None:
         stage.leaf_iter_vars[pos] = iv
 
 
+def check_tile(stage: Stage, x: Any, y: Any, x_factor: Any, y_factor: Any) -> None:
+    x, _, _ = check_split(stage, x, x_factor, None, "tile")
+    y, _, _ = check_split(stage, y, y_factor, None, "tile")
+    if x is y:
+        raise ScheduleError("tile", stage.name, "x_parent and y_parent are the same loop", x.name)
+
+
 def tile(stage: Stage, x: IterVar, y: IterVar, x_factor: Any, y_factor: Any
          ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
+    check_tile(stage, x, y, x_factor, y_factor)
     xo, xi = split(stage, x, x_factor)
     yo, yi = split(stage, y, y_factor)
     reorder(stage, xo, yo, xi, yi)

@@ -1,13 +1,16 @@
 """The schedule of a computation: its stages, in dependency order, and its trace."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import dataclasses
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from tdsl.errors import ScheduleError
 from tdsl.tensor import IterVar, Operation, Tensor
 
 from .stage import AttachType, Stage, unique_name
-from .trace import Trace
+from .trace import Step, Trace
+
+T = TypeVar("T")
 
 
 def _topo_ops(outputs: Sequence[Operation]) -> list[Operation]:
@@ -85,6 +88,54 @@ class Schedule:
                 return st
         raise ScheduleError("schedule[]", None, f"no stage named '{name}'")
 
+    # ---- running a primitive --------------------------------------------------------------
+    def run_step(self, step: Step, rewrite: Callable[[], T]) -> T:
+        """Run ``rewrite`` (a primitive, already validated and recorded as ``step``); append
+        ``step`` to the trace when it succeeds, and restore the schedule when it raises, so a
+        refused call leaves the schedule exactly as it was."""
+        saved = self._snapshot()
+        try:
+            out = rewrite()
+        except BaseException:
+            self._restore(saved)
+            raise
+        self.trace.steps.append(step)
+        return out
+
+    def _snapshot(self) -> tuple:
+        def copy_state(st: Stage) -> dict:
+            d = {}
+            for k, v in vars(st).items():
+                if k == "iter_attrs":
+                    v = {iv: dataclasses.replace(a, pragmas=dict(a.pragmas)) for iv, a in v.items()}
+                elif isinstance(v, (list, dict, set)):
+                    v = type(v)(v)
+                d[k] = v
+            return d
+        return (list(self.stages), dict(self.stage_map), [(st, copy_state(st)) for st in self.stages],
+                len(self.trace.steps))
+
+    def _restore(self, saved: tuple) -> None:
+        stages, stage_map, states, n_steps = saved
+        del self.trace.steps[n_steps:]
+        self.stages[:] = stages
+        self.stage_map.clear()
+        self.stage_map.update(stage_map)
+        for st, state in states:
+            st.__dict__.clear()
+            st.__dict__.update(state)
+
+    def _tensor_stage(self, primitive: str, tensor: Any) -> Stage:
+        """The stage of ``tensor`` (a Tensor of this schedule), or a ScheduleError naming ``primitive``."""
+        if not isinstance(tensor, Tensor):
+            raise ScheduleError(primitive, None, f"expected a tensor of this schedule, got "
+                                f"{type(tensor).__name__} {tensor!r}")
+        st = self.stage_map.get(id(tensor.op))
+        if st is None:
+            raise ScheduleError(primitive, tensor.name, "the tensor is not part of this schedule (not an "
+                                "output nor something an output depends on)")
+        return st
+
     # ---- dataflow ----------------------------------------------------------------------------
     def readers(self, stage: Stage) -> list[Stage]:
         """Stages whose current body reads ``stage``'s outputs directly."""
@@ -116,31 +167,42 @@ class Schedule:
     def cache_read(self, tensor: Tensor, scope: str, readers: Iterable[Any]) -> Tensor:
         """A copy of ``tensor`` in ``scope`` that ``readers`` read instead (TVM's cache_read)."""
         from . import cache
+        src = self._tensor_stage("cache_read", tensor)
         readers = list(readers) if isinstance(readers, (list, tuple)) else [readers]
-        out = cache.cache_read(self, tensor, scope, readers)
-        self.trace.record_schedule("cache_read", [self[tensor].name], {"scope": scope},
-                                   [self[r].name for r in readers], [self[out].name])
-        return out
+        reader_stages = []
+        for r in readers:
+            if isinstance(r, Stage) and r._sch is self:
+                reader_stages.append(r)
+            elif isinstance(r, (Tensor, Operation)) and id(getattr(r, "op", r)) in self.stage_map:
+                reader_stages.append(self[r])
+            else:
+                raise ScheduleError("cache_read", src.name, f"readers must be tensors, operations or "
+                                    f"stages of this schedule, got {type(r).__name__} {r!r}")
+        step = self.trace.step("cache_read", src, (), {"scope": scope, "value_index": tensor.value_index},
+                               readers=reader_stages)
+        return self.run_step(step, lambda: cache.cache_read(self, tensor, scope, reader_stages))
 
     def cache_write(self, tensor: Any, scope: str) -> Any:
         """Compute ``tensor`` into a ``scope`` buffer, then copy it out (TVM's cache_write)."""
         from . import cache
-        out = cache.cache_write(self, tensor, scope)
-        first = out[0] if isinstance(out, list) else out
-        src = tensor[0] if isinstance(tensor, (list, tuple)) else tensor
-        self.trace.record_schedule("cache_write", [self[src].name], {"scope": scope}, [],
-                                   [self[first].name])
-        return out
+        first = tensor[0] if isinstance(tensor, (list, tuple)) and tensor else tensor
+        st = self._tensor_stage("cache_write", first)
+        if isinstance(tensor, (list, tuple)):
+            for t in tensor:
+                if self._tensor_stage("cache_write", t) is not st:
+                    raise ScheduleError("cache_write", st.name, "all the tensors given must be outputs "
+                                        "of one operation")
+        step = self.trace.step("cache_write", st, (), {"scope": scope})
+        return self.run_step(step, lambda: cache.cache_write(self, tensor, scope))
 
     def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Any:
         """Split a reduction: partial results over ``axis`` first, then their reduction."""
         from . import rfactor as rf
-        st = self[tensor]
-        out = rf.rfactor(self, tensor, axis, factor_axis)
-        first = out[0] if isinstance(out, list) else out
-        self.trace.record_schedule("rfactor", [st.name], {"axis": axis.name, "factor_axis": factor_axis},
-                                   [], [self[first].name])
-        return out
+        st = self._tensor_stage("rfactor", tensor)
+        if not isinstance(factor_axis, int) or isinstance(factor_axis, bool):
+            raise ScheduleError("rfactor", st.name, f"factor_axis must be an int, got {factor_axis!r}")
+        step = self.trace.step("rfactor", st, [axis], {"factor_axis": factor_axis})
+        return self.run_step(step, lambda: rf.rfactor(self, tensor, axis, factor_axis))
 
     # ---- display --------------------------------------------------------------------------------
     def default_args(self) -> list[Tensor]:

@@ -121,114 +121,122 @@ class Stage:
     def __repr__(self) -> str:
         return f"stage({self.name}, {[iv.name for iv in self.leaf_iter_vars]})"
 
+    def _run(self, primitive: str, loops: list, kwargs: dict, rewrite: Any, parent: "Stage | None" = None) -> Any:
+        """Validate identities and record ``primitive`` (before anything changes), then run
+        ``rewrite``; the schedule rolls back if it raises (``Schedule.run_step``)."""
+        step = self._sch.trace.step(primitive, self, loops, kwargs, parent=parent)
+        return self._sch.run_step(step, rewrite)
+
     # ---- TVM API: loop transformations ---------------------------------------------------
     def split(self, parent: IterVar, factor: Any = None, nparts: Any = None) -> tuple[IterVar, IterVar]:
-        """Split ``parent`` into (outer, inner) by ``factor`` (inner extent) or ``nparts``."""
+        """Split ``parent`` into (outer, inner) by ``factor`` (inner extent) or ``nparts``.
+
+        ``factor``/``nparts`` may be symbolic (an integer expression of the
+        computation's sizes, provably >= 1).
+        """
         from . import loop_transform
-        outer, inner = loop_transform.split(self, parent, factor, nparts)
-        self._sch.trace.record("split", self, [parent], {"factor": factor, "nparts": nparts},
-                               [outer, inner])
-        return outer, inner
+        loop_transform.check_split(self, parent, factor, nparts)
+        return self._run("split", [parent], {"factor": factor, "nparts": nparts},
+                         lambda: loop_transform.split(self, parent, factor, nparts))
 
     def fuse(self, *args: IterVar) -> IterVar:
         """Fuse adjacent loops (outermost first) into one."""
         from . import loop_transform
-        fused = loop_transform.fuse(self, *args)
-        self._sch.trace.record("fuse", self, list(args), {}, [fused])
-        return fused
+        return self._run("fuse", list(args), {}, lambda: loop_transform.fuse(self, *args))
 
     def reorder(self, *args: IterVar) -> None:
         """Put the given loops in this order, in the positions they occupy together."""
         from . import loop_transform
-        loop_transform.reorder(self, *args)
-        self._sch.trace.record("reorder", self, list(args), {}, [])
+        self._run("reorder", list(args), {}, lambda: loop_transform.reorder(self, *args))
 
     def tile(self, x_parent: IterVar, y_parent: IterVar, x_factor: Any, y_factor: Any
              ) -> tuple[IterVar, IterVar, IterVar, IterVar]:
         """Split two loops and reorder to (x.outer, y.outer, x.inner, y.inner)."""
         from . import loop_transform
-        out = loop_transform.tile(self, x_parent, y_parent, x_factor, y_factor)
-        self._sch.trace.record("tile", self, [x_parent, y_parent],
-                               {"x_factor": x_factor, "y_factor": y_factor}, list(out))
-        return out
+        loop_transform.check_tile(self, x_parent, y_parent, x_factor, y_factor)
+        return self._run("tile", [x_parent, y_parent], {"x_factor": x_factor, "y_factor": y_factor},
+                         lambda: loop_transform.tile(self, x_parent, y_parent, x_factor, y_factor))
 
     # ---- TVM API: annotations ----------------------------------------------------------------
     def vectorize(self, var: IterVar) -> None:
         """Run the (innermost, constant-extent, spatial) loop as SIMD lanes."""
         from . import annotate
-        annotate.vectorize(self, var)
-        self._sch.trace.record("vectorize", self, [var], {}, [])
+        self._run("vectorize", [var], {}, lambda: annotate.vectorize(self, var))
 
     def unroll(self, var: IterVar) -> None:
         """Fully unroll a constant-extent loop."""
         from . import annotate
-        annotate.unroll(self, var)
-        self._sch.trace.record("unroll", self, [var], {}, [])
+        self._run("unroll", [var], {}, lambda: annotate.unroll(self, var))
 
     def parallel(self, var: IterVar) -> None:
         """Run the iterations of a spatial loop on several CPU threads."""
         from . import annotate
-        annotate.parallel(self, var)
-        self._sch.trace.record("parallel", self, [var], {}, [])
+        self._run("parallel", [var], {}, lambda: annotate.parallel(self, var))
 
     def bind(self, ivar: IterVar, thread_ivar: IterVar) -> None:
         """Map a loop to a GPU hardware index (``td.thread_axis("threadIdx.x")``)."""
         from . import annotate
-        annotate.bind(self, ivar, thread_ivar)
-        self._sch.trace.record("bind", self, [ivar], {"thread": str(thread_ivar.thread_tag)}, [])
+        if not isinstance(thread_ivar, IterVar) or thread_ivar.thread_tag is None:
+            raise ScheduleError("bind", self.name, "the second argument must be a td.thread_axis("
+                                "'blockIdx.x' / 'threadIdx.x' / ...), got "
+                                f"{type(thread_ivar).__name__} {thread_ivar!r}", getattr(ivar, "name", None))
+        self._run("bind", [ivar], {"thread": str(thread_ivar.thread_tag)},
+                  lambda: annotate.bind(self, ivar, thread_ivar))
 
     def pragma(self, var: IterVar, pragma_type: str, pragma_value: Any = None) -> None:
         """Attach a backend hint to a loop (e.g. ``"unroll_explicit"``)."""
         from . import annotate
-        annotate.pragma(self, var, pragma_type, pragma_value)
-        self._sch.trace.record("pragma", self, [var], {"pragma_type": pragma_type,
-                                                       "pragma_value": pragma_value}, [])
+        self._run("pragma", [var], {"pragma_type": pragma_type, "pragma_value": pragma_value},
+                  lambda: annotate.pragma(self, var, pragma_type, pragma_value))
 
     annotate = pragma
 
     def storage_align(self, axis: IterVar, factor: int, offset: int) -> None:
         """Pad this stage's buffer so the stride of ``axis`` is ``k*factor + offset``."""
         from . import annotate
-        annotate.storage_align(self, axis, factor, offset)
-        self._sch.trace.record("storage_align", self, [axis], {"factor": factor, "offset": offset}, [])
+        annotate.check_storage_align(self, axis, factor, offset)
+        self._run("storage_align", [axis], {"factor": factor, "offset": offset},
+                  lambda: annotate.storage_align(self, axis, factor, offset))
 
     def double_buffer(self) -> None:
         """Keep two copies of this (shared) stage so one loads while the other is read (GPU
         kernels; on a CPU schedule it stays a plain single buffer, without barriers)."""
         from . import annotate
-        annotate.double_buffer(self)
-        self._sch.trace.record("double_buffer", self, [], {}, [])
+        self._run("double_buffer", [], {}, lambda: annotate.double_buffer(self))
 
     def tensorize(self, var: IterVar, tensor_intrin: Any) -> None:
         """Replace the loop nest from ``var`` inward by a tensor intrinsic (checked to match)."""
         from . import tensorize
-        tensorize.tensorize(self, var, tensor_intrin)
-        self._sch.trace.record("tensorize", self, [var], {"intrin": tensor_intrin.name}, [])
+        name = getattr(tensor_intrin, "name", None)
+        if not isinstance(name, str):
+            raise ScheduleError("tensorize", self.name, f"expected a tensor intrinsic "
+                                f"(td.decl_tensor_intrin), got {type(tensor_intrin).__name__}",
+                                getattr(var, "name", None))
+        self._run("tensorize", [var], {"intrin": name},
+                  lambda: tensorize.tensorize(self, var, tensor_intrin))
 
     # ---- TVM API: attachment -------------------------------------------------------------------
     def compute_at(self, parent: "Stage", scope: IterVar) -> None:
         """Compute this stage inside loop ``scope`` of stage ``parent``, just the part it needs."""
         from . import attach
-        attach.compute_at(self, parent, scope)
-        self._sch.trace.record("compute_at", self, [scope], {"parent": parent.name}, [])
+        attach.check_compute_at(self, parent, scope)
+        self._run("compute_at", [scope], {}, lambda: attach.compute_at(self, parent, scope), parent=parent)
 
     def compute_inline(self) -> None:
         """Substitute this elementwise stage into its consumers."""
         from . import attach
-        attach.compute_inline(self)
-        self._sch.trace.record("compute_inline", self, [], {}, [])
+        self._run("compute_inline", [], {}, lambda: attach.compute_inline(self))
 
     def compute_root(self) -> None:
         """Give this stage its own top-level loop nest again."""
         from . import attach
-        attach.compute_root(self)
-        self._sch.trace.record("compute_root", self, [], {}, [])
+        self._run("compute_root", [], {}, lambda: attach.compute_root(self))
 
     def set_scope(self, scope: str) -> None:
         """Set the storage scope of this stage's output ("global", "shared", "local")."""
         try:
-            self.scope = StorageScope(scope)
-        except ValueError:
+            sc = StorageScope(scope)
+        except (ValueError, TypeError):
             raise ScheduleError("set_scope", self.name, f"unknown scope {scope!r}; use "
                                 f"'global', 'shared' or 'local'") from None
-        self._sch.trace.record("set_scope", self, [], {"scope": scope}, [])
+        self._run("set_scope", [], {"scope": scope}, lambda: setattr(self, "scope", sc))

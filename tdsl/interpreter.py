@@ -782,6 +782,8 @@ class _Program:
                                  f"{_shape_text(b)}, got an array of shape {a.shape}")
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> None:
+        from .runtime.args import scalars_as_arrays
+        arrays = scalars_as_arrays(self.func, arrays)
         self._check_arrays(arrays)
         sizes, strides = self.prologue_fn(tuple(a.shape for a in arrays))
         views = [_FlatView(b, a, st) for b, a, st in zip(self.func.params, arrays, strides)]

@@ -205,11 +205,15 @@ class Tensor:
 
 
 # ---- the DSL ----------------------------------------------------------------------------
-def var(name: str = "n", dtype: "DType | str" = INDEX) -> SizeVar:
-    """A symbolic size (>= 1), bound at call time from the arguments' shapes."""
+def var(name: str = "n", dtype: "DType | str" = INDEX) -> Var:
+    """A symbolic size (an integer >= 1), bound at call time from the arguments' shapes,
+    or, listed itself in ``args``, a scalar parameter passed as a Python number.
+
+    With a float or bool ``dtype`` it can only be a scalar parameter.
+    """
     dtype = as_dtype(dtype)
     if not dtype.is_int:
-        raise DTypeError(f"td.var('{name}'): symbolic sizes must be integers, got {dtype}")
+        return Var(name, dtype)
     return SizeVar(name, dtype)
 
 

@@ -7,7 +7,7 @@ from ..arith import Analyzer
 from ..errors import LoweringError, ShapeError
 from ..expr import Const, SizeVar, Var
 from ..stmt import Allocate, Buffer, PrimFunc
-from ..tensor import Tensor
+from ..tensor import PlaceholderOp, Tensor
 from ..visitor import free_vars
 from .bound import infer_bounds
 from .inline import inlined_bodies
@@ -43,19 +43,38 @@ def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict
     return storage
 
 
-def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict, list[Buffer]]:
+def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict, list[Buffer], dict]:
     """Parameter buffers, the buffers of each argument stage, and scratch buffers for the
     outputs of a multi-output stage that the arguments leave out."""
     if not isinstance(args, (list, tuple)):
         raise LoweringError(f"args must be a list of tensors, got {type(args).__name__}")
     buffers: list[Buffer] = []
     by_stage: dict[int, list[Buffer]] = {}
+    unused: set[int] = set()   # ids of input ops passed but not read
+    scalars: dict[Var, Buffer] = {}
     ana = Analyzer()   # shapes like ``h + 2 - 3 + 1`` print (and bind) as ``h``
     for a in args:
+        if isinstance(a, Var):         # a scalar parameter: a 1-element buffer, a number at call time
+            if a in scalars:
+                raise LoweringError(f"scalar '{a.name}' appears twice in the argument list")
+            scalars[a] = Buffer(a.name, [1], a.dtype)
+            buffers.append(scalars[a])
+            continue
         if not isinstance(a, Tensor):
-            raise LoweringError(f"argument {a!r} is not a tensor (scalar arguments are not supported; "
-                                f"symbolic sizes are taken from the tensors' shapes)")
-        st = sch[a]
+            raise LoweringError(f"argument {a!r} is not a tensor nor a scalar td.var (symbolic "
+                                f"sizes are taken from the tensors' shapes)")
+        st = sch.stage_map.get(id(a.op))
+        if st is None:
+            if not isinstance(a.op, PlaceholderOp):
+                raise LoweringError(f"argument '{a.name}' is not part of this schedule (not an output "
+                                    f"nor something an output depends on)")
+            # an input nothing reads (TVM accepts it): a parameter the body never touches
+            if id(a.op) in unused:
+                raise LoweringError(f"tensor '{a.name}' appears twice in the argument list")
+            buf = Buffer(a.name, [ana.simplify(d) for d in a.shape], a.dtype)
+            unused.add(id(a.op))
+            buffers.append(buf)
+            continue
         cur = st.op.outputs[a.value_index] if not st.is_placeholder else a
         buf = Buffer(a.name, [ana.simplify(d) for d in cur.shape], cur.dtype)
         buffers.append(buf)
@@ -79,7 +98,25 @@ def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict, l
                 t = st.op.outputs[i]
                 lst[i] = Buffer(t.name, t.shape, t.dtype)
                 scratch.append(lst[i])
-    return buffers, by_stage, scratch
+    for v in scalars:
+        for b in buffers:
+            if any(v in free_vars(d) for d in b.shape):
+                raise LoweringError(f"'{v.name}' is passed as a scalar but is also a dimension of "
+                                    f"'{b.name}'; leave it out of the arguments (it is taken from "
+                                    f"the shape)")
+    return buffers, by_stage, scratch, scalars
+
+
+def _substitute_scalars(body: Any, params: list[Buffer], scalars: dict) -> tuple[Any, dict]:
+    """Reads of each scalar parameter's variable become loads of its 1-element buffer."""
+    if not scalars:
+        return body, {}
+    from ..expr import BufferLoad
+    from ..runtime.args import SCALAR_PARAMS_ATTR
+    from ..visitor import substitute
+    body = substitute(body, {v: BufferLoad(b, [Const(0, "int64")]) for v, b in scalars.items()})
+    idx = [i for i, p in enumerate(params) if any(p is b for b in scalars.values())]
+    return body, {SCALAR_PARAMS_ATTR: idx}
 
 
 def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], dict]:
@@ -114,7 +151,7 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
         raise LoweringError(f"lower: expected a Schedule (td.create_schedule(...)), got "
                             f"{type(sch).__name__}")
     ana = Analyzer()
-    params, by_stage, scratch = _params(sch, args)
+    params, by_stage, scratch, scalars = _params(sch, args)
     bodies = inlined_bodies(sch)
     # An inlined stage that is also an argument: its consumers read the inlined expression,
     # and its buffer is written at root as well (the caller asked for its values).
@@ -139,8 +176,9 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
         dump("simplify", body)
     check_loops(body)
     check_thread_extents(body)
+    body, attrs = _substitute_scalars(body, params, scalars)
     size_vars, bindings = _bind_sizes(params, body, name)
-    return PrimFunc(name, params, body, size_vars, bindings)
+    return PrimFunc(name, params, body, size_vars, bindings, attrs)
 
 
 def _empty():

@@ -19,6 +19,50 @@ from .shape_eval import eval_shape_expr, format_shape_expr
 #: ``PrimFunc.attrs`` key listing the indices of written parameters, for functions
 #: whose body is not available (a kernel loaded back from an exported library).
 WRITTEN_PARAMS_ATTR = "tdsl.written_params"
+#: ``PrimFunc.attrs`` key listing the indices of scalar parameters (``td.var`` in ``args``):
+#: each is a 1-element buffer in the IR and a Python number at call time.
+SCALAR_PARAMS_ATTR = "tdsl.scalar_params"
+
+
+def scalar_params(func: PrimFunc) -> frozenset[int]:
+    return frozenset(int(i) for i in func.attrs.get(SCALAR_PARAMS_ATTR, ()))
+
+
+def scalars_as_arrays(func: PrimFunc, values: Sequence[Any]) -> list[Any]:
+    """``values`` with each scalar parameter's number turned into its 1-element array."""
+    out = list(values)
+    for i in scalar_params(func):
+        if i < len(out):
+            out[i] = scalar_as_array(func, i, out[i])
+    return out
+
+
+def scalar_as_array(func: PrimFunc, i: int, v: Any) -> Any:
+    """The 1-element array of scalar parameter ``i`` holding the number ``v``.
+
+    A number must fit the parameter's dtype (an integer for an int parameter, which,
+    being a ``td.var``, must be >= 1); a 1-element array is passed through (and
+    checked like any array).
+    """
+    if isinstance(v, np.ndarray) and v.shape == (1,):
+        return v
+    p = func.params[i]
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v.item()
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bool) and not p.dtype.is_bool or not isinstance(v, (int, float, bool)):
+        raise DTypeError(f"{_describe(func, i)} is a scalar of dtype {p.dtype}: pass a Python "
+                         f"number, got {type(v).__name__} {v!r}")
+    if p.dtype.is_int:
+        if isinstance(v, float) and not v.is_integer():
+            raise DTypeError(f"{_describe(func, i)} is an integer scalar, got {v!r}")
+        info = np.iinfo(p.dtype.numpy)
+        if not info.min <= int(v) <= info.max:
+            raise DTypeError(f"{_describe(func, i)}: {v} does not fit {p.dtype}")
+        if int(v) < 1:
+            raise ShapeError(f"{_describe(func, i)} is a td.var (a size, >= 1), got {v}")
+    return np.array([v], dtype=p.dtype.numpy)
 
 
 def written_params(func: PrimFunc) -> frozenset[int]:
@@ -47,6 +91,8 @@ def _describe(func: PrimFunc, i: int) -> str:
 
 
 def _as_array(func: PrimFunc, i: int, value: Any) -> np.ndarray:
+    if i in scalar_params(func) and not isinstance(value, np.ndarray):
+        value = scalar_as_array(func, i, value)
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "__dlpack__"):
@@ -182,6 +228,7 @@ class ArgChecker:
         self.written = written_params(func) if written is None else frozenset(written)
         params = func.params
         self.count = len(params)
+        self.scalars = scalar_params(func)
         self.dtypes = [p.dtype.numpy for p in params]
         self.ndims = [p.ndim for p in params]
         self.binds = [(v, pi, d) for v, (pi, d) in func.bindings.items()]
@@ -203,6 +250,8 @@ class ArgChecker:
     def check(self, arrays: Sequence[Any]
               ) -> tuple[list[np.ndarray], dict[Var, int], list[int]]:
         """Checked arrays, the size bindings, and the arrays' data pointers."""
+        if self.scalars:
+            arrays = scalars_as_arrays(self.func, arrays)
         arrs = self._fast(arrays)
         if arrs is None:
             arrs, env = _bind_slow(self.func, arrays, self.written)

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import BuildError
 from ..expr import Add, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, SizeVar, Sub, Var
 from ..stmt import Buffer, Evaluate, PrimFunc
-from .args import WRITTEN_PARAMS_ATTR, written_params
+from .args import SCALAR_PARAMS_ATTR, WRITTEN_PARAMS_ATTR, scalar_params, written_params
 
 _OPS = {"add": Add, "sub": Sub, "mul": Mul, "floordiv": FloorDiv, "floormod": FloorMod,
         "min": Min, "max": Max}
@@ -53,6 +53,7 @@ def signature_to_json(func: PrimFunc, entry_name: str, **extra: Any) -> dict[str
         "size_vars": names,
         "bindings": {v.name: list(b) for v, b in func.bindings.items()},
         "written": sorted(written_params(func)),
+        "scalars": sorted(scalar_params(func)),
         **extra,
     }
 
@@ -67,4 +68,5 @@ def signature_from_json(j: dict[str, Any]) -> PrimFunc:
     bindings = {vars_[n]: (int(b[0]), int(b[1])) for n, b in j["bindings"].items()}
     return PrimFunc(j["name"], params, Evaluate(Const(0, "int32")),
                     [vars_[n] for n in j["size_vars"]], bindings,
-                    {WRITTEN_PARAMS_ATTR: list(j["written"])})
+                    {WRITTEN_PARAMS_ATTR: list(j["written"]),
+                     SCALAR_PARAMS_ATTR: list(j.get("scalars", []))})

@@ -118,3 +118,13 @@ def test_gpu_sketch_candidates_compile_and_emulate_correctly(name):
         np.testing.assert_allclose(out, expect, rtol=2e-4, atol=2e-4,
                                    err_msg=f"{name}: candidate {c.config}")
     assert legal >= 2
+
+
+def test_sketch_refuses_duplicate_stage_names():
+    """The sketch rules and knobs are keyed by stage name: two stages called 'compute'
+    would get each other's schedule, so the computation is refused, clearly."""
+    A = td.placeholder((64, 64), "float32", name="A")
+    B = td.compute((64, 64), lambda i, j: A[i, j] * 2.0)
+    C = td.compute((64, 64), lambda i, j: B[i, j] + 1.0)
+    with pytest.raises(td.TuningError, match=r"several stages are named \['compute'\]"):
+        autotune.create_auto_task([A, C])

@@ -181,3 +181,71 @@ def test_cache_write_multi_output_argmax():
         run(f, a, iv, vv)
         np.testing.assert_array_equal(iv, a.argmax(axis=1))
         np.testing.assert_array_equal(vv, a.max(axis=1))
+
+
+# ---- cache_write on a stage already scheduled (regression: was refused) -----------------------------
+def llvm_runner(sch, args, arrays):
+    td.build(sch, args, target="llvm")(*arrays)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("runner", [interpreter_runner, llvm_runner], ids=["interp", "llvm"])
+def test_cache_write_after_split_reorder_and_annotations(size, runner):
+    """The cache stage takes over the split/reordered/vectorized loops (the handles the
+    caller holds keep working); C becomes a plain copy nest that can be scheduled anew."""
+    def sched(wl):
+        s = wl.schedule()
+        C = wl.main["C"]
+        i, j = s[C].op.axis
+        k = s[C].op.reduce_axis[0]
+        io, ii = s[C].split(i, factor=4)
+        ko, ki = s[C].split(k, factor=3)
+        s[C].reorder(io, ko, ii, ki, j)
+        s[C].vectorize(j)
+        CL = s.cache_write(C, "local")
+        assert s[CL].leaf_iter_vars == [io, ko, ii, ki, j]
+        assert [v.name for v in s[C].leaf_iter_vars] == ["i", "j"]
+        s[CL].unroll(ki)                          # old handles now address the cache stage
+        co, ci = s[C].split(s[C].op.axis[0], factor=4)
+        s[CL].compute_at(s[C], co)
+        return s
+    check_sizes(mm, sched, size, runner=runner)
+
+
+@pytest.mark.parametrize("runner", [interpreter_runner, llvm_runner], ids=["interp", "llvm"])
+def test_cache_write_moves_stages_attached_to_the_cached_stage(runner):
+    """A producer attached inside C's loops follows the computation into C.local."""
+    def sched(wl):
+        s = wl.schedule()
+        C, B = wl.main["C"], wl.main["B"]
+        io, ii = s[C].split(s[C].op.axis[0], factor=4)
+        s[B].compute_at(s[C], io)
+        CL = s.cache_write(C, "global")
+        assert s[B].attach_stage is s[CL] and s[B].attach_ivar is io
+        return s
+    for size in (9, 12):
+        check_sizes(pipe, sched, size, runner=runner)
+
+
+def test_cache_write_of_an_attached_stage_is_refused_unchanged():
+    wl = pipe(9)
+    s = wl.schedule()
+    C, B = wl.main["C"], wl.main["B"]
+    s[B].compute_at(s[C], s[C].op.axis[0])
+    n = len(s.stages)
+    with pytest.raises(td.ScheduleError, match=r"cache_write: stage 'B'.*before compute_at"):
+        s.cache_write(B, "local")
+    assert len(s.stages) == n and len(s.trace) == 1
+
+
+def test_cache_write_after_split_replays_from_its_trace():
+    from tdsl.schedule import Trace
+    from tdsl.structural import structural_equal
+    wl = mm(13)
+    s = wl.schedule()
+    C = wl.main["C"]
+    io, ii = s[C].split(s[C].op.axis[0], factor=4)
+    CL = s.cache_write(C, "local")
+    s[CL].compute_at(s[C], s[C].op.axis[0])
+    s2 = Trace.from_json(s.trace.to_json()).apply(wl.schedule())
+    assert structural_equal(td.lower(s, wl.args), td.lower(s2, wl.args))

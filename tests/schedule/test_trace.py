@@ -1,5 +1,6 @@
 """Traces: a schedule's primitive calls, serialized to JSON and replayed on a fresh
 schedule of the same computation, give the identical lowered IR."""
+import dataclasses
 import json
 
 import pytest
@@ -45,7 +46,7 @@ def test_trace_design_brief_matmul():
     s[C].parallel(io)
     assert [st.primitive for st in s.trace.steps] == ["tile", "split", "reorder", "vectorize",
                                                      "parallel"]
-    assert str(s.trace.steps[0]) == "s['C'].tile('i', 'j', x_factor=8, y_factor=4)"
+    assert str(s.trace.steps[0]) == "s[#2 'C'].tile(#0 'i', #1 'j', x_factor=8, y_factor=4)"
     replay_same(s, [C.op], [A, B, C])
 
 
@@ -145,24 +146,27 @@ def test_trace_from_bad_json():
     with pytest.raises(td.TuningError, match="not valid JSON"):
         Trace.from_json("[{")
     with pytest.raises(td.TuningError, match="unknown primitive 'frobnicate'"):
-        Trace.from_json('[{"primitive": "frobnicate", "stage": "C"}]')
+        Trace.from_json('[{"primitive": "frobnicate", "stage": 0}]')
+    with pytest.raises(td.TuningError, match="old name-based trace format"):
+        Trace.from_json('[{"primitive": "split", "stage": "C", "loops": ["i"]}]')
     with pytest.raises(td.TuningError, match="must be a list"):
         Trace.from_json('{"primitive": "split"}')
 
 
 def test_trace_replay_on_wrong_computation_names_the_loop():
-    wl = pipeline(H=5, W=4)
+    wl = matmul(M=4, N=4, K=4)                # a stage 'C' with loops i, j, k
     s = wl.schedule()
     C = s[wl.main["C"]]
     io, ii = C.split(C.op.axis[0], factor=2)
-    C.split(io, factor=2)
-    other = matmul(M=4, N=4, K=4)             # a stage 'C' with loops i, j, k
+    C.split(io, factor=2)                     # loop #3 of C: i.outer
     tr = Trace.from_json(s.trace.to_json())
-    sched = other.schedule()
-    tr.steps = tr.steps[1:]                   # split of 'i.outer' which this C lacks
-    with pytest.raises(td.ScheduleError, match=r"split: stage 'C', loop 'i.outer': replay: no loop "
-                                              r"named 'i.outer'"):
-        tr.apply(sched)
+    tr.steps = tr.steps[1:]                   # a fresh C has no loop #3
+    with pytest.raises(td.ScheduleError, match=r"split: stage 'C', loop '#3': replay: the stage has "
+                                              r"no loop #3"):
+        tr.apply(wl.schedule())
+    tr.steps = [dataclasses.replace(tr.steps[0], stage=7)]
+    with pytest.raises(td.ScheduleError, match=r"replay: the schedule has no stage #7"):
+        tr.apply(wl.schedule())
 
 
 @settings(max_examples=25)
@@ -171,3 +175,120 @@ def test_trace_replay_random_schedules(case):
     """Every random legal schedule replays (through JSON) to the same lowered IR."""
     outputs = [t.op for t in case.args[-1:]]
     replay_same(case.sch, outputs, case.args)
+
+
+# ---- identity, not names (regressions) ----------------------------------------------------------
+def _run_both(sch, args, arrays):
+    """Outputs of ``sch`` through the interpreter and LLVM (arrays are copied)."""
+    from tdsl import interpreter
+    outs = []
+    for mode in ("interp", "llvm"):
+        arrs = [a.copy() for a in arrays]
+        if mode == "interp":
+            interpreter.run(td.lower(sch, args), *arrs)
+        else:
+            td.build(sch, args, target="llvm")(*arrs)
+        outs.append(arrs)
+    return outs
+
+
+def test_replay_with_two_stages_of_the_same_name():
+    """Two stages both called 'compute' each keep their own schedule on replay."""
+    A = td.placeholder((13,), name="A")
+    B = td.compute((13,), lambda i: A[i] * 2.0)
+    C = td.compute((13,), lambda i: B[i] + 1.0)
+    assert B.op.name == C.op.name
+    s = td.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[C].vectorize(ii)
+    s2 = Trace.from_json(s.trace.to_json()).apply(td.create_schedule(C.op))
+    assert [v.name for v in s2[B].leaf_iter_vars] == ["i"]
+    assert [v.name for v in s2[C].leaf_iter_vars] == ["i.outer", "i.inner"]
+    replay_same(s, [C.op], [A, C])
+
+
+def test_replay_cache_read_of_second_output():
+    """cache_read of output 1 of a multi-output op replays onto output 1, not output 0."""
+    import numpy as np
+    A = td.placeholder((13,), name="A")
+    B0, B1 = td.compute((13,), lambda i: (A[i] * 2.0, A[i] - 1.0), name="B")
+    C = td.compute((13,), lambda i: B0[i] * B1[i], name="C")
+    s = td.create_schedule(C.op)
+    BB = s.cache_read(B1, "local", [C])
+    assert [t.name for t in s[BB].op.input_tensors] == [B1.name]
+    s2 = replay_same(s, [C.op], [A, C])
+    cache = [st for st in s2.stages if st.name.endswith(".local")][0]
+    assert [t.value_index for t in cache.op.input_tensors] == [1]
+    a = np.random.default_rng(1).uniform(-3, 3, 13).astype("float32")
+    for _, c in _run_both(s2, [A, C], [a, np.full(13, np.nan, "float32")]):
+        np.testing.assert_allclose(c, (a * 2) * (a - 1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kw", ["nparts=n", "factor=n", "nparts=max(n//4,1)", "factor=max(n//3,1)"])
+def test_symbolic_split_is_recorded_replayed_and_correct(kw):
+    """split by a symbolic factor / nparts: recorded in terms of the computation's sizes,
+    replayed on a fresh copy of the computation (other Var objects), right at several n."""
+    import numpy as np
+
+    def make():
+        n = td.var("n")
+        A = td.placeholder((n,), name="A")
+        B = td.compute((n,), lambda i: A[i] + 1.0, name="B")
+        val = {"nparts=n": ("nparts", n), "factor=n": ("factor", n),
+               "nparts=max(n//4,1)": ("nparts", td.maximum(n // 4, 1)),
+               "factor=max(n//3,1)": ("factor", td.maximum(n // 3, 1))}[kw]
+        return A, B, {val[0]: val[1]}
+
+    A, B, kwargs = make()
+    s = td.create_schedule(B.op)
+    s[B].split(B.op.axis[0], **kwargs)
+    assert len(s.trace) == 1 and "n" in str(s.trace)
+    A2, B2, _ = make()                      # the same computation built again
+    s2 = Trace.from_json(s.trace.to_json()).apply(td.create_schedule(B2.op))
+    assert s2.trace.to_json() == s.trace.to_json()
+    for sch, (a_t, b_t) in ((s, (A, B)), (s2, (A2, B2))):
+        for m in (1, 5, 9, 16):
+            a = np.random.default_rng(m).uniform(-3, 3, m).astype("float32")
+            for _, b in _run_both(sch, [a_t, b_t], [a, np.full(m, np.nan, "float32")]):
+                np.testing.assert_allclose(b, a + 1)
+
+
+def test_symbolic_split_by_foreign_or_possibly_zero_size_is_refused_unchanged():
+    n, m = td.var("n"), td.var("m")
+    A = td.placeholder((n,), name="A")
+    B = td.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = td.create_schedule(B.op)
+    with pytest.raises(td.ScheduleError, match=r"split: stage 'B'.*'m' is not a size of this computation"):
+        s[B].split(B.op.axis[0], factor=m)
+    with pytest.raises(td.ScheduleError, match=r"split: stage 'B', loop 'i': nparts=.* may be < 1"):
+        s[B].split(B.op.axis[0], nparts=n // 4)
+    assert [v.name for v in s[B].leaf_iter_vars] == ["i"] and len(s.trace) == 0
+    assert [v.name for v in s[B].all_iter_vars] == ["i"]
+
+
+def test_failing_primitive_leaves_schedule_and_trace_unchanged():
+    """tile splits x, then refuses y's factor: the x split must be undone, nothing recorded."""
+    wl = matmul(M=8, N=8, K=4)
+    s = wl.schedule()
+    C = s[wl.main["C"]]
+    i, j = C.op.axis
+    C.split(C.op.reduce_axis[0], factor=2)
+    before = (list(C.leaf_iter_vars), list(C.all_iter_vars), list(C.relations), len(s.trace),
+              list(s.stages))
+    with pytest.raises(td.ScheduleError, match="tile: stage 'C', loop 'j': factor must be >= 1"):
+        C.tile(i, j, 4, 0)
+    assert (list(C.leaf_iter_vars), list(C.all_iter_vars), list(C.relations), len(s.trace),
+            list(s.stages)) == before
+
+    def half_done():                         # a rewrite that fails half-way is undone
+        C.split(i, factor=2)
+        s.cache_write(wl.main["C"], "local")
+        raise td.ScheduleError("test", "C", "fails after mutating")
+    step = s.trace.step("split", C, [i], {"factor": 2})
+    with pytest.raises(td.ScheduleError, match="fails after mutating"):
+        s.run_step(step, half_done)
+    assert (list(C.leaf_iter_vars), list(C.all_iter_vars), list(C.relations), len(s.trace),
+            list(s.stages)) == before
+    assert C.op is wl.main["C"].op and not C.iter_attrs
+    C.tile(i, j, 4, 2)                       # and the schedule still works
+    replay_same(s, [wl.main["C"].op], wl.args)
