@@ -85,7 +85,9 @@ class _ScopeChecker:
         while stack:
             n, sc, red = stack.pop()
             if isinstance(n, Var):
-                if n not in sc and not isinstance(n, SizeVar) and n not in self.sizes:
+                # float/bool variables are scalar parameters (td.var(name, "float32")): free
+                if n not in sc and not isinstance(n, SizeVar) and n not in self.sizes \
+                        and n.dtype.is_int:
                     raise TDSLError(self._unbound(n))
             elif isinstance(n, Reduce):
                 stack.extend(self._reduce(n, sc, red))
