@@ -65,6 +65,16 @@ class IterVar(Expr):
     def as_expr(self) -> Var:
         return self.var
 
+    def __getstate__(self) -> dict:
+        # ``owner`` is a weak reference (not picklable); it only matters while computes are
+        # being declared, so a copied axis starts unclaimed.
+        return {k: getattr(self, k) for k in ("var", "dom", "kind", "thread_tag", "dtype")}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self.owner = None
+
     def __repr__(self) -> str:
         tag = f", {self.thread_tag}" if self.thread_tag else ""
         return f"IterVar({self.name}, {self.dom}, {self.kind.value}{tag})"

@@ -451,17 +451,28 @@ def test_compute_at_into_a_tensorized_region_is_refused():
         s2[C].tensorize(yi, intrin_gemv(4, 16))
 
 
-def test_cache_write_or_inline_of_a_tensorized_stage_is_refused():
-    """cache_write replaces the stage's loops (the tensorize would vanish silently);
-    inlining the tensorized stage removes its loops."""
+def test_cache_write_of_a_tensorized_stage_moves_the_intrinsic_to_the_cache(rng):
+    """cache_write of a scheduled stage: the cache stage takes over its loops, the tensorized
+    one included (as TVM's re-layout does), so the intrinsic writes the cache."""
     A = td.placeholder((5, 6), name="A")
     B = td.placeholder((4, 6), name="B")
     k = td.reduce_axis((0, 6), name="k")
     C = td.compute((5, 4), lambda i, j: td.sum(A[i, k] * B[j, k], axis=k), name="C")
     s = td.create_schedule(C.op)
     s[C].tensorize(C.op.axis[1], intrin_gemv(4, 6))
-    with pytest.raises(td.ScheduleError, match=r"cache_write: stage 'C': call cache_write before"):
-        s.cache_write(C, "local")
+    CL = s.cache_write(C, "local")
+    ir = str(td.lower(s, [A, B, C]))
+    assert 'tensorize("gemv", outputs=[C.local[' in ir, ir
+    a, b = random_array(rng, (5, 6)), random_array(rng, (4, 6))
+    for runner in (lambda *x: run(td.lower(s, [A, B, C]), *x), td.build(s, [A, B, C], "llvm")):
+        c = np.full((5, 4), np.nan, "float32")
+        runner(a, b, c)
+        np.testing.assert_allclose(c, a @ b.T, rtol=1e-5, atol=1e-5)
+    assert s[CL] is not None
+
+
+def test_inline_of_a_tensorized_stage_is_refused():
+    """inlining the tensorized stage removes its loops."""
     X = td.placeholder((3, 4), name="X")
     Y = td.placeholder((3, 4), name="Y")
     Z = td.compute((3, 4), lambda r, c: X[r, c] * Y[r, c] + X[r, c], name="Z")
