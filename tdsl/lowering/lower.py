@@ -33,9 +33,8 @@ def _storage(sch: "Schedule", bounds: dict, params: dict, ana: Analyzer) -> dict
             continue
         zeros = [Const(0, "int64")] * len(st.op.axis)
         if id(st) in params:
-            if st.attach_type is AttachType.SCOPE:
-                raise LoweringError(f"stage '{st.name}' is an argument, so it must be computed whole; "
-                                    f"it is attached with compute_at")
+            # an argument attached with compute_at (as in TVM) writes the region each
+            # iteration needs straight into the argument's buffer, at its global indices
             bufs = params[id(st)]
             storage[st] = Storage(bufs, zeros, False)
             continue

@@ -234,3 +234,42 @@ def test_init_reading_stage_attached_inside_reduction_is_refused():
     rng = np.random.default_rng(5)
     a, x = random_array(rng, (M, K)), random_array(rng, (M,))
     check_both(s, [A, X, C], [a, x], a.sum(1) + x * 10)
+
+
+# ---- an argument stage attached with compute_at (TVM's schedule_primitives tutorial) ----------
+@pytest.mark.parametrize("m", [1, 7, 16])
+def test_argument_stage_attached_with_compute_at_writes_the_argument(rng, m):
+    n = td.var("m")
+    A = td.placeholder((n,), name="A")
+    B = td.compute((n,), lambda i: A[i] + 1.0, name="B")
+    C = td.compute((n,), lambda i: B[i] * 2.0, name="C")
+    s = td.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    a = random_array(rng, (m,))
+    f = td.lower(s, [A, B, C])
+    for runner in (lambda *x: run(f, *x), td.build(s, [A, B, C], target="llvm")):
+        b, c = np.full(m, np.nan, "float32"), np.full(m, np.nan, "float32")
+        runner(a, b, c)
+        np.testing.assert_allclose(b, a + 1, rtol=1e-6)
+        np.testing.assert_allclose(c, (a + 1) * 2, rtol=1e-6)
+
+
+def test_argument_stencil_stage_attached_in_a_partitioned_tile(rng):
+    """The region each tile needs (one row of halo, tails at 13 = 3*4 + 1), unrolled so the
+    nest is partitioned: every element of the argument B is still written, with its value."""
+    N = 13
+    A = td.placeholder((N + 1, N), name="A")
+    B = td.compute((N + 1, N), lambda i, j: A[i, j] * 3.0, name="B")
+    C = td.compute((N, N), lambda i, j: B[i, j] + B[i + 1, j], name="C")
+    s = td.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 4)
+    s[B].compute_at(s[C], jo)
+    s[B].unroll(s[B].op.axis[1])
+    a = random_array(rng, (N + 1, N))
+    f = td.lower(s, [A, B, C])
+    for runner in (lambda *x: run(f, *x), td.build(s, [A, B, C], target="llvm")):
+        b = guarded_copy(np.full((N + 1, N), np.nan, "float32"))
+        c = guarded_copy(np.full((N, N), np.nan, "float32"))
+        runner(guarded_copy(a), b, c)
+        np.testing.assert_allclose(b, a * 3, rtol=1e-6)
+        np.testing.assert_allclose(c, a[:-1] * 3 + a[1:] * 3, rtol=1e-6)
