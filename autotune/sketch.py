@@ -31,7 +31,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from tdsl.errors import TuningError
 from tdsl.expr import Reduce, TensorLoad
 from tdsl.target import Target, TargetKind
 from tdsl.tensor import ComputeOp, IterVar
@@ -83,7 +82,15 @@ def _has_reuse(op: ComputeOp) -> bool:
     return found
 
 
-def _reads_at_own_axes(consumer: ComputeOp, producer_name: str) -> bool:
+def stage_labels(sch: Any) -> dict[int, str]:
+    """A unique, deterministic label for each stage (by ``id``): its name, or
+    ``name#position`` where several stages share a name (knobs are keyed by label)."""
+    names = [st.name for st in sch.stages]
+    return {id(st): st.name if names.count(st.name) == 1 else f"{st.name}#{i}"
+            for i, st in enumerate(sch.stages)}
+
+
+def _reads_at_own_axes(consumer: ComputeOp, producer: Any) -> bool:
     """``consumer`` reads the producer only as ``P[i0, i1, ...]`` with its own axes in order."""
     ok = True
     seen = False
@@ -91,7 +98,7 @@ def _reads_at_own_axes(consumer: ComputeOp, producer_name: str) -> bool:
 
     def visit(n: Any) -> None:
         nonlocal ok, seen
-        if isinstance(n, TensorLoad) and n.tensor.op.name == producer_name:
+        if isinstance(n, TensorLoad) and n.tensor.op is producer:
             seen = True
             if len(n.indices) != len(axes) or any(i is not a and not (hasattr(i, "same_as") and
                                                                        i.same_as(a))
@@ -126,11 +133,7 @@ class SketchSource:
 
     def _analyze(self) -> None:
         sch = fresh_schedule(self.outputs)
-        names = [st.name for st in sch.stages]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:    # the sketch rules and their knobs are keyed by stage name
-            raise TuningError(f"sketch: several stages are named {dup}; give each td.compute / "
-                              f"td.placeholder a distinct name= to auto-schedule it")
+        lab = stage_labels(sch)
         plans: dict[str, StagePlan] = {}
         for st in sch.stages:
             if st.is_placeholder:
@@ -142,25 +145,26 @@ class SketchSource:
                 rule = Rule.ROOT if st.is_output else Rule.INLINE
             else:
                 rule = Rule.TILE if _has_reuse(op) else Rule.REDUCE
-            plans[st.name] = StagePlan(st.name, rule, sp, rd)
+            plans[lab[id(st)]] = StagePlan(lab[id(st)], rule, sp, rd)
         for st in sch.stages:
-            if st.name in plans and plans[st.name].rule is Rule.INLINE:
+            if lab[id(st)] in plans and plans[lab[id(st)]].rule is Rule.INLINE:
                 st.compute_inline()
         for st in sch.stages:
-            plan = plans.get(st.name)
+            plan = plans.get(lab[id(st)])
             if plan is None or plan.rule in (Rule.INLINE, Rule.ROOT):
                 continue
             cons = sch.consumers(st)
-            root_cons = [c for c in cons if plans.get(c.name) and plans[c.name].rule is Rule.ROOT]
+            root_cons = [c for c in cons
+                         if plans.get(lab[id(c)]) and plans[lab[id(c)]].rule is Rule.ROOT]
             if plan.rule is Rule.TILE:
-                plan.inputs = [t.op.name for t in st.op.input_tensors]
+                plan.inputs = [lab[id(sch[t.op])] for t in st.op.input_tensors]
                 if not st.is_output and len(cons) == 1 and root_cons and \
-                        plans[cons[0].name].spatial == plan.spatial and \
-                        _reads_at_own_axes(cons[0].op, st.name):
-                    plan.consumer = cons[0].name
+                        plans[lab[id(cons[0])]].spatial == plan.spatial and \
+                        _reads_at_own_axes(cons[0].op, st.op):
+                    plan.consumer = lab[id(cons[0])]
             elif plan.rule is Rule.REDUCE and not st.is_output and len(root_cons) == 1 and \
-                    plans[root_cons[0].name].spatial[:len(plan.spatial)] == plan.spatial:
-                plan.attach_to = root_cons[0].name
+                    plans[lab[id(root_cons[0])]].spatial[:len(plan.spatial)] == plan.spatial:
+                plan.attach_to = lab[id(root_cons[0])]
         self.plans = [plans[n] for n in plans]
         fused_consumers = {p.consumer for p in self.plans if p.consumer}
         for p in self.plans:
@@ -219,14 +223,16 @@ class _Apply:
         self.src = src
         self.cfg = cfg
         self.sch = fresh_schedule(src.outputs)
+        self.by_label = {lab: st for st in self.sch.stages
+                         for lab in (stage_labels(self.sch)[id(st)],)}
         self.row_loop: dict[str, IterVar] = {}   # ROOT stage -> its fused outer loop
         self.par_loop: dict[str, IterVar] = {}
 
     def val(self, name: str) -> Any:
         return self.cfg[name].value
 
-    def stage(self, name: str) -> Any:
-        return self.sch.stage_by_name(name)
+    def stage(self, label: str) -> Any:
+        return self.by_label[label]
 
     def run(self) -> Any:
         plans = self.src.plans
@@ -307,7 +313,7 @@ class _Apply:
                     inner.unroll(y)
         for inp in p.inputs:
             if self.val(f"{p.name}.pack.{inp}"):
-                src = self.sch.stage_by_name(inp)
+                src = self.stage(inp)
                 cache = self.sch.cache_read(src.op.outputs[0], "local", [inner.op.outputs[0]])
                 cst = self.sch[cache]
                 cst.compute_at(outer, fused)

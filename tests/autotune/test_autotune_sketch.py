@@ -120,11 +120,32 @@ def test_gpu_sketch_candidates_compile_and_emulate_correctly(name):
     assert legal >= 2
 
 
-def test_sketch_refuses_duplicate_stage_names():
-    """The sketch rules and knobs are keyed by stage name: two stages called 'compute'
-    would get each other's schedule, so the computation is refused, clearly."""
-    A = td.placeholder((64, 64), "float32", name="A")
-    B = td.compute((64, 64), lambda i, j: A[i, j] * 2.0)
-    C = td.compute((64, 64), lambda i, j: B[i, j] + 1.0)
-    with pytest.raises(td.TuningError, match=r"several stages are named \['compute'\]"):
-        autotune.create_auto_task([A, C])
+def test_sketch_schedules_stages_that_share_a_name():
+    """Two reductions and an elementwise stage all called 'compute' (the default name): the
+    rules and knobs are keyed by stage position, so each gets its own schedule and every
+    candidate computes the right answer."""
+    A = td.placeholder((32, 48), "float32", name="A")
+    W = td.placeholder((48, 24), "float32", name="W")
+    k = td.reduce_axis((0, 48), name="k")
+    B = td.compute((32, 24), lambda i, j: td.sum(A[i, k] * W[k, j], axis=k))
+    C = td.compute((32, 24), lambda i, j: B[i, j] * 2.0 + 1.0)
+    r = td.reduce_axis((0, 24), name="r")
+    D = td.compute((32,), lambda i: td.max(C[i, r], axis=r))
+    task = autotune.create_auto_task([A, W, D])
+    labels = {key.split(".")[0] for key in task.space.knobs}
+    assert {"compute#2", "compute#4"} <= labels, labels
+    rng = np.random.default_rng(3)
+    a, w = rng.uniform(-1, 1, (32, 48)).astype("float32"), rng.uniform(-1, 1, (48, 24)).astype("float32")
+    expect = ((a @ w) * 2 + 1).max(axis=1)
+    rnd = random.Random(0)
+    legal = 0
+    for _ in range(8):
+        c = task.candidate(task.space.random(rnd))
+        if not c.valid:
+            continue
+        legal += 1
+        f = td.build(replay(c.trace, task.outputs), task.args, target="llvm")
+        out = np.full(32, np.nan, np.float32)
+        f(a, w, out)
+        np.testing.assert_allclose(out, expect, rtol=2e-4, atol=2e-4, err_msg=str(c.config))
+    assert legal >= 4
