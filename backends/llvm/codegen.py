@@ -98,6 +98,8 @@ class FuncState:
     lanes: int = 1
     mask: Any = None
     slots: dict = field(default_factory=dict)
+    vector_loop: str = ""    # the widened loop being generated (for notes)
+    store_name: str = ""     # the buffer whose stored value is being generated (for notes)
 
 
 class CodeGen(ExprEmitter):
@@ -282,6 +284,7 @@ class CodeGen(ExprEmitter):
             raise BuildError(f"store to '{buf.name}' has {len(s.indices)} indices for "
                              f"{buf.ndim} dimensions")
         base = self.buffer_ptr(buf)
+        self.st.store_name = buf.name
         value = self.expr(s.value)
         flat = self.expr(vectorize.flat_index(buf, s.indices))
         if self.st.lanes == 1:

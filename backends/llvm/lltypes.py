@@ -94,3 +94,19 @@ def loop_metadata(module: ir.Module, *hints: tuple[str, Any]) -> Any:
     node = module.add_metadata([ir.MetaDataString(module, f"tdsl.loop.{count}")] + ops)
     node.operands = (node,) + tuple(ops)
     return node
+
+
+def type_suffix(t: ir.Type) -> str:
+    """LLVM's overload suffix of a type: ``f32``, ``v16f32``, ``i64``..."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{type_suffix(t.element)}"
+    if isinstance(t, ir.HalfType):
+        return "f16"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    from tdsl.errors import BuildError
+    raise BuildError(f"no LLVM intrinsic suffix for type {t}")

@@ -312,12 +312,12 @@ def emit_vectorized(cg: "CodeGen", loop: For) -> None:
         return
     lo = cg.convert_index(cg.scalar(loop.min), loop.min.dtype, loop.var.dtype)
     saved = st.vars.get(loop.var)
-    st.lanes, st.mask = lanes, None
+    st.lanes, st.mask, st.vector_loop = lanes, None, loop.var.name
     st.vars[loop.var] = VVal(RAMP, lo, 1)
     try:
         cg.stmt(loop.body)
     finally:
-        st.lanes, st.mask = 1, None
+        st.lanes, st.mask, st.vector_loop = 1, None, ""
         if saved is None:
             st.vars.pop(loop.var, None)
         else:

@@ -1,0 +1,329 @@
+"""Inline float32 math (exp log tanh erf sigmoid sin cos pow) as LLVM IR, vector or scalar.
+
+Why: LLVM lowers ``llvm.sin.v8f32``, ``tanhf``... to one libm call per lane, 10-50x
+slower than straight-line vector code.  Each function here is range reduction plus a
+polynomial, written with plain (non-fast-math) IEEE operations and explicit ``fma``, so
+the result does not depend on the optimizer.  Maximum errors (ulp, measured over a dense
+sweep of all float32 values by tests/backends/test_llvm_vecmath.py) are in
+backends/llvm/README.md; special values (NaN, ±inf, ±0, subnormals, overflow and
+underflow) give what NumPy's float32 loops give.
+
+Methods and coefficients: ``exp`` is Cody-Waite reduction by ln 2 with Cephes' ``expf``
+polynomial (S. Moshier, Cephes Math Library); the other polynomials are near-minimax fits
+made by scripts/fit_vecmath.py (Lawson's algorithm against float64 NumPy/SciPy).
+
+- ``log``: x = 2^k m with m in [√½, √2) (subnormals pre-scaled by 2^23); log1p(f) =
+  f - f²/2 + f³P(f); plus k·ln 2 in two parts.
+- ``tanh``: x + x³P(x²) for |x| < 0.625, else ±(1 - 2/(e^{2|x|} + 1)).
+- ``erf``: x·P(x²) for |x| < 1, else ±(1 - exp(Q(|x|))) with Q ≈ log erfc (|x| ≤ 3.95).
+- ``sigmoid``: with e = exp(-|x|): 1/(1+e) for x ≥ 0, e/(1+e) below (no overflow, and
+  accurate where sigmoid is subnormal).
+- ``sin``/``cos``: j = round(|x|·2/π), r = |x| - j·π/2 in three parts (Cody-Waite with
+  FMA), polynomials on [-π/4, π/4] chosen by j mod 4.  Lanes with |x| > 2^16 (or inf,
+  NaN) take a rarely taken branch that calls libm ``sinf``/``cosf``.
+- ``pow``: computed in float64 (log2 |x| by the atanh series, 2^t by Taylor series, each
+  good to ~1e-13), then rounded: within 1 ulp.  C99/NumPy special cases are applied
+  explicitly (``pow(x, ±0) = 1``, ``pow(1, y) = 1``, ``pow(-1, ±inf) = 1``, negative
+  x with non-integer y is NaN, odd integer y keeps the sign of x, including -0.0).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from decimal import Decimal
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import llvmlite.ir as ir
+
+from tdsl.expr import Intrinsic
+
+from .lltypes import type_suffix
+
+if TYPE_CHECKING:
+    from .codegen import CodeGen
+
+F32, F64, I32, I64 = ir.FloatType(), ir.DoubleType(), ir.IntType(32), ir.IntType(64)
+
+# Horner order (highest degree first); see scripts/fit_vecmath.py
+EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+         1.6666665459e-1, 5.0000001201e-1)
+LOG_P = (-7.634501904e-02, 1.276158094e-01, -1.316018254e-01, 1.420175731e-01,
+         -1.662335694e-01, 2.000122666e-01, -2.500081956e-01, 3.333333135e-01)
+TANH_P = (2.142951358e-03, -8.177387528e-03, 2.170069888e-02, -5.394676328e-02,
+          1.333320588e-01, -3.333333135e-01)
+ERF_SMALL = (7.853827265e-05, -8.010184392e-04, 5.188326817e-03, -2.685381100e-02,
+             1.128358543e-01, -3.761262596e-01, 1.128379107e+00)
+ERF_LARGE = (-2.952326952e-07, -1.083333814e-06, 7.500242987e-07, -1.248597982e-05,
+             7.852390263e-05, -4.198821553e-04, 2.165473532e-03, -1.085835136e-02,
+             -9.438938498e-01, -5.352680683e+00, -7.806815147e+00)
+SIN_P = (2.718025826e-06, -1.983930269e-04, 8.333329111e-03, -1.666666716e-01)
+COS_P = (-2.720484531e-07, 2.479944851e-05, -1.388888340e-03, 4.166666791e-02)
+
+#: documented maximum error in ulp of the float32 result (asserted, measured over a dense
+#: sweep of float32 values, by tests/backends/test_llvm_vecmath.py; table in README.md)
+MAX_ULP = {"exp": 1.5, "log": 2.0, "tanh": 2.0, "erf": 3.0, "sigmoid": 3.0, "sin": 2.0,
+           "cos": 2.0, "pow": 1.0}
+
+EXP_HI = 88.72283935546875        # above: exp overflows to inf
+EXP_LO = -104.0                   # below: exp underflows to 0
+SINCOS_LIMIT = 65536.0            # |x| above: libm (Cody-Waite reduction no longer exact)
+MIN_NORMAL = 1.1754943508222875e-38
+
+
+def _f32(v: Decimal) -> Decimal:
+    """``v`` rounded to float32 (exactly, as a Decimal)."""
+    return Decimal(struct.unpack("f", struct.pack("f", float(v)))[0])
+
+
+def _pio2_parts() -> tuple[float, float, float]:
+    """π/2 as three float32 values (Cody-Waite): p1 + p2 + p3 = π/2 to ~2^-72."""
+    pio2 = Decimal("1.57079632679489661923132169163975144209858469968755291")
+    p1 = _f32(pio2)
+    p2 = _f32(pio2 - p1)
+    p3 = _f32(pio2 - p1 - p2)
+    return float(p1), float(p2), float(p3)
+
+
+PIO2_PARTS = _pio2_parts()
+
+
+class _Ops:
+    """Typed constants and IEEE operations on one shape: a scalar or ``<lanes x T>``."""
+
+    def __init__(self, cg: "CodeGen", lanes: int):
+        self.cg, self.b, self.lanes = cg, cg.b, lanes
+
+    def ty(self, elem: ir.Type) -> ir.Type:
+        return elem if self.lanes == 1 else ir.VectorType(elem, self.lanes)
+
+    def k(self, v: float, elem: ir.Type = F32) -> ir.Constant:
+        c = ir.Constant(elem, v)
+        return c if self.lanes == 1 else ir.Constant(self.ty(elem), [c] * self.lanes)
+
+    def call(self, name: str, args: Sequence[ir.Value]) -> ir.Value:
+        t = args[0].type
+        fn = self.cg.declare(f"llvm.{name}.{type_suffix(t)}", t, [a.type for a in args])
+        return self.b.call(fn, list(args))
+
+    def fma(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+        return self.call("fma", [a, b, c])
+
+    def horner(self, coeffs: Sequence[float], u: ir.Value, elem: ir.Type = F32) -> ir.Value:
+        p: ir.Value = self.k(coeffs[0], elem)
+        for c in coeffs[1:]:
+            p = self.fma(p, u, self.k(c, elem))
+        return p
+
+    def sel(self, cond: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.select(cond, a, b)
+
+    def lt(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.fcmp_ordered("<", a, b)
+
+    def eq(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.fcmp_ordered("==", a, b)
+
+    def isnan(self, a: ir.Value) -> ir.Value:
+        return self.b.fcmp_unordered("uno", a, a)
+
+    def clamp(self, x: ir.Value, lo: float, hi: float) -> ir.Value:
+        """``x`` limited to [lo, hi]; NaN becomes ``lo`` (so no poison downstream)."""
+        t = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+        return self.call("minnum", [self.call("maxnum", [x, self.k(lo, t)]), self.k(hi, t)])
+
+    def bits(self, x: ir.Value, elem: ir.Type = I32) -> ir.Value:
+        return self.b.bitcast(x, self.ty(elem))
+
+    def floats(self, i: ir.Value, elem: ir.Type = F32) -> ir.Value:
+        return self.b.bitcast(i, self.ty(elem))
+
+
+def libm_lanes(cg: "CodeGen", name: str, args: Sequence[ir.Value]) -> ir.Value:
+    """A libm call (``name`` as spelled in C), one call per lane on vectors."""
+    t = args[0].type
+    scalar_t = t.element if isinstance(t, ir.VectorType) else t
+    fn = cg.declare(name, scalar_t, [scalar_t] * len(args), nounwind=True)
+    if not isinstance(t, ir.VectorType):
+        return cg.b.call(fn, list(args))
+    out: ir.Value = ir.Constant(t, ir.Undefined)
+    for lane in range(t.count):
+        idx = ir.Constant(I32, lane)
+        r = cg.b.call(fn, [cg.b.extract_element(a, idx) for a in args])
+        out = cg.b.insert_element(out, r, idx)
+    return out
+
+
+# ---- the functions (x: float32 scalar or vector) -----------------------------------------------
+def exp(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    xc = o.clamp(x, EXP_LO, EXP_HI)
+    n = o.call("roundeven", [b.fmul(xc, o.k(1.44269504088896341))])
+    r = o.fma(n, o.k(-0.693359375), xc)
+    r = o.fma(n, o.k(2.12194440e-4), r)
+    p = o.horner(EXP_P, r)
+    y = o.fma(p, b.fmul(r, r), b.fadd(r, o.k(1.0)))
+    # y * 2^n in two steps, so that subnormal results and n = 128 are exact
+    ni = b.fptosi(n, o.ty(I32))
+    n1 = b.ashr(ni, o.k(1, I32))
+    n2 = b.sub(ni, n1)
+    s1 = o.floats(b.shl(b.add(n1, o.k(127, I32)), o.k(23, I32)))
+    s2 = o.floats(b.shl(b.add(n2, o.k(127, I32)), o.k(23, I32)))
+    y = b.fmul(b.fmul(y, s1), s2)
+    y = o.sel(o.lt(o.k(EXP_HI), x), o.k(math.inf), y)
+    y = o.sel(o.lt(x, o.k(EXP_LO)), o.k(0.0), y)
+    return o.sel(o.isnan(x), x, y)
+
+
+def log(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    sub = o.lt(x, o.k(MIN_NORMAL))
+    xs = o.sel(sub, b.fmul(x, o.k(8388608.0)), x)
+    ix = b.add(o.bits(xs), o.k(0x3F800000 - 0x3F3504F3, I32))
+    k = b.sub(b.ashr(ix, o.k(23, I32)), o.sel(sub, o.k(127 + 23, I32), o.k(127, I32)))
+    m = o.floats(b.add(b.and_(ix, o.k(0x007FFFFF, I32)), o.k(0x3F3504F3, I32)))
+    f = b.fsub(m, o.k(1.0))
+    kf = b.sitofp(k, o.ty(F32))
+    f2 = b.fmul(f, f)
+    t = o.fma(o.horner(LOG_P, f), b.fmul(f2, f), b.fmul(f2, o.k(-0.5)))
+    t = o.fma(kf, o.k(-2.12194440e-4), t)
+    y = b.fadd(o.fma(kf, o.k(0.693359375), f), t)
+    y = o.sel(o.eq(x, o.k(math.inf)), x, y)
+    y = o.sel(o.lt(x, o.k(0.0)), o.k(math.nan), y)
+    y = o.sel(o.eq(x, o.k(0.0)), o.k(-math.inf), y)
+    return o.sel(o.isnan(x), x, y)
+
+
+def tanh(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    ax = o.call("fabs", [x])
+    x2 = b.fmul(x, x)
+    small = o.fma(b.fmul(x2, x), o.horner(TANH_P, x2), x)
+    e = exp(o, b.fmul(o.clamp(ax, 0.0, 9.5), o.k(2.0)))
+    large = b.fsub(o.k(1.0), b.fdiv(o.k(2.0), b.fadd(e, o.k(1.0))))
+    y = o.call("copysign", [o.sel(o.lt(ax, o.k(0.625)), small, large), x])  # also -0.0
+    return o.sel(o.isnan(x), x, y)
+
+
+def erf(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    ax = o.call("fabs", [x])
+    small = b.fmul(x, o.horner(ERF_SMALL, b.fmul(x, x)))
+    t = b.fsub(o.clamp(ax, 1.0, 3.95), o.k(2.5))
+    large = b.fsub(o.k(1.0), exp(o, o.horner(ERF_LARGE, t)))
+    y = o.sel(o.lt(ax, o.k(1.0)), small, o.call("copysign", [large, x]))
+    return o.sel(o.isnan(x), x, y)
+
+
+def sigmoid(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    e = exp(o, b.fneg(o.call("fabs", [x])))
+    num = o.sel(o.lt(x, o.k(0.0)), e, o.k(1.0))
+    return b.fdiv(num, b.fadd(o.k(1.0), e))
+
+
+def _sincos(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
+    b, cg = o.b, o.cg
+    ax = o.call("fabs", [x])
+    big = b.fcmp_unordered(">", ax, o.k(SINCOS_LIMIT))       # also NaN
+    axc = o.sel(big, o.k(0.0), ax)
+    j = o.call("roundeven", [b.fmul(axc, o.k(2 / math.pi))])
+    p1, p2, p3 = PIO2_PARTS
+    r = o.fma(j, o.k(-p1), axc)
+    r = o.fma(j, o.k(-p2), r)
+    r = o.fma(j, o.k(-p3), r)
+    q = b.fptosi(j, o.ty(I32))
+    if cosine:
+        q = b.add(q, o.k(1, I32))
+    r2 = b.fmul(r, r)
+    s = o.fma(b.fmul(r2, r), o.horner(SIN_P, r2), r)
+    c = o.fma(b.fmul(r2, r2), o.horner(COS_P, r2), o.fma(r2, o.k(-0.5), o.k(1.0)))
+    one = o.k(1, I32)
+    y = o.sel(b.icmp_signed("!=", b.and_(q, one), o.k(0, I32)), c, s)
+    flip = b.shl(b.and_(q, o.k(2, I32)), o.k(30, I32))
+    if not cosine:
+        flip = b.xor(flip, b.and_(o.bits(x), o.k(-0x80000000, I32)))
+    fast = o.floats(b.xor(o.bits(y), flip))
+    # rare lanes (|x| > limit, inf, NaN): libm, on a branch
+    if o.lanes == 1:
+        any_big = big
+    else:
+        fn = cg.declare(f"llvm.vector.reduce.or.{type_suffix(big.type)}", ir.IntType(1),
+                        [big.type])
+        any_big = b.call(fn, [big])
+    before = b.block
+    with b.if_then(any_big, likely=False):
+        slow = libm_lanes(cg, "cosf" if cosine else "sinf", [x])
+        merged = o.sel(big, slow, fast)
+        slow_end = b.block
+    phi = b.phi(fast.type)
+    phi.add_incoming(fast, before)
+    phi.add_incoming(merged, slow_end)
+    return phi
+
+
+def sin(o: _Ops, x: ir.Value) -> ir.Value:
+    return _sincos(o, x, cosine=False)
+
+
+def cos(o: _Ops, x: ir.Value) -> ir.Value:
+    return _sincos(o, x, cosine=True)
+
+
+
+
+_LN2 = math.log(2.0)
+
+
+def pow(o: _Ops, x: ir.Value, y: ir.Value) -> ir.Value:  # noqa: A001 (the intrinsic's name)
+    b = o.b
+    xd, yd = b.fpext(x, o.ty(F64)), b.fpext(y, o.ty(F64))
+    ax = o.call("fabs", [xd])
+    # log2|x| = e + log2(m), m in [sqrt(1/2), sqrt(2)); float32 inputs are normal doubles
+    ix = b.add(o.bits(ax, I64), o.k(0x3FF0000000000000 - 0x3FE6A09E667F3BCD, I64))
+    e = b.sub(b.ashr(ix, o.k(52, I64)), o.k(1023, I64))
+    m = o.floats(b.add(b.and_(ix, o.k(0x000FFFFFFFFFFFFF, I64)),
+                       o.k(0x3FE6A09E667F3BCD, I64)), F64)
+    f = b.fsub(m, o.k(1.0, F64))
+    s = b.fdiv(f, b.fadd(f, o.k(2.0, F64)))
+    z = b.fmul(s, s)
+    series = o.horner([2.0 / (2 * k + 1) for k in range(8, -1, -1)], z, F64)  # 2 atanh(s)/s
+    lg = o.fma(b.fmul(s, series), o.k(1 / _LN2, F64), b.sitofp(e, o.ty(F64)))
+    lg = o.sel(o.eq(ax, o.k(0.0, F64)), o.k(-math.inf, F64), lg)
+    lg = o.sel(o.eq(ax, o.k(math.inf, F64)), o.k(math.inf, F64), lg)
+    t = o.clamp(b.fmul(yd, lg), -400.0, 400.0)
+    n = o.call("roundeven", [t])
+    r = b.fmul(b.fsub(t, n), o.k(_LN2, F64))
+    p = o.horner([1.0 / math.factorial(k) for k in range(12, -1, -1)], r, F64)
+    scale = o.floats(b.shl(b.add(b.fptosi(n, o.ty(I64)), o.k(1023, I64)), o.k(52, I64)), F64)
+    res = b.fptrunc(b.fmul(p, scale), o.ty(F32))
+    # signs and special cases (C99 Annex F, what NumPy's powf gives)
+    ay = o.call("fabs", [y])
+    is_int = o.eq(o.call("trunc", [y]), y)
+    small_y = o.lt(ay, o.k(16777216.0))
+    yi = b.fptosi(o.sel(small_y, y, o.k(0.0)), o.ty(I32))
+    odd = b.and_(b.and_(is_int, small_y),
+                 b.icmp_signed("!=", b.and_(yi, o.k(1, I32)), o.k(0, I32)))
+    sign = b.and_(o.bits(x), o.k(-0x80000000, I32))
+    res = o.floats(b.xor(o.bits(res), o.sel(odd, sign, o.k(0, I32))))
+    neg_finite = b.and_(o.lt(x, o.k(0.0)), o.lt(o.k(-math.inf), x))
+    res = o.sel(b.and_(neg_finite, b.not_(is_int)), o.k(math.nan), res)
+    res = o.sel(b.or_(o.isnan(x), o.isnan(y)), b.fadd(x, y), res)
+    one = b.or_(b.or_(o.eq(y, o.k(0.0)), o.eq(x, o.k(1.0))),
+                b.and_(o.eq(x, o.k(-1.0)), o.eq(ay, o.k(math.inf))))
+    return o.sel(one, o.k(1.0), res)
+
+
+_UNARY: dict[Intrinsic, Callable[[_Ops, ir.Value], ir.Value]] = {
+    Intrinsic.EXP: exp, Intrinsic.LOG: log, Intrinsic.TANH: tanh, Intrinsic.ERF: erf,
+    Intrinsic.SIGMOID: sigmoid, Intrinsic.SIN: sin, Intrinsic.COS: cos,
+}
+#: the intrinsics computed inline for float32 (and float16, through float32)
+INLINE_F32 = frozenset(_UNARY) | {Intrinsic.POW}
+
+
+def emit_f32(cg: "CodeGen", func: Intrinsic, args: Sequence[ir.Value], lanes: int) -> ir.Value:
+    """``func(*args)`` on float32 registers (scalars or ``lanes``-wide vectors), inline."""
+    o = _Ops(cg, lanes)
+    if func is Intrinsic.POW:
+        return pow(o, args[0], args[1])
+    return _UNARY[func](o, args[0])
