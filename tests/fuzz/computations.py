@@ -40,6 +40,12 @@ class Computation:
     const: dict
     reference: Callable[[dict, dict], np.ndarray]
 
+    def __repr__(self) -> str:
+        return "Computation(\n" + self.source + "\n)"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:   # how hypothesis shows it
+        p.text(repr(self))
+
     @property
     def args(self) -> list:
         return [self.ns[v] for v in self.inputs] + [self.ns[self.output]]

@@ -284,6 +284,10 @@ class Fuzz:
         self.apply("rfactor", f'{new} = s.rfactor({t}, lp(s[{t}], "{loop}"), factor_axis={fa})',
                    (new,))
 
+    def draw_tensorize_recipe(self, draw: Any) -> None:
+        """Start a schedule with the split/reorder/tensorize steps of a gemv."""
+        self._tensorize_recipe(draw)
+
     def _intrin(self, draw: Any) -> str:
         m = draw(st.sampled_from([1, 2, 4]), label="intrin rows")
         l = self.comp.const["M"] if "m" not in self.comp.symbolic else \
