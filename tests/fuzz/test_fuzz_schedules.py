@@ -41,6 +41,8 @@ def _bindings(draw, comp) -> list:
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 @settings(max_examples=EXAMPLES,
+          # short profiles shrink one failure only (minutes instead of tens of minutes)
+          report_multiple_bugs=EXAMPLES >= 1000,
           phases=[p for p in Phase if p is not Phase.explain],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.filter_too_much])
