@@ -11,5 +11,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):   # noqa: ANN
     tr.write_line(f"  refused at lower: {COUNTS['refused']}")
     tr.write_line(f"  passed: {COUNTS['passed']}")
     tr.write_line(f"  failed: {COUNTS['failed']}")
+    tr.write_line(f"  abandoned by hypothesis while drawing (overrun/assume): {COUNTS['abandoned']}")
     tr.write_line(f"primitive calls: {COUNTS['primitives applied']} applied, "
                   f"{COUNTS['primitives refused']} refused (TDSLError, schedule unchanged)")
