@@ -246,11 +246,9 @@ class LocalRunner:
             return self._references[(task.key, target)]
         path = os.path.join(self.reference_dir,
                             measure_jobs.reference_key(task.key, target, self.seed) + ".npz")
-        if self.pre_run is not None:
-            self._pool.map(self.pre_run, [({"__reference__": True},)], self.reference_timeout)
         r = self._pool.map(measure_jobs.reference_job,
                            [(task.payload(), task.key, task.sizes, target, task.name, self.seed,
-                             path)], self.reference_timeout)[0]
+                             path, self.pre_run)], self.reference_timeout)[0]
         if r.outcome is JobOutcome.OK:
             computed, seconds = r.value
             self.reference_log.append((task.key, computed, seconds))

@@ -158,11 +158,14 @@ def _compute_reference(args: Sequence[Tensor], arrays: Sequence[np.ndarray], tar
 
 
 def reference_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str, name: str,
-                  seed: int, path: "str | None") -> tuple[bool, float]:
+                  seed: int, path: "str | None",
+                  pre_run: "Callable[[dict], None] | None" = None) -> tuple[bool, float]:
     """Make the task's inputs and reference outputs resident in this worker (and on disk at
     ``path``): loaded from ``path`` when cached there, else computed.  Runs once per task,
     before any candidate and under its own timeout.  Returns (computed now, seconds)."""
     t0 = time.perf_counter()
+    if pre_run is not None:
+        pre_run({"__reference__": True})
     args = task_args(payload, key)
     arrays = random_arrays(args, sizes, seed)
     ref = _load_reference(path, args, arrays) if path and os.path.exists(path) else None
@@ -228,8 +231,9 @@ def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
     The first run is checked against the reference; a second, warm run decides whether
     the candidate is worth timing (``reject_factor`` times slower than ``best_cost``,
     confirmed by a third run: those warm runs are its costs); otherwise
-    ``time_evaluator`` takes ``repeat`` samples of at least ``min_repeat_ms`` each (fewer
-    when that would not fit in what is left of ``opts["timeout"]``).
+    ``time_evaluator`` takes ``repeat`` samples of at least ``min_repeat_ms`` each, or,
+    when that would not fit in what is left of ``opts["timeout"]`` (a slow kernel),
+    single warm runs are the samples, as many as fit.
     """
     started = time.perf_counter()
     try:
@@ -259,12 +263,18 @@ def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
         if min(warm) > opts["reject_factor"] * best_cost:
             return warm, None, ""
     per_repeat = max(min(warm), opts["min_repeat_ms"] / 1e3)
-    left = opts.get("timeout", float("inf")) - (time.perf_counter() - started)
-    fit = int(0.6 * left / per_repeat) - 2 if per_repeat > 0 else opts["repeat"]
-    repeat = max(1, min(opts["repeat"], fit))
-    res = mod.time_evaluator(number=opts["number"], repeat=repeat,
-                             min_repeat_ms=opts["min_repeat_ms"])(*arrays)
-    return list(res.results), None, ""
+    timeout = opts.get("timeout", float("inf"))
+    left = timeout - (time.perf_counter() - started)
+    if per_repeat * (opts["repeat"] + 1) <= 0.6 * left:
+        res = mod.time_evaluator(number=opts["number"], repeat=opts["repeat"],
+                                 min_repeat_ms=opts["min_repeat_ms"])(*arrays)
+        return list(res.results), None, ""
+    # a slow kernel: single warm runs are the samples, as many as fit in the timeout
+    samples = list(warm)
+    while len(samples) < opts["repeat"] and \
+            time.perf_counter() - started + 1.5 * max(samples) < 0.8 * timeout:
+        samples.append(_time_once(mod, arrays))
+    return samples, None, ""
 
 
 def _time_once(mod: Any, arrays: Sequence[np.ndarray]) -> float:
