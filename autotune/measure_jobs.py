@@ -4,8 +4,11 @@ They are module-level (picklable by reference) and return plain tuples
 ``(value, error_kind, message)``; errors tdsl raises on purpose are classified
 here, anything else propagates to the worker loop, which reports it with its
 traceback.  Each worker memoizes the unpickled computation, its random inputs and
-the reference outputs per task key (a process-local cache: a new process
-recomputes them).
+the reference outputs per task key; ``reference_job`` makes them resident once per
+task (before any candidate, under its own timeout) and writes the outputs to an
+on-disk cache, from which a replacement process (after a crash) or a resumed job
+loads them instead of recomputing.  Only a Dask worker, which has no reference
+step, computes the reference inside its first candidate's job.
 """
 from __future__ import annotations
 
