@@ -8,6 +8,14 @@ a busy timeout let several tuning processes write one file at once.
 A record carries the task key and description, the target, the candidate's
 config and trace (JSON), the hash of its lowered program, the costs (seconds per
 run) or an error number, and optionally its feature vector (for training).
+
+Re-measurements: at the end of a tuning job the top candidates are timed again,
+interleaved (``Tuner.tune``); those samples go to a separate ``remeasures`` table
+(one row per record and pass), so the ``records`` table keeps one row per measured
+program (resume and counts are unchanged) and databases without the table (older
+ones, which gain it on open) read as before.  A record read back carries its latest
+re-measurement as ``final_costs``/``final_pass``; ``Record.cost`` is then their
+median, and ``best``/``best_records`` rank the records of the latest pass first.
 """
 from __future__ import annotations
 
@@ -23,7 +31,7 @@ import numpy as np
 
 from tdsl.errors import TuningError
 
-from .measure import MeasureErrorNo
+from .measure import MeasureErrorNo, median, spread
 
 SCHEMA_VERSION = 1
 
@@ -51,6 +59,14 @@ CREATE TABLE IF NOT EXISTS records (
 CREATE INDEX IF NOT EXISTS records_task ON records (task_key);
 CREATE INDEX IF NOT EXISTS records_workload ON records (workload);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS remeasures (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    record_id INTEGER NOT NULL,
+    pass INTEGER NOT NULL,
+    costs TEXT NOT NULL,
+    timestamp REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS remeasures_record ON remeasures (record_id);
 """
 
 _FIELDS = ("task_key", "task_desc", "target", "config", "trace", "prog_hash", "costs", "error_no",
@@ -79,6 +95,8 @@ class Record:
     features: Optional[np.ndarray] = None
     feature_version: int = 0
     id: Optional[int] = None
+    final_costs: tuple[float, ...] = ()   # the latest interleaved re-measurement, if any
+    final_pass: int = 0                   # which re-measure pass (0: never re-measured)
 
     @property
     def valid(self) -> bool:
@@ -86,11 +104,21 @@ class Record:
 
     @property
     def cost(self) -> float:
-        """Median seconds per run (``inf`` when invalid)."""
+        """Median seconds per run: of the re-measurement when there is one (``inf`` when
+        invalid)."""
         if not self.valid:
             return math.inf
-        c = sorted(self.costs)
-        return c[len(c) // 2]
+        return median(self.final_costs or self.costs)
+
+    @property
+    def search_cost(self) -> float:
+        """Median seconds per run as measured during the search."""
+        return median(self.costs) if self.valid else math.inf
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest sample) / median of the samples ``cost`` comes from."""
+        return spread(self.final_costs or self.costs)
 
     @property
     def gflops(self) -> float:
@@ -102,7 +130,9 @@ class Record:
                 "costs": list(self.costs), "error_no": int(self.error_no),
                 "error_msg": self.error_msg, "flop": self.flop, "all_cost": self.all_cost,
                 "timestamp": self.timestamp, "signature": self.signature,
-                "workload": self.workload, "sizes": self.sizes}
+                "workload": self.workload, "sizes": self.sizes,
+                **({"final_costs": list(self.final_costs), "final_pass": self.final_pass}
+                   if self.final_costs else {})}
 
     @staticmethod
     def from_json(d: Any, where: str) -> "Record":
@@ -123,7 +153,9 @@ class Record:
                           str(d["prog_hash"]), costs, err, str(d.get("error_msg", "")),
                           float(d.get("flop", 0.0)), float(d.get("all_cost", 0.0)),
                           float(d.get("timestamp", 0.0)), list(d.get("signature", [])),
-                          str(d.get("workload", "")), dict(d.get("sizes", {})))
+                          str(d.get("workload", "")), dict(d.get("sizes", {})),
+                          final_costs=tuple(float(c) for c in d.get("final_costs", ())),
+                          final_pass=int(d.get("final_pass", 0)))
         except (KeyError, TypeError, ValueError) as e:
             raise TuningError(f"malformed tuning record ({where}): {type(e).__name__}: {e}") from None
 
@@ -172,7 +204,26 @@ class Database:
             f"INSERT INTO records ({', '.join(_FIELDS)}, feature_version, features) "
             f"VALUES ({', '.join('?' * (len(_FIELDS) + 2))})", row)
         rec.id = cur.lastrowid
+        if rec.final_costs:
+            self._insert_remeasure(rec.id, rec.final_pass, rec.final_costs)
         return int(cur.lastrowid)
+
+    def add_remeasure(self, rec: Record, pass_id: int, costs: Sequence[float]) -> None:
+        """Store a re-measurement of the stored record ``rec`` (committed at once); ``rec``
+        is updated to carry it."""
+        if rec.id is None:
+            raise TuningError("add_remeasure: the record is not stored in a database")
+        if not costs or any(not c > 0 for c in costs):
+            raise TuningError("add_remeasure: a re-measurement needs positive costs")
+        self._insert_remeasure(rec.id, pass_id, costs)
+        rec.final_costs = tuple(float(c) for c in costs)
+        rec.final_pass = pass_id
+
+    def _insert_remeasure(self, record_id: int, pass_id: int, costs: Sequence[float]) -> None:
+        self._conn.execute("INSERT INTO remeasures (record_id, pass, costs, timestamp) "
+                           "VALUES (?, ?, ?, ?)",
+                           (record_id, int(pass_id), json.dumps([float(c) for c in costs]),
+                            time.time()))
 
     def add_many(self, records: Iterable[Record]) -> int:
         n = 0
@@ -189,8 +240,9 @@ class Database:
 
     # ---- reading ---------------------------------------------------------------------------
     def _rows(self, where: str = "", params: Sequence[Any] = ()) -> Iterator[Record]:
-        sql = (f"SELECT id, {', '.join(_FIELDS)}, feature_version, features FROM records "
-               f"{where} ORDER BY id")
+        sql = (f"SELECT r.id, {', '.join('r.' + f for f in _FIELDS)}, r.feature_version, "
+               f"r.features, m.pass, m.costs FROM records r LEFT JOIN remeasures m ON m.id = "
+               f"(SELECT MAX(id) FROM remeasures WHERE record_id = r.id) {where} ORDER BY r.id")
         for row in self._conn.execute(sql, params):
             yield self._record(row)
 
@@ -198,7 +250,7 @@ class Database:
         rid = row[0]
         try:
             (key, desc, target, config, trace, ph, costs, err, msg, flop, all_cost, ts, sig,
-             workload, sizes, fver, feats) = row[1:]
+             workload, sizes, fver, feats, fpass, fcosts) = row[1:]
             cfg = json.loads(config)
             cost_list = json.loads(costs)
             if not isinstance(cfg, dict) or not isinstance(cost_list, list):
@@ -209,6 +261,9 @@ class Database:
                          json.loads(sig), workload, json.loads(sizes), None, int(fver), rid)
             if feats is not None:
                 rec.features = np.frombuffer(feats, dtype=np.float32)
+            if fcosts is not None:
+                rec.final_costs = tuple(float(c) for c in json.loads(fcosts))
+                rec.final_pass = int(fpass)
             return rec
         except (TypeError, ValueError) as e:
             raise TuningError(f"malformed tuning record (id {rid} in {self.path}): "
@@ -217,17 +272,17 @@ class Database:
     def records(self, task_key: "str | None" = None, target: "str | None" = None) -> list[Record]:
         where, params = [], []
         if task_key is not None:
-            where.append("task_key = ?")
+            where.append("r.task_key = ?")
             params.append(task_key)
         if target is not None:
-            where.append("target = ?")
+            where.append("r.target = ?")
             params.append(target)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         return list(self._rows(clause, params))
 
     def by_workload(self, workload: str) -> list[Record]:
         """Records of every size of one computation and target (see ``Task.workload``)."""
-        return list(self._rows("WHERE workload = ?", (workload,)))
+        return list(self._rows("WHERE r.workload = ?", (workload,)))
 
     def measured_hashes(self, task_key: str) -> set[str]:
         return {r[0] for r in self._conn.execute(
@@ -240,9 +295,8 @@ class Database:
                                       (task_key,)).fetchone()[0])
 
     def best(self, task_key: str, k: int = 1) -> list[Record]:
-        """The ``k`` fastest valid records of a task."""
-        recs = [r for r in self.records(task_key) if r.valid]
-        return sorted(recs, key=lambda r: r.cost)[:k]
+        """The ``k`` fastest valid records of a task (see ``best_records``)."""
+        return best_records(self.records(task_key), k)
 
     def tasks(self) -> list[tuple[str, str, str, int]]:
         """(task key, description, target, number of records) for each task."""
@@ -281,6 +335,14 @@ class Database:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def best_records(records: Iterable[Record], k: int = 1) -> list[Record]:
+    """The ``k`` fastest valid records: those of the latest re-measure pass first (by their
+    re-measured cost, all timed under the same conditions), then the others by cost."""
+    valid = [r for r in records if r.valid]
+    latest = max((r.final_pass for r in valid), default=0)
+    return sorted(valid, key=lambda r: (not (latest and r.final_pass == latest), r.cost))[:k]
 
 
 def open_database(db: "Database | str | os.PathLike | None") -> Database:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from tdsl.errors import LoweringError, ScheduleError, TuningError
 
-from .database import Database, Record, open_database
+from .database import Database, Record, best_records, open_database
 from .replay import name_signature, rename_trace, replay
 from .task import workload_key
 
@@ -30,13 +30,14 @@ _ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("tdsl_apply_hist
 
 
 def best_record(records: Sequence[Record]) -> Optional[Record]:
-    """The fastest valid record, of the largest size bucket when there are several."""
+    """The fastest valid record, of the largest size bucket when there are several
+    (re-measured figures of the latest pass first: ``database.best_records``)."""
     valid = [r for r in records if r.valid]
     if not valid:
         return None
     biggest = max((tuple(sorted(r.sizes.values())) for r in valid), default=())
     same = [r for r in valid if tuple(sorted(r.sizes.values())) == biggest]
-    return min(same, key=lambda r: r.cost)
+    return best_records(same, 1)[0]
 
 
 def schedule_from_record(rec: Record, outputs: Sequence[Any]) -> Any:

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from tdsl.errors import TuningError
 
-from .database import Database, open_database
+from .database import Database, best_records, open_database
 from .dispatch import schedule_from_record
 from .measure import MeasureOption
 from .task import size_vars
@@ -97,11 +97,10 @@ def build_dynamic(args: Sequence[Any], db: "Database | str", target: Any = "llvm
     database = open_database(db)
     recs = [r for r in database.by_workload(workload_key(outputs, as_target(target))) if r.valid]
     names = size_vars(args)
-    best: dict[tuple, Any] = {}
+    by_size: dict[tuple, list] = {}
     for r in recs:
-        key = tuple(int(r.sizes.get(n, 0)) for n in names)
-        if key not in best or r.cost < best[key].cost:
-            best[key] = r
+        by_size.setdefault(tuple(int(r.sizes.get(n, 0)) for n in names), []).append(r)
+    best = {key: best_records(rs, 1)[0] for key, rs in by_size.items()}
     if not best:
         raise TuningError("build_dynamic: no valid record for this computation; run tune_dynamic")
     kernels = []

@@ -8,9 +8,24 @@ tuner measures a batch of candidates:
 2. the runner times each built candidate, one at a time, in an isolated worker
    process with a timeout: a kernel that segfaults or hangs kills only that
    process (``RUN_CRASH`` / ``RUN_TIMEOUT``) and the next candidate gets a new one.
-   The first run of every candidate is compared with a reference result (the
-   default schedule's output on the same random inputs); a mismatch is
-   ``WRONG_ANSWER``.  Timing uses ``time_evaluator(number, repeat, min_repeat_ms)``.
+
+Correctness: the reference output (the default schedule's, on random inputs drawn
+from a fixed ``seed``) is computed once per task, in the runner's worker process
+before its first candidate, under its own ``reference_timeout`` (never inside a
+candidate's ``timeout``), and cached on disk under ``reference_dir`` keyed by task
+(workload, target, sizes) and seed, so a resumed job or a replacement worker
+loads it.  The first run of every candidate is compared with it; a mismatch is
+``WRONG_ANSWER``.
+
+Timing: a warm run after the checked one, then ``time_evaluator(number, repeat,
+min_repeat_ms)``; a result keeps every sample (``costs``), its figure is the median
+and ``spread`` their relative range.  ``MeasureOption.remeasure`` times a few
+candidates again, round-robin over several rounds (the tuner's final top-k).
+
+Nothing of the tuner runs while a candidate is timed: ``measure`` blocks until the
+whole batch is done (the parent only waits on pipes and writes each record as it
+arrives), the builder's processes are idle while the runner's worker times, and
+the tuner trains its cost model only between batches (``Tuner.tune``).
 
 The worker-side functions live in ``measure_jobs``.
 """
@@ -20,6 +35,7 @@ import enum
 import os
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -72,6 +88,31 @@ class MeasureResult:
     @property
     def mean(self) -> float:
         return sum(self.costs) / len(self.costs) if self.costs else float("inf")
+
+    @property
+    def median(self) -> float:
+        """The figure a candidate is ranked by (``inf`` when invalid)."""
+        return median(self.costs) if self.valid else float("inf")
+
+    @property
+    def spread(self) -> float:
+        """(slowest - fastest sample) / median: how much the samples disagree."""
+        return spread(self.costs)
+
+
+def median(costs: Sequence[float]) -> float:
+    """The median of ``costs`` (the upper middle one for an even count; ``inf`` if empty)."""
+    if not costs:
+        return float("inf")
+    c = sorted(costs)
+    return c[len(c) // 2]
+
+
+def spread(costs: Sequence[float]) -> float:
+    if not costs:
+        return 0.0
+    m = median(costs)
+    return (max(costs) - min(costs)) / m if m > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -158,13 +199,27 @@ class LocalRunner:
     (its first run is its cost); ``pre_run``: a picklable function called in the
     isolated process with the candidate's config before it runs (a test hook).
     ``n_threads`` sets ``TDSL_NUM_THREADS`` for the worker (default: all CPUs).
+    ``seed``: of the random inputs; ``reference_timeout``: seconds for computing a
+    task's reference output (once per task; when it fails, candidates of that task are
+    timed unchecked, with a warning); ``reference_dir``: where references are cached
+    (default ``$TDSL_REFERENCE_DIR``, else ``tdsl-reference-<uid>`` in the temp
+    folder).  ``pre_run`` is also called before the reference is computed, with
+    ``{"__reference__": True}``.  ``reference_log`` lists ``(task key, computed,
+    seconds)`` for each reference made resident (computed, or loaded from the cache).
     """
 
-    def __init__(self, timeout: float = 10.0, number: int = 1, repeat: int = 3,
+    def __init__(self, timeout: float = 10.0, number: int = 1, repeat: int = 5,
                  min_repeat_ms: float = 25.0, check_correctness: bool = True,
                  reject_factor: float = 3.0, pre_run: "Callable[[dict], None] | None" = None,
-                 n_threads: "int | None" = None, rtol: float = 1e-3):
+                 n_threads: "int | None" = None, rtol: float = 1e-3, seed: int = 0,
+                 reference_timeout: float = 900.0, reference_dir: "str | None" = None):
         self.timeout = timeout
+        self.seed = seed
+        self.reference_timeout = reference_timeout
+        self.reference_dir = reference_dir or os.environ.get("TDSL_REFERENCE_DIR") or \
+            os.path.join(tempfile.gettempdir(), f"tdsl-reference-{os.getuid()}")
+        self.reference_log: list[tuple[str, bool, float]] = []
+        self._references: dict[tuple, "str | None"] = {}   # (task key, target) -> cache path
         self.number = number
         self.repeat = repeat
         self.min_repeat_ms = min_repeat_ms
@@ -179,7 +234,31 @@ class LocalRunner:
     def options(self) -> dict:
         return {"number": self.number, "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
                 "check": self.check_correctness, "rtol": self.rtol,
-                "reject_factor": self.reject_factor}
+                "reject_factor": self.reject_factor, "timeout": self.timeout, "seed": self.seed}
+
+    def _reference(self, inp: MeasureInput, artifact: "str | None") -> "str | None":
+        """Make the task's reference resident in the worker (computed or loaded), once per
+        task and runner, under ``reference_timeout``; its cache path (None: unchecked)."""
+        task = inp.task
+        target = measure_jobs.INTERPRETER if artifact == measure_jobs.INTERPRETER \
+            else str(task.target)
+        if (task.key, target) in self._references:
+            return self._references[(task.key, target)]
+        path = os.path.join(self.reference_dir,
+                            measure_jobs.reference_key(task.key, target, self.seed) + ".npz")
+        r = self._pool.map(measure_jobs.reference_job,
+                           [(task.payload(), task.key, task.sizes, target, task.name, self.seed,
+                             path, self.pre_run)], self.reference_timeout)[0]
+        if r.outcome is JobOutcome.OK:
+            computed, seconds = r.value
+            self.reference_log.append((task.key, computed, seconds))
+        else:
+            warnings.warn(f"task {task.name!r}: computing the reference output failed "
+                          f"({r.outcome.name}: {str(r.value)[-300:]}); its candidates are timed "
+                          f"without a correctness check", stacklevel=3)
+            path = None
+        self._references[(task.key, target)] = path
+        return path
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
             best_cost: float = float("inf"),
@@ -195,10 +274,15 @@ class LocalRunner:
                     on_result(i, results[i])
             else:
                 todo.append(i)
-        opts = self.options()
-        jobs = [(inputs[i].task.payload(), inputs[i].task.key, inputs[i].task.sizes,
-                 str(inputs[i].task.target), builds[i].artifact, inputs[i].trace, inputs[i].config,
-                 opts, best_cost, self.pre_run, inputs[i].task.name) for i in todo]
+        jobs = []
+        for i in todo:
+            opts = self.options()
+            if self.check_correctness:
+                opts["ref_path"] = self._reference(inputs[i], builds[i].artifact)
+                opts["check"] = opts["ref_path"] is not None
+            jobs.append((inputs[i].task.payload(), inputs[i].task.key, inputs[i].task.sizes,
+                         str(inputs[i].task.target), builds[i].artifact, inputs[i].trace,
+                         inputs[i].config, opts, best_cost, self.pre_run, inputs[i].task.name))
 
         def done(j: int, r: JobResult) -> None:
             i = todo[j]
@@ -241,6 +325,39 @@ class MeasureOption:
             return self.runner.measure_batch(inputs, best_cost, on_result)
         builds = self.builder.build(inputs)
         return self.runner.run(inputs, builds, best_cost, on_result)
+
+    def remeasure(self, inputs: Sequence[MeasureInput], rounds: int = 3) -> list[MeasureResult]:
+        """Time ``inputs`` again, interleaved: ``rounds`` round-robin passes (each starting
+        one candidate further on), so a burst of load hits all of them alike.  A
+        candidate's result has the samples of all its good rounds; it is an error only
+        when every round failed (then: its last error)."""
+        if not inputs:
+            return []
+        builds = None if hasattr(self.runner, "measure_batch") else self.builder.build(inputs)
+        samples: list[list[float]] = [[] for _ in inputs]
+        last: list[Optional[MeasureResult]] = [None] * len(inputs)
+        spent = [0.0] * len(inputs)
+        n = len(inputs)
+        for rd in range(max(1, rounds)):
+            order = [(rd + j) % n for j in range(n)]
+            sub = [inputs[i] for i in order]
+            if builds is None:
+                got = self.runner.measure_batch(sub, float("inf"), None)
+            else:
+                got = self.runner.run(sub, [builds[i] for i in order], float("inf"), None)
+            for i, r in zip(order, got):
+                last[i] = r
+                spent[i] += r.all_cost
+                if r.valid:
+                    samples[i].extend(r.costs)
+        out = []
+        for i in range(n):
+            if samples[i]:
+                out.append(MeasureResult(tuple(samples[i]), MeasureErrorNo.NO_ERROR, "", spent[i]))
+            else:
+                r = last[i]
+                out.append(MeasureResult((), r.error_no, r.error_msg, spent[i]))
+        return out
 
     def close(self) -> None:
         for part in (self.builder, self.runner):

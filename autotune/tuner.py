@@ -6,9 +6,18 @@ to the database as it arrives, call ``update`` and the callbacks.  It resumes
 from the database: programs already measured for the task count towards
 ``n_trial`` and are never measured again, and their records train the model.
 
+The first batch always holds the untuned programs (``default_candidates``: the
+default schedule, and ``ops.schedule``'s when the computation is made of
+``tdsl.ops`` operators), so the result is never worse than untuned.  At the end
+the ``remeasure_top`` fastest programs (and the untuned ones) are timed again,
+round-robin over ``remeasure_rounds`` rounds (``MeasureOption.remeasure``); those
+figures go to the database (``Database.add_remeasure``) and pick the best.
+
 ``XGBTuner`` ranks candidates with an ``XGBoostCostModel`` retrained after every
 batch (``transfer_from`` adds records of other tasks to its training data);
-``RandomTuner`` and ``GridSearchTuner`` are the baselines.
+``RandomTuner`` and ``GridSearchTuner`` are the baselines.  Proposing and training
+happen only between batches: ``measure`` returns when the whole batch is timed,
+so the tuner's own work never competes with a timed kernel for the CPUs.
 """
 from __future__ import annotations
 
@@ -22,12 +31,15 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from tdsl.errors import TuningError
+from tdsl.errors import TDSLError, TuningError
 
 from .cost_model import XGBoostCostModel
-from .database import Database, Record, open_database
+from .database import Database, Record, best_records, open_database
 from .features import FEATURE_LEN, FEATURE_VERSION, extract_features
 from .measure import MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult, measure_option
+
+#: Config key marking an untuned program (its value says which: "default", "ops.schedule").
+DEFAULT_KEY = "__default__"
 from .search import CandidatePool, EvolutionarySearch
 from .task import Candidate, Task
 
@@ -72,18 +84,44 @@ class Tuner:
     def load_history(self, records: Iterable[Record]) -> None:
         """Learn from earlier records of this task (default: nothing)."""
 
+    def default_candidates(self) -> list[Candidate]:
+        """The untuned programs: the default schedule (an empty trace) and, when the
+        computation has ``tdsl.ops`` operators, ``ops.schedule``'s (legal ones only)."""
+        out = []
+        naive = self.task.lower_trace("[]", (), {DEFAULT_KEY: "default"})
+        if naive.valid:
+            out.append(naive)
+        from tdsl.ops import kind_of, schedule as ops_schedule
+        if any(kind_of(op) is not None for op in _all_ops(self.task.outputs)):
+            try:
+                trace = ops_schedule([op.output(0) for op in self.task.outputs],
+                                     self.task.target).trace.to_json()
+            except TDSLError:
+                trace = None
+            if trace is not None:
+                c = self.task.lower_trace(trace, (), {DEFAULT_KEY: "ops.schedule"})
+                if c.valid and all(c.prog_hash != d.prog_hash for d in out):
+                    out.append(c)
+        return out
+
     # ---- the loop --------------------------------------------------------------------------
     def tune(self, n_trial: int, measure_option: "MeasureOption | None" = None,
              callbacks: Sequence[Callable] = (), db: "Database | str | None" = None,
              early_stopping: "int | None" = None, batch_size: int = 24,
-             timeout: "float | None" = None, error_limit: int = 64) -> TuneResult:
+             timeout: "float | None" = None, error_limit: int = 64,
+             measure_default: bool = True, remeasure_top: int = 5,
+             remeasure_rounds: int = 3) -> TuneResult:
         """Measure up to ``n_trial`` candidates in total (records already in ``db`` count).
 
         ``callbacks`` are called as ``cb(tuner, inputs, results)`` after each batch;
         ``early_stopping``: stop after that many trials without a better one;
         ``timeout``: stop after that many seconds; ``error_limit``: raise
         ``TuningError`` if that many measurements in a row failed from the start
-        (a broken setup rather than bad candidates).
+        (a broken setup rather than bad candidates); ``measure_default``: put the
+        untuned programs (``default_candidates``) in the first batch;
+        ``remeasure_top``/``remeasure_rounds``: re-time that many of the fastest
+        programs (plus the untuned ones), interleaved, in that many rounds at the end
+        (0: don't), and pick the best by those figures.
         """
         own_option = measure_option is None
         mopt = measure_option or _default_option()
@@ -97,12 +135,17 @@ class Tuner:
         any_ok = any(r.valid for r in history)
         consecutive_errors = 0
         empty_batches = 0
+        defaults = [c for c in self.default_candidates() if c.prog_hash not in self.measured] \
+            if measure_default else []
+        self.measured.update(c.prog_hash for c in defaults)
         try:
             while res.resumed + res.trials < n_trial:
                 if timeout is not None and time.perf_counter() - t0 > timeout:
                     break
                 want = min(batch_size, n_trial - res.resumed - res.trials)
-                batch = self.next_batch(want)
+                batch, defaults = defaults[:want], defaults[want:]
+                if len(batch) < want:
+                    batch += self.next_batch(want - len(batch))
                 legal = []
                 for c in batch:
                     if c.valid:
@@ -150,6 +193,8 @@ class Tuner:
                         res.resumed + res.trials - last_improve >= early_stopping:
                     res.stopped_early = True
                     break
+            if remeasure_top > 0 and remeasure_rounds > 0:
+                self._remeasure(database, mopt, remeasure_top, remeasure_rounds, res.trials > 0)
         finally:
             if own_option:
                 mopt.close()
@@ -160,6 +205,31 @@ class Tuner:
                           f"({res.errors})", stacklevel=2)
         return res
 
+    def _remeasure(self, database: Database, mopt: MeasureOption, k: int, rounds: int,
+                   measured_now: bool) -> None:
+        """Re-time the ``k`` fastest programs (by their search figures) and the untuned
+        ones, interleaved; store the figures and choose the best by them."""
+        first: dict[str, Record] = {}
+        for r in database.records(self.task.key):
+            if r.valid:
+                first.setdefault(r.prog_hash, r)
+        ranked = sorted(first.values(), key=lambda r: r.search_cost)
+        chosen = ranked[:k] + [r for r in ranked[k:] if DEFAULT_KEY in r.config]
+        if not chosen:
+            return
+        latest = max(r.final_pass for r in first.values())
+        if not measured_now and latest and all(r.final_pass == latest for r in chosen):
+            return          # a resumed job with nothing new: its last pass still holds
+        inputs = [MeasureInput(self.task, r.config, r.trace, r.prog_hash) for r in chosen]
+        pass_id = max(time.time_ns() // 1_000_000, latest + 1)
+        for r, m in zip(chosen, mopt.remeasure(inputs, rounds)):
+            if m.valid:
+                database.add_remeasure(r, pass_id, m.costs)
+        best = best_records(database.records(self.task.key), 1)
+        if best:
+            self.best_record = best[0]
+            self.best_cost = best[0].cost
+
     def _best_gflops(self) -> float:
         return self.task.flop / self.best_cost / 1e9 if math.isfinite(self.best_cost) else 0.0
 
@@ -168,15 +238,20 @@ class Tuner:
         res.resumed = len(measured)
         for r in history:
             self.measured.add(r.prog_hash)
-            if r.valid and r.cost < self.best_cost:
-                self.best_cost = r.cost
-                self.best_record = r
+        best = best_records(history, 1)
+        if best:
+            self.best_cost = best[0].cost
+            self.best_record = best[0]
         if history:
             self.load_history(history)
 
+    def _features(self, c: Candidate) -> "np.ndarray | None":
+        if DEFAULT_KEY not in c.config and c.point in self.pool.by_point:
+            return self.pool.feature(c.point)
+        return extract_features(c.func, self.task.sizes) if c.func is not None else None
+
     def _record(self, c: Candidate, r: MeasureResult) -> Record:
-        feats = self.pool.feature(c.point) if c.point in self.pool.by_point else \
-            (extract_features(c.func, self.task.sizes) if c.func is not None else None)
+        feats = self._features(c)
         return Record(self.task.key, self.task.description, str(self.task.target), c.config,
                       c.trace, c.prog_hash, r.costs, r.error_no, r.error_msg, self.task.flop,
                       r.all_cost, r.timestamp, self.task.signature, self.task.workload,
@@ -194,6 +269,19 @@ class Tuner:
                             c.trace, h, (), MeasureErrorNo.INSTANTIATION_ERROR, c.error[-2000:],
                             self.task.flop, 0.0, time.time(), self.task.signature,
                             self.task.workload, self.task.sizes))
+
+
+def _all_ops(outputs: Sequence[Any]) -> list:
+    """Every operation ``outputs`` depend on (each once)."""
+    seen: dict[int, Any] = {}
+    stack = list(outputs)
+    while stack:
+        op = stack.pop()
+        if id(op) in seen:
+            continue
+        seen[id(op)] = op
+        stack.extend(t.op for t in getattr(op, "input_tensors", ()))
+    return list(seen.values())
 
 
 def _default_option() -> MeasureOption:
@@ -270,7 +358,7 @@ class XGBTuner(Tuner):
 
     def _add(self, feats: np.ndarray, r: Any, group: str) -> None:
         self.X.append(np.asarray(feats, dtype=np.float32))
-        cost = r.cost if isinstance(r, Record) else (r.mean if r.valid else math.inf)
+        cost = r.cost if isinstance(r, Record) else r.median
         self.y.append(1.0 / cost if r.valid and math.isfinite(cost) and cost > 0 else 0.0)
         self.groups.append(group)
 
@@ -310,12 +398,12 @@ class XGBTuner(Tuner):
 
     def update(self, cands: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
         for c, r in zip(cands, results):
-            f = self.pool.feature(c.point)
+            f = self._features(c)
             if f is None:
                 continue
             self._add(f, r, self.task.key)
-            if r.valid:
-                self.top_points.append((r.mean, c.point))
+            if r.valid and DEFAULT_KEY not in c.config:
+                self.top_points.append((r.median, c.point))
         self._retrain()
 
     def _retrain(self) -> None:

@@ -41,3 +41,9 @@ def crash_or_hang(config: dict) -> None:
         os.abort()                 # like a segfaulting kernel
     if tj == [4, 4]:
         time.sleep(120)            # like a kernel that never returns
+
+
+def slow_reference(config: dict) -> None:
+    """Runs before the reference output is computed: makes it take 3 s."""
+    if config.get("__reference__"):
+        time.sleep(3.0)

@@ -25,15 +25,19 @@ def test_segfault_and_hang_are_recorded_and_tuning_goes_on(tmp_path):
     option = fast_option(timeout=3.0, pre_run=crash_or_hang)
     tuner = autotune.GridSearchTuner(task)
     n = len(task.space)
-    res = tuner.tune(n, option, db=db, batch_size=8)
-    recs = db.records(task.key)
-    assert len(recs) == n == res.trials
+    res = tuner.tune(n + 1, option, db=db, batch_size=8)      # + the untuned program
+    every = db.records(task.key)
+    assert len(every) == res.trials == len({r.prog_hash for r in every})
+    # every grid point measured, once: one may share its program with the untuned one
+    grid = {tuner.pool.get(p).prog_hash for p in task.space.iter_points()}
+    assert grid <= {r.prog_hash for r in every}
+    recs = [r for r in every if "__default__" not in r.config]
     by_tile = {(tuple(r.config["tile_i"]), tuple(r.config["tile_j"])): r for r in recs}
     assert by_tile[(16, 1), (8, 2)].error_no is MeasureErrorNo.RUN_CRASH
     assert by_tile[(16, 1), (4, 4)].error_no is MeasureErrorNo.RUN_TIMEOUT
     assert "killed after" in by_tile[(16, 1), (4, 4)].error_msg
     ok = [r for r in recs if r.valid]
-    assert len(ok) == n - 2
+    assert len(ok) == len(recs) - 2
     assert res.best is not None and res.best.valid
 
 
