@@ -9,7 +9,8 @@
   here, naming the compute and the variable, not deep in a backend;
 - lifts reductions used inside larger expressions (``td.sum(...) / n``,
   ``td.exp(td.max(...))``) into stages of their own, ``<name>.red0``, ... over the
-  same data axes, which the compute then reads (as Halide does);
+  data axes each uses, which the compute then reads (as Halide does); inside a
+  branch of ``if_then_else`` the branch's guard joins the reduction's condition;
 - gives every ``ComputeOp`` reduce axes of its own: a reduce axis already owned by
   another compute is replaced by a fresh copy (same name and range), so two stages
   never share a loop variable.  Schedule the copy through ``C.op.reduce_axis``.
@@ -21,7 +22,7 @@ from typing import Any, Sequence
 
 from .deep import check_depth
 from .errors import TDSLError
-from .expr import Expr, Reduce, SizeVar, TensorLoad, Var
+from .expr import Const, Expr, Not, Reduce, Select, SizeVar, TensorLoad, Var
 from .tensor import ComputeOp, IterKind, IterVar, Range
 from .visitor import children, free_vars, substitute, transform
 
@@ -162,28 +163,62 @@ def _same_call(a: Reduce, b: Reduce) -> bool:
 
 
 def _lift_reductions(name: str, axis: Sequence[IterVar], body: Sequence[Expr]) -> list[Expr]:
-    """``body`` with each reduction replaced by a load of a new stage computing it."""
-    made: list[tuple[Reduce, ComputeOp]] = []
-    outer = [iv.var for iv in axis]
+    """``body`` with each reduction replaced by a load of a new stage computing it.
 
-    def pre(n: Any) -> Any:
-        if not isinstance(n, Reduce):
+    The stage runs over the data axes the reduction uses (not all of the compute's), and
+    a reduction in a branch of ``if_then_else`` reduces only where that branch is taken
+    (the guards join its ``where=`` condition), so the guard still protects its loads.
+    """
+    made: list[tuple[Reduce, tuple, ComputeOp, list[Var]]] = []
+
+    def lift(e: Expr, guards: tuple) -> Expr:
+        def pre(n: Any) -> Any:
+            if isinstance(n, Select):
+                return Select(lift(n.cond, guards), lift(n.true_value, guards + (n.cond,)),
+                              lift(n.false_value, guards + (Not(n.cond),)))
+            if isinstance(n, Reduce):
+                return lifted(n, guards)
             return None
-        for r, op in made:
-            if _same_call(r, n) and r.combiner is n.combiner:
-                return op.output(n.value_index)(*outer)
+        return transform(e, pre=pre)
+
+    def lifted(n: Reduce, guards: tuple) -> Expr:
+        for r, g, op, used in made:
+            if _same_call(r, n) and r.combiner is n.combiner and len(g) == len(guards) \
+                    and all(x is y for x, y in zip(g, guards)):
+                return op.output(n.value_index)(*used)
+        parts = [*n.source, n.condition, *n.init, *guards]
+        parts += [x for iv in n.axis for x in (iv.dom.min, iv.dom.extent)]
+        fv: set = set()
+        for x in parts:
+            fv |= free_vars(x)
+        used_axes = [iv for iv in axis if iv.var in fv] or list(axis[:1])
         new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), iv.name, IterKind.DATA_PAR)
-                    for iv in axis]
-        vmap = {iv.var: nv.var for iv, nv in zip(axis, new_axis)}
-        source = tuple(substitute(s, vmap) for s in n.source)
+                    for iv in used_axes]
+        vmap: dict[Var, Expr] = {iv.var: nv.var for iv, nv in zip(used_axes, new_axis)}
+        raxes = []
+        for iv in n.axis:    # a reduce axis whose range depends on a data axis: a fresh copy
+            if (free_vars(iv.dom.min) | free_vars(iv.dom.extent)) & set(vmap):
+                fresh = IterVar(Range(substitute(iv.dom.min, vmap), substitute(iv.dom.extent, vmap)),
+                                Var(iv.var.name, iv.var.dtype), IterKind.REDUCE)
+                vmap[iv.var] = fresh.var
+                raxes.append(fresh)
+            else:
+                raxes.append(iv)
+        source = tuple(substitute(x, vmap) for x in n.source)
         cond = substitute(n.condition, vmap)
-        init = tuple(substitute(i, vmap) for i in n.init)
-        red_body = [Reduce(n.combiner, source, n.axis, cond, i, init)
+        for g in reversed(guards):     # lazily: the where= condition may load too
+            g = substitute(g, vmap)
+            always = isinstance(cond, Const) and bool(cond.value)
+            cond = g if always else Select(g, cond, Const(False, "bool"))
+        init = tuple(substitute(x, vmap) for x in n.init)
+        red_body = [Reduce(n.combiner, source, tuple(raxes), cond, i, init)
                     for i in range(len(source))]
         op = make_compute(f"{name}.red{len(made)}", "", {}, new_axis, red_body)
-        made.append((n, op))
-        return op.output(n.value_index)(*outer)
-    return [transform(b, pre=pre) for b in body]
+        used = [iv.var for iv in used_axes]
+        made.append((n, guards, op, used))
+        return op.output(n.value_index)(*used)
+
+    return [lift(b, ()) for b in body]
 
 
 # ---- reduce axes owned by one op ---------------------------------------------------------------

@@ -11,6 +11,7 @@ from tdsl.deep import MAX_EXPR_DEPTH, deep_recursion
 from tdsl.errors import ScheduleError, TDSLError
 from tdsl.interpreter import run
 from tdsl.structural import structural_hash
+from tests.guard_pages import guarded_copy
 from tests.workloads import random_array
 
 
@@ -150,6 +151,43 @@ def test_lifted_argmax_where_and_init(rng):
         np.testing.assert_array_equal(out, x.argmax(1) * 2)
     for out in both(td.create_schedule(W.op), [X, W], [x, np.zeros(n, "float32")], 1):
         np.testing.assert_allclose(out, 1.0 + x[:, 0] + x[:, :4].sum(1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_lifted_reduction_under_a_guard_reads_only_where_the_branch_is_taken(rng, n):
+    """The guard of if_then_else joins the lifted reduction's condition (lazily, before a
+    where= that loads), so row n of A -- past its end -- is never read."""
+    size = td.var("n")
+    A = td.placeholder((size, 8), name="A")
+    k = td.reduce_axis((0, 8), name="k")
+    B = td.compute((size + 1,), lambda i: td.if_then_else(
+        i < size, td.sum(A[i, k], axis=k, where=A[i, k] > 0), 0.0), name="B")
+    a = random_array(rng, (n, 8))
+    expect = np.append(np.where(a > 0, a, 0).sum(1), 0.0)
+    s = td.create_schedule(B.op)
+    run(td.lower(s, [A, B]), a, got := np.full(n + 1, np.nan, "float32"))   # bounds-checked
+    np.testing.assert_allclose(got, expect, rtol=1e-5)
+    got = guarded_copy(np.full(n + 1, np.nan, "float32"))
+    td.build(s, [A, B], target="llvm")(guarded_copy(a), got)
+    np.testing.assert_allclose(got, expect, rtol=1e-5)
+
+
+def test_lifted_reduction_runs_over_the_axes_it_uses_and_ranges_that_depend_on_them(rng):
+    A = td.placeholder((5, 7), name="A")
+    k = td.reduce_axis((0, 7), name="k")
+    B = td.compute((5, 7), lambda i, j: A[i, j] / td.sum(A[i, k], axis=k), name="B")
+    (red,) = [t for t in B.op.input_tensors if t.name == "B.red0"]
+    assert [iv.name for iv in red.op.axis] == ["i"]          # one sum per row, not per element
+    a = np.abs(random_array(rng, (5, 7)))
+    for out in both(td.create_schedule(B.op), [A, B], [a, np.zeros((5, 7), "float32")], 1):
+        np.testing.assert_allclose(out, a / a.sum(1, keepdims=True), rtol=1e-5)
+
+    def prefix(i):   # a triangular range: the reduce axis's extent uses the data axis
+        r = td.reduce_axis((0, i + 1), name="r")
+        return td.sum(A[i, r], axis=r) * 2.0
+    P = td.compute((5,), prefix, name="P")
+    for out in both(td.create_schedule(P.op), [A, P], [a, np.zeros(5, "float32")], 1):
+        np.testing.assert_allclose(out, [a[i, :i + 1].sum() * 2 for i in range(5)], rtol=1e-5)
 
 
 # ---- deep expressions ----------------------------------------------------------------------------
