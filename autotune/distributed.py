@@ -45,7 +45,7 @@ class DaskRunner:
         from distributed import wait
         from . import measure_jobs
         opts = self.local.options()
-        futures = [self.client.submit(measure_jobs.remote_measure, inp.task.payload(), inp.task.key,
+        futures = [self.client.submit(measure_jobs.remote_measure, inp.task.payload(), inp.task.args_key,
                                       inp.task.sizes, str(inp.task.target), inp.trace, inp.config,
                                       opts, best_cost, inp.task.name, pure=False)
                    for inp in inputs]

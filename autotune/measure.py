@@ -159,7 +159,7 @@ class LocalBuilder:
             return [BuildResult(measure_jobs.INTERPRETER, MeasureErrorNo.NO_ERROR) for _ in inputs]
         if self._pool is None:
             self._pool = WorkerPool(min(self.n_parallel, max(1, len(inputs))))
-        jobs = [(inp.task.payload(), inp.task.key, inp.trace, str(inp.task.target),
+        jobs = [(inp.task.payload(), inp.task.args_key, inp.trace, str(inp.task.target),
                  os.path.join(self.build_dir, f"{inp.prog_hash or i}.so"), inp.task.name)
                 for i, inp in enumerate(inputs)]
         out = []
@@ -242,22 +242,22 @@ class LocalRunner:
         task = inp.task
         target = measure_jobs.INTERPRETER if artifact == measure_jobs.INTERPRETER \
             else str(task.target)
-        if (task.key, target) in self._references:
-            return self._references[(task.key, target)]
+        if (task.args_key, target) in self._references:
+            return self._references[(task.args_key, target)]
         path = os.path.join(self.reference_dir,
-                            measure_jobs.reference_key(task.key, target, self.seed) + ".npz")
+                            measure_jobs.reference_key(task.args_key, target, self.seed) + ".npz")
         r = self._pool.map(measure_jobs.reference_job,
-                           [(task.payload(), task.key, task.sizes, target, task.name, self.seed,
+                           [(task.payload(), task.args_key, task.sizes, target, task.name, self.seed,
                              path, self.pre_run)], self.reference_timeout)[0]
         if r.outcome is JobOutcome.OK:
             computed, seconds = r.value
-            self.reference_log.append((task.key, computed, seconds))
+            self.reference_log.append((task.args_key, computed, seconds))
         else:
             warnings.warn(f"task {task.name!r}: computing the reference output failed "
                           f"({r.outcome.name}: {str(r.value)[-300:]}); its candidates are timed "
                           f"without a correctness check", stacklevel=3)
             path = None
-        self._references[(task.key, target)] = path
+        self._references[(task.args_key, target)] = path
         return path
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
@@ -280,7 +280,7 @@ class LocalRunner:
             if self.check_correctness:
                 opts["ref_path"] = self._reference(inputs[i], builds[i].artifact)
                 opts["check"] = opts["ref_path"] is not None
-            jobs.append((inputs[i].task.payload(), inputs[i].task.key, inputs[i].task.sizes,
+            jobs.append((inputs[i].task.payload(), inputs[i].task.args_key, inputs[i].task.sizes,
                          str(inputs[i].task.target), builds[i].artifact, inputs[i].trace,
                          inputs[i].config, opts, best_cost, self.pre_run, inputs[i].task.name))
 

@@ -12,11 +12,13 @@ found again for the same computation built anywhere.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import pickle
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from tdsl.errors import LoweringError, ScheduleError, ShapeError, TuningError
@@ -122,6 +124,29 @@ def task_key(outputs: Sequence[Any], target: Target, sizes: Mapping[str, int]) -
     return h.hexdigest()
 
 
+def _args_key(key: str, args: Sequence[Tensor]) -> str:
+    h = hashlib.blake2b(digest_size=12)
+    for part in (key, structural_hash(list(args)), compiler_fingerprint()):
+        h.update(part.encode())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """A hash of the compiler's own source (core, schedule, backends), so that reference
+    outputs cached on disk by another version of tdsl are never reused."""
+    import tdsl
+    import tdsl.backends
+    import tdsl.schedule
+    h = hashlib.sha256()
+    for pkg in (tdsl, tdsl.schedule, tdsl.backends):
+        root = Path(pkg.__file__).parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def workload_key(outputs: Sequence[Any], target: Target) -> str:
     """The computation and target, whatever the sizes of its symbolic dimensions."""
     return task_key(outputs, target, {})
@@ -148,6 +173,10 @@ class Task:
             raise TuningError(f"task {name!r}: symbolic dimension(s) {missing} need representative "
                               f"sizes (sizes={{'{missing[0]}': 256}})")
         self.key = task_key(self.outputs, self.target, self.sizes)
+        #: the key of this exact argument list (``key`` ignores names, so ``A - B`` and
+        #: ``B - A`` over args ``[A, B, C]`` share it): what measurement workers cache
+        #: a task's tensors, inputs and reference outputs under
+        self.args_key = _args_key(self.key, self.args)
         self.workload = workload_key(self.outputs, self.target)
         self.flop = float(flop) if flop else count_flops(self.outputs, self.sizes)
         self.signature = name_signature(self.outputs)
