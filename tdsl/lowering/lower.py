@@ -106,6 +106,19 @@ def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict, l
     return buffers, by_stage, scratch, scalars
 
 
+def _check_scalars_listed(sch: "Schedule", scalars: dict) -> None:
+    """A float/bool ``td.var`` read by a stage is a scalar parameter: it must be in args."""
+    for st in sch.stages:
+        if st.is_placeholder:
+            continue
+        for b in st.op.body:
+            for v in free_vars(b):
+                if type(v) is Var and not v.dtype.is_int and v not in scalars:
+                    raise LoweringError(f"stage '{st.name}' reads the scalar parameter "
+                                        f"'{v.name}' ({v.dtype}), which is not in the argument "
+                                        f"list; add it to args (it is passed as a number)")
+
+
 def _substitute_scalars(body: Any, params: list[Buffer], scalars: dict) -> tuple[Any, dict]:
     """Reads of each scalar parameter's variable become loads of its 1-element buffer."""
     if not scalars:
@@ -151,6 +164,7 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
                             f"{type(sch).__name__}")
     ana = Analyzer()
     params, by_stage, scratch, scalars = _params(sch, args)
+    _check_scalars_listed(sch, scalars)
     bodies = inlined_bodies(sch)
     # An inlined stage that is also an argument: its consumers read the inlined expression,
     # and its buffer is written at root as well (the caller asked for its values).

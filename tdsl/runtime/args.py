@@ -40,15 +40,13 @@ def scalars_as_arrays(func: PrimFunc, values: Sequence[Any]) -> list[Any]:
 def scalar_as_array(func: PrimFunc, i: int, v: Any) -> Any:
     """The 1-element array of scalar parameter ``i`` holding the number ``v``.
 
-    A number must fit the parameter's dtype (an integer for an int parameter, which,
-    being a ``td.var``, must be >= 1); a 1-element array is passed through (and
-    checked like any array).
+    A number (or a 0-d or 1-element array holding one) must fit the parameter's dtype
+    (an integer for an int parameter, which, being a ``td.var``, must be >= 1: the
+    compiler assumes it).
     """
-    if isinstance(v, np.ndarray) and v.shape == (1,):
-        return v
     p = func.params[i]
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        v = v.item()
+    if isinstance(v, np.ndarray) and v.size == 1 and v.ndim <= 1:
+        v = v.reshape(()).item()
     if isinstance(v, np.generic):
         v = v.item()
     if isinstance(v, bool) and not p.dtype.is_bool or not isinstance(v, (int, float, bool)):

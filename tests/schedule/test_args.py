@@ -76,7 +76,10 @@ def test_scalar_parameters(n):
             interpreter.run(f, a, bad, 1, out)
         with pytest.raises(err, match="'alpha'"):
             td.build(s, args, target="llvm")(a, bad, 1, out)
-    for bad, err in ((1.5, td.DTypeError), (0, td.ShapeError)):
+    # a 1-element array holding the value is checked like the number (an int td.var is a
+    # size: the compiler assumes >= 1)
+    for bad, err in ((1.5, td.DTypeError), (0, td.ShapeError), (np.array([0]), td.ShapeError),
+                     (np.array([2.5], "float32"), td.DTypeError)):
         with pytest.raises(err, match="'off'"):
             interpreter.run(f, a, 1.0, bad, out)
         with pytest.raises(err, match="'off'"):
@@ -93,6 +96,9 @@ def test_scalar_parameter_errors():
     x = td.var("x", "float32")
     with pytest.raises(td.LoweringError, match="scalar 'x' appears twice"):
         td.lower(s, [A, x, x, B])
+    C = td.compute((n,), lambda i: A[i] * x, name="C")
+    with pytest.raises(td.LoweringError, match="stage 'C' reads the scalar parameter 'x'"):
+        td.lower(td.create_schedule(C.op), [A, C])
     f = td.lower(s, [A, x, B])             # unused scalar: fine
     b = np.zeros(5, "float32")
     interpreter.run(f, np.ones(5, "float32"), 3.0, b)
