@@ -1,5 +1,6 @@
 """Measurements to trust: the reference once and outside the timeouts, warm and repeated
 timing, untuned programs first, the final top-k re-measured and agreeing with a fresh run."""
+import os
 import sqlite3
 import statistics
 
@@ -178,7 +179,15 @@ def _fresh_median(rec, task, rounds=7, threads=1):
     return statistics.median(ev(*arrays).results)
 
 
+def _machine_overloaded() -> bool:
+    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    return load > 2 * cpus
+
+
 def test_recorded_best_agrees_with_a_fresh_measurement(tmp_path):
+    if _machine_overloaded():
+        pytest.skip(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: other "
+                    f"processes make timings disagree; this check needs a quiet machine")
     # ~1 ms matmuls, timed on one thread by the runner and here; the fresh figure is
     # retried (median of 7 samples each time) because other processes share this machine:
     # it must agree within 15% at least once in 5 tries
