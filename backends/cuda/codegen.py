@@ -54,8 +54,10 @@ class KernelRenderer(CStyleRenderer):
                 p.name = self.names.bind(p.var, p.var.name)
                 p.c_decl = "long long"
             params.append(f"{p.c_decl} {p.name}")
-        bounds = k.threads_per_block
-        launch_bounds = f"__launch_bounds__({bounds}) " if bounds else ""
+        # always: without it ptxas may give a thread more registers than a block of the
+        # most threads the launch can have leaves it (threads_per_block == max_threads when
+        # the block size is constant)
+        launch_bounds = f"__launch_bounds__({k.max_threads}) "
         self.depth = 1
         for buf in k.shared:
             self.helpers.add("shared")
