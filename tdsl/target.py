@@ -9,6 +9,48 @@ from typing import Any
 from .errors import BuildError
 
 
+@dataclass(frozen=True)
+class GPUArch:
+    """What one NVIDIA compute capability allows a kernel (the CUDA C programming guide's
+    table of technical specifications per compute capability)."""
+
+    sm: int
+    max_threads_per_block: int = 1024
+    max_block_dim: tuple[int, int, int] = (1024, 1024, 64)
+    max_grid_dim: tuple[int, int, int] = (2 ** 31 - 1, 65535, 65535)
+    registers_per_block: int = 64 * 1024
+    max_registers_per_thread: int = 255
+    max_local_bytes_per_thread: int = 512 * 1024
+    static_shared_bytes: int = 48 * 1024      # per block, without the opt-in attribute
+    max_shared_bytes_optin: int = 48 * 1024   # per block, with it (dynamic shared memory)
+
+
+#: Opt-in shared memory per block (bytes) by compute capability; everything else is common.
+_SHARED_OPTIN = {50: 48 * 1024, 52: 48 * 1024, 53: 48 * 1024, 60: 48 * 1024, 61: 48 * 1024,
+                 62: 48 * 1024, 70: 96 * 1024, 72: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024,
+                 86: 99 * 1024, 87: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024,
+                 100: 227 * 1024, 101: 227 * 1024, 103: 227 * 1024, 120: 99 * 1024,
+                 121: 99 * 1024}
+#: Compute capabilities with half the usual register file per block.
+_SMALL_REGISTER_FILE = {53, 62}
+
+
+def gpu_arch(arch: str) -> GPUArch:
+    """The limits of ``arch`` (``"sm_90"``, ``"sm_90a"``, ``"compute_80"``...). An unknown
+    newer arch gets the limits of the closest older known one."""
+    import re
+    m = re.fullmatch(r"(?:sm|compute)_(\d+)[a-z]?", arch)
+    if not m:
+        raise BuildError(f"unknown GPU architecture {arch!r}; use e.g. sm_80 or sm_90")
+    sm = int(m.group(1))
+    known = [k for k in _SHARED_OPTIN if k <= sm]
+    if not known:
+        raise BuildError(f"GPU architecture {arch!r} is older than sm_50, which tdsl does not "
+                         f"support")
+    return GPUArch(sm, max_shared_bytes_optin=_SHARED_OPTIN[max(known)],
+                   registers_per_block=(32 if sm in _SMALL_REGISTER_FILE else 64) * 1024)
+
+
 class TargetKind(enum.Enum):
     LLVM = "llvm"
     CUDA = "cuda"
@@ -40,13 +82,18 @@ class Target:
         return self.kind is TargetKind.LLVM and not self.mcpu and not self.mtriple and not self.mattr
 
     @property
+    def gpu(self) -> GPUArch:
+        """The limits of the CUDA target's ``arch``."""
+        return gpu_arch(self.arch)
+
+    @property
     def max_threads_per_block(self) -> int:
-        return 1024
+        return self.gpu.max_threads_per_block
 
     @property
     def max_shared_memory_per_block(self) -> int:
         """Bytes of static shared memory a block may use (48 KiB without opt-in)."""
-        return 48 * 1024
+        return self.gpu.static_shared_bytes
 
     def __str__(self) -> str:
         parts = [self.kind.value]

@@ -1,10 +1,12 @@
 """The CUDA backend: lowered IR to CUDA C, NVRTC to PTX, the CUDA driver to run it,
 and a CPU emulation harness to verify kernels where no GPU is present.
 
-``build(func, target)`` checks the GPU legality of the lowered function (threads per
-block, shared memory, unbound stages, barriers under divergent conditions), splits
-it into host code and kernels, and renders the CUDA C.  Nothing here needs a GPU,
-a driver or even NVRTC until PTX is asked for or the module is run.
+``build(func, target)`` checks the GPU legality of the lowered function (block and
+grid sizes, shared and local memory, unbound stages, barriers under divergent
+conditions; ``limits.py``), splits it into host code and kernels, and renders the
+CUDA C.  Where NVRTC is installed it also assembles the source for the target's arch
+and checks the registers ptxas gave each kernel against the register file (so a
+source NVRTC rejects fails at build).  Nothing here needs a GPU or a driver.
 """
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from tdsl.errors import BuildError
 from tdsl.stmt import PrimFunc
 from tdsl.target import Target, TargetKind, as_target
 
+from . import nvrtc
 from .codegen import generate
+from .cubin import check_assembled
 from .errors import (CUDADriverError, EmulationError, NoCUDADeviceError, NVRTCError,
                      SharedMemoryRaceError)
 from .kernels import split_kernels
@@ -32,6 +36,8 @@ def build(func: PrimFunc, target: "Target | str" = "cuda") -> CUDAModule:
                          f"{type(func).__name__}")
     plan, kernels = split_kernels(func, tgt)
     source = generate(kernels, tgt)
+    if nvrtc.is_available():   # registers per thread are known only once ptxas has run
+        check_assembled(kernels, source, tgt)
     return CUDAModule(func, tgt, source, kernels, plan)
 
 

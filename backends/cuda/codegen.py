@@ -54,8 +54,10 @@ class KernelRenderer(CStyleRenderer):
                 p.name = self.names.bind(p.var, p.var.name)
                 p.c_decl = "long long"
             params.append(f"{p.c_decl} {p.name}")
-        bounds = k.threads_per_block
-        launch_bounds = f"__launch_bounds__({bounds}) " if bounds else ""
+        # always: without it ptxas may give a thread more registers than a block of the
+        # most threads the launch can have leaves it (threads_per_block == max_threads when
+        # the block size is constant)
+        launch_bounds = f"__launch_bounds__({k.max_threads}) "
         self.depth = 1
         for buf in k.shared:
             self.helpers.add("shared")
@@ -102,7 +104,6 @@ class KernelRenderer(CStyleRenderer):
         hw = f"(long long){'blockIdx' if tag.is_block else 'threadIdx'}.{tag.value[-1]}"
         launch = self.kernel.launch_extent[tag]
         guarded = not same_extent(s.extent, launch)
-        name = self.names.bind(s.var, s.var.name)
         value = hw if isinstance(s.min, Const) and s.min.value == 0 else \
             f"{self.operand(s.min, 4)} + {hw}"
         if tag.is_thread:
@@ -110,19 +111,21 @@ class KernelRenderer(CStyleRenderer):
         self.bind_loop_range(s.var, s.min, s.extent)
         self.enclosing_tags.append(tag)
         try:
-            if not guarded:
-                self.emit(f"const long long {name} = {value};  // {tag}")
-                self.stmt(s.body)
-                return
-            ext = self.expr(s.extent)
-            if not self.ana.can_prove(s.extent <= launch):
-                # a shorter loop is guarded below; a longer one would silently lose iterations
-                self.emit(f"if ({ext} > {self.expr(launch)}) __trap();")
-            self.divergent += 1
-            with self.block(f"if ({hw} < {ext})"):
-                self.emit(f"const long long {name} = {value};  // {tag}")
-                self.stmt(s.body)
-            self.divergent -= 1
+            with self.names.scoped(s.var, s.var.name) as name:
+                if not guarded:
+                    self.emit(f"const long long {name} = {value};  // {tag}")
+                    self.stmt(s.body)
+                    return
+                ext = self.expr(s.extent)
+                if not self.ana.can_prove(s.extent <= launch):
+                    # a shorter loop is guarded below; a longer one would silently lose
+                    # iterations
+                    self.emit(f"if ({ext} > {self.expr(launch)}) __trap();")
+                self.divergent += 1
+                with self.block(f"if ({hw} < {ext})"):
+                    self.emit(f"const long long {name} = {value};  // {tag}")
+                    self.stmt(s.body)
+                self.divergent -= 1
         finally:
             self.enclosing_tags.pop()
 

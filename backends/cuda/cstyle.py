@@ -79,6 +79,18 @@ class NameTable:
     def get(self, obj: Any) -> "str | None":
         return self.by_id.get(id(obj))
 
+    @contextmanager
+    def scoped(self, obj: Any, hint: str) -> Iterator[str]:
+        """Bind ``obj`` for the duration of the block: a loop or let variable has its C name
+        only inside the C scope that declares it, so a use after it is refused here rather
+        than by the C compiler (or, worse, compiled against a sibling's declaration)."""
+        name = self.bind(obj, hint)
+        try:
+            yield name
+        finally:
+            if self.by_id.get(id(obj)) == name:
+                del self.by_id[id(obj)]
+
 
 def c_type(dtype: DType) -> str:
     return C_TYPES[dtype]
@@ -383,9 +395,9 @@ class CStyleRenderer:
 
     def let(self, s: LetStmt) -> None:
         value = self.expr(s.value)
-        name = self.names.bind(s.var, s.var.name)
-        self.emit(f"const {c_type(s.var.dtype)} {name} = {value};")
-        self.stmt(s.body)
+        with self.names.scoped(s.var, s.var.name) as name:
+            self.emit(f"const {c_type(s.var.dtype)} {name} = {value};")
+            self.stmt(s.body)
 
     def store(self, s: BufferStore) -> None:
         if s.value.dtype != s.buffer.dtype:
@@ -405,19 +417,19 @@ class CStyleRenderer:
 
     def serial_loop(self, s: For) -> None:
         lo, ext = s.min, s.extent
-        name = self.names.bind(s.var, s.var.name)
-        t = c_type(s.var.dtype)
-        if isinstance(lo, Const) and lo.value == 0:
-            head = f"for ({t} {name} = 0; {name} < {self.expr(ext)}; ++{name})"
-        else:
-            start = self.expr(lo)
-            end = self.expr(self.ana.simplify(lo + ext))
-            head = f"for ({t} {name} = {start}; {name} < {end}; ++{name})"
-        if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) or "pragma_unroll" in s.annotations:
-            self.emit("#pragma unroll")
-        self.bind_loop_range(s.var, lo, ext)
-        with self.block(head):
-            self.stmt(s.body)
+        with self.names.scoped(s.var, s.var.name) as name:
+            t = c_type(s.var.dtype)
+            if isinstance(lo, Const) and lo.value == 0:
+                head = f"for ({t} {name} = 0; {name} < {self.expr(ext)}; ++{name})"
+            else:
+                start = self.expr(lo)
+                end = self.expr(self.ana.simplify(lo + ext))
+                head = f"for ({t} {name} = {start}; {name} < {end}; ++{name})"
+            if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) or "pragma_unroll" in s.annotations:
+                self.emit("#pragma unroll")
+            self.bind_loop_range(s.var, lo, ext)
+            with self.block(head):
+                self.stmt(s.body)
 
 
 def _paren(code: str) -> str:

@@ -14,10 +14,13 @@ from tdsl.errors import BuildError, ShapeError
 from tdsl.expr import (Add, And, Cast, CmpOp, Const, EQ, Expr, FloorDiv, FloorMod, GE, GT, LE, LT,
                        Max, Min, Mul, NE, Not, Or, Select, Sub, Var)
 from tdsl.stmt import Buffer
+from tdsl.target import GPUArch
+
+from .limits import check_launch
 from tdsl.visitor import children
 
 #: CUDA's limits on grid dimensions (x, y, z).
-MAX_GRID = (2 ** 31 - 1, 65535, 65535)
+MAX_GRID = GPUArch(0).max_grid_dim
 
 
 @dataclass
@@ -144,15 +147,7 @@ def launch_config(kernel: Any, env: Mapping[Var, int], pointers: Mapping[int, in
     cfg = LaunchConfig(grid, block)  # type: ignore[arg-type]
     if cfg.empty:
         return cfg
-    for d, (g, lim) in enumerate(zip(grid, MAX_GRID)):
-        if g > lim:
-            raise ShapeError(f"kernel '{kernel.name}' needs gridDim.{'xyz'[d]} = {g} blocks, over "
-                             f"CUDA's limit of {lim}; bind a larger tile to blockIdx.{'xyz'[d]} or "
-                             f"use another block axis")
-    threads = block[0] * block[1] * block[2]
-    if threads > 1024:
-        raise ShapeError(f"kernel '{kernel.name}' launches {block[0]}x{block[1]}x{block[2]} = "
-                         f"{threads} threads per block; CUDA allows at most 1024")
+    check_launch(kernel.name, grid, block, kernel.max_threads, kernel.gpu or GPUArch(0))
     for p in kernel.params:
         if p.buffer is not None:
             cfg.args.append(pointers[id(p.buffer)])

@@ -6,8 +6,11 @@ conditions on symbolic sizes, launches in order.  Each kernel gets its grid and
 block sizes from its thread-bound loops, its parameters (the global buffers it
 touches, then the symbolic sizes it uses), and the GPU legality checks:
 
-* threads per block (at most 1024; x, y <= 1024, z <= 64),
+* block and grid sizes per dimension where constant (``limits.py``; symbolic ones are
+  checked on the host at launch),
+* the most threads a block can have (its ``__launch_bounds__``),
 * static shared memory within ``target.max_shared_memory_per_block``,
+* local memory per thread within CUDA's 512 KiB,
 * shared and local arrays of constant size,
 * no stage left unbound (a loop nest on the host when the function has kernels).
 """
@@ -16,20 +19,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from tdsl.arith import Analyzer
 from tdsl.errors import BuildError
 from tdsl.expr import BufferLoad, Const, Expr, Var
 from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind, IfThenElse,
                        IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt, StorageScope, ThreadTag)
 from tdsl.structural import structural_equal
-from tdsl.target import Target
+from tdsl.target import GPUArch, Target
 from tdsl.visitor import children, free_vars
 
+from . import limits
 from .host import (HostAlloc, HostIf, HostLaunch, HostLet, HostSeq, buffer_nbytes,
                    check_host_expr, host_eval)
 
 _BLOCK_TAGS = (ThreadTag.BLOCK_X, ThreadTag.BLOCK_Y, ThreadTag.BLOCK_Z)
 _THREAD_TAGS = (ThreadTag.THREAD_X, ThreadTag.THREAD_Y, ThreadTag.THREAD_Z)
-_MAX_BLOCK_DIM = (1024, 1024, 64)
 #: Shared arrays are aligned to this many bytes (what WMMA loads need).
 SHARED_ALIGN = 32
 
@@ -63,6 +67,9 @@ class KernelInfo:
     c_names: dict = field(default_factory=dict)  # C name -> IR name of shared arrays
     uses_barrier: bool = False
     local_bytes: int = 0                     # per-thread local arrays
+    max_threads: int = 1024                  # most threads per block: __launch_bounds__
+    gpu: Optional[GPUArch] = None            # the limits of the target's arch
+    registers: Optional[int] = None          # per thread, read from the cubin at build
 
     @property
     def threads_per_block(self) -> "int | None":
@@ -251,7 +258,12 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
     block = tuple(launch.get(t, one) for t in _THREAD_TAGS)
     for e in grid + block:
         check_host_expr(e, scope | set(func.size_vars), f"a launch extent of kernel '{name}'")
-    _check_block(name, block, target)
+    gpu = target.gpu
+    limits.check_block_dims(name, _consts(block), gpu)
+    limits.check_threads_per_block(name, _consts(block), gpu)
+    limits.check_grid_dims(name, _consts(grid), gpu)
+    ana = Analyzer()
+    bound = limits.max_threads([ana.const_int_bound(b)[1] for b in block], gpu)
 
     # storage
     shared: list[Buffer] = []
@@ -273,12 +285,9 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
             shared.append(buf)
             nbytes = span * buf.dtype.itemsize
             shared_bytes += -(-nbytes // SHARED_ALIGN) * SHARED_ALIGN
-    limit = target.max_shared_memory_per_block
-    if shared_bytes > limit:
-        detail = ", ".join(f"'{b.name}' {const_span(b) * b.dtype.itemsize} B" for b in shared)
-        raise BuildError(f"CUDA kernel '{name}' uses {shared_bytes} bytes of shared memory "
-                         f"({detail}), over the {limit} bytes a block may have on {target.arch}; "
-                         f"use smaller tiles")
+    limits.check_shared_memory(name, shared_bytes, _detail(shared), gpu)
+    limits.check_local_memory(name, local_bytes, _detail(
+        [a.buffer for a in allocs if a.buffer.scope is StorageScope.LOCAL]), gpu)
 
     # parameters: global buffers it touches, then the sizes it uses
     params: list[KernelParam] = []
@@ -323,26 +332,21 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
     outer.sort(key=lambda v: (size_order.get(id(v), len(size_order)), v.name))
     params.extend(KernelParam(var=v) for v in outer)
     return KernelInfo(name, root, params, grid, block, launch, shared, shared_bytes,  # type: ignore[arg-type]
-                      hoisted, uses_barrier=uses_barrier, local_bytes=local_bytes)
+                      hoisted, uses_barrier=uses_barrier, local_bytes=local_bytes,
+                      max_threads=bound, gpu=gpu)
+
+
+def _consts(dims: tuple) -> list:
+    return [int(d.value) if isinstance(d, Const) else None for d in dims]
+
+
+def _detail(bufs: list) -> str:
+    return ", ".join(f"'{b.name}' {const_span(b) * b.dtype.itemsize} B" for b in bufs)
 
 
 def _add(lst: list, buf: Buffer) -> None:
     if not any(b is buf for b in lst):
         lst.append(buf)
-
-
-def _check_block(name: str, block: tuple, target: Target) -> None:
-    dims = [int(b.value) if isinstance(b, Const) else None for b in block]
-    for d, (v, lim) in enumerate(zip(dims, _MAX_BLOCK_DIM)):
-        if v is not None and v > lim:
-            raise BuildError(f"CUDA kernel '{name}': threadIdx.{'xyz'[d]} is bound to a loop of "
-                             f"extent {v}, over CUDA's limit of {lim}; split it further")
-    if all(v is not None for v in dims):
-        total = dims[0] * dims[1] * dims[2]  # type: ignore[operator]
-        if total > target.max_threads_per_block:
-            raise BuildError(f"CUDA kernel '{name}' has {dims[0]}x{dims[1]}x{dims[2]} = {total} "
-                             f"threads per block, over the limit of {target.max_threads_per_block}; "
-                             f"bind smaller loops to threadIdx.x/y/z")
 
 
 def split_kernels(func: PrimFunc, target: Target) -> tuple[Any, list[KernelInfo]]:

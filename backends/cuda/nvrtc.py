@@ -26,7 +26,33 @@ def _nvrtc() -> Any:
             raise NVRTCError("NVRTC is not installed: install tdsl's CUDA extra "
                              "(pip install 'cuda-python>=12,<13' nvidia-cuda-nvrtc-cu12) to "
                              "compile CUDA kernels to PTX") from None
+    _load_library()
     return nvrtc
+
+
+@functools.lru_cache(maxsize=1)
+def _load_library() -> None:
+    """Make libnvrtc loadable.  cuda-python looks for the wheel's library under the running
+    environment's site-packages; when the wheel sits on another path (a ``.pth`` entry, a
+    shared environment) it is not found, so load it from the ``nvidia.cuda_nvrtc`` package
+    first (cuda-python then uses the library already loaded).  A failure here leaves the
+    error to the first NVRTC call, which ``_call`` reports as an NVRTCError."""
+    import ctypes
+    import glob
+    import os
+    try:
+        import nvidia.cuda_nvrtc as pkg  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    for root in getattr(pkg, "__path__", []):
+        for lib in sorted(glob.glob(os.path.join(root, "lib", "libnvrtc.so.*"))):
+            if ".alt." in lib or "builtins" in lib:
+                continue
+            try:
+                ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                return
+            except OSError:
+                continue
 
 
 def _check(result: Any, what: str) -> Any:
@@ -48,7 +74,11 @@ def arch_number(arch: str) -> int:
 def version() -> tuple[int, int]:
     """NVRTC's (major, minor) version."""
     nv = _nvrtc()
-    return tuple(_check(nv.nvrtcVersion(), "version"))  # type: ignore[return-value]
+    try:
+        result = nv.nvrtcVersion()
+    except (RuntimeError, OSError) as e:   # the library cannot be found or loaded
+        raise NVRTCError(f"NVRTC cannot be loaded: {e}") from None
+    return tuple(_check(result, "version"))  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=128)
@@ -59,6 +89,7 @@ def compile_cuda(source: str, arch: str = "sm_80", fmt: str = "ptx",
     if fmt not in ("ptx", "cubin"):
         raise NVRTCError(f"unknown output format {fmt!r}: use 'ptx' or 'cubin'")
     nv = _nvrtc()
+    version()   # a missing library is an NVRTCError here, not a loader exception below
     number = arch_number(arch)
     gpu = f"compute_{number}" if fmt == "ptx" else f"sm_{number}"
     prog = _check(nv.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []),

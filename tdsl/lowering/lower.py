@@ -13,7 +13,7 @@ from .bound import infer_bounds
 from .inline import inlined_bodies
 from .nest import NestBuilder
 from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
-from .passes import check_loops, check_thread_extents, simplify_stmt
+from .passes import check_loops, check_scope, check_thread_extents, simplify_stmt
 from ..deep import deep_recursion
 
 if TYPE_CHECKING:
@@ -191,6 +191,7 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     check_thread_extents(body)
     body, attrs = _substitute_scalars(body, params, scalars)
     size_vars, bindings = _bind_sizes(params, body, name)
+    check_scope(body, set(bindings), name)
     return PrimFunc(name, params, body, size_vars, bindings, attrs)
 
 

@@ -216,6 +216,7 @@ class NestBuilder:
         # the innermost statement
         if tpos < m:
             from .tensorize import intrin_call
+            preds = self.region_guards(st, b, leaves, tpos, ext, preds)
             core = intrin_call(self, st, leaves, tpos, vmap)
             last = tpos - 1
         else:
@@ -245,6 +246,30 @@ class NestBuilder:
         top_guards = [c for lv, _, c in preds if lv < 0]
         parts = [init] if init is not None and init_pos == 0 else []
         return guard(top_guards, seq(parts + [stmt]))
+
+    def region_guards(self, st: "Stage", b: StageBounds, leaves: list, tpos: int, ext: dict,
+                      preds: list) -> list:
+        """The guards of a tensorized nest that may stay around its IntrinCall.
+
+        One call replaces the loops ``leaves[tpos:]``, so their variables do not exist where
+        the call is emitted: a guard using them (a domain guard of an unclamped attached
+        region) must hold over the whole region.  Proven with every loop's range known, it
+        is dropped; otherwise the region may straddle the domain's edge, which one call
+        cannot do."""
+        inner = {b.loop_var(iv) for iv in leaves[tpos:]}
+        kept = []
+        with loop_scope(self.ana, [(b.loop_var(iv), ext[iv]) for iv in leaves]) as ana:
+            for lv, r, c in preds:
+                if not (free_vars(c) & inner):
+                    kept.append((lv, r, c))
+                elif not ana.can_prove(c):
+                    raise LoweringError(
+                        f"tensorize: stage '{st.name}', loop '{leaves[tpos].name}': the tensorized "
+                        f"region may cross the edge of the stage's domain (the guard {c!r} uses "
+                        f"the region's loops and cannot be proven over the whole region); one "
+                        f"intrinsic call cannot cover a partial region, so choose tiles that "
+                        f"divide the domain")
+        return kept
 
     def kind_of(self, st: "Stage", iv: IterVar) -> ForKind:
         a = st.iter_attrs.get(iv)

@@ -126,3 +126,30 @@ def check_thread_extents(stmt: Stmt) -> None:
 def _same(a: Expr, b: Expr) -> bool:
     from ..structural import structural_equal
     return structural_equal(a, b)
+
+
+def check_scope(stmt: Stmt, sizes: "set | frozenset", name: str) -> None:
+    """Every variable the body uses is bound where it is used: by an enclosing loop or
+    let, or as a symbolic size of an argument.  A nest built with a variable outside its
+    loop (a guard kept around a region whose loops were replaced) would otherwise reach
+    a backend: C compilers reject it, and the LLVM backend and the interpreter have no
+    value for it."""
+    from ..expr import Var
+    from ..visitor import children
+
+    def visit(n: Any, scope: frozenset) -> None:
+        if isinstance(n, Var):
+            if n not in scope:
+                raise LoweringError(f"lower '{name}': variable '{n.name}' is used where no "
+                                    f"enclosing loop or let defines it and it is no symbolic "
+                                    f"size of an argument (an internal error of the schedule's "
+                                    f"lowering; please report it with the schedule)")
+            return
+        if isinstance(n, (For, LetStmt)):
+            for c in ((n.min, n.extent) if isinstance(n, For) else (n.value,)):
+                visit(c, scope)
+            visit(n.body, scope | {n.var})
+            return
+        for c in children(n):
+            visit(c, scope)
+    visit(stmt, frozenset(sizes))
