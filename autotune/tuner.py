@@ -342,7 +342,7 @@ class XGBTuner(Tuner):
 
     def _transfer(self, src: Any) -> None:
         if isinstance(src, (Database, str)):
-            db = open_database(src)
+            db = open_database(src, create=False)
             recs = db.records(target=str(self.task.target))
         else:
             recs = list(src)
