@@ -22,8 +22,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import sqlite3
 import time
+import uuid
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -71,6 +73,13 @@ CREATE TABLE IF NOT EXISTS remeasures (
     timestamp REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS remeasures_record ON remeasures (record_id);
+CREATE TABLE IF NOT EXISTS claims (
+    task_key TEXT NOT NULL,
+    prog_hash TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL,
+    PRIMARY KEY (task_key, prog_hash)
+);
 """
 
 _FIELDS = ("task_key", "task_desc", "target", "config", "trace", "prog_hash", "costs", "error_no",
@@ -255,9 +264,13 @@ class Database:
         if self.path != ":memory:":
             self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                           (str(SCHEMA_VERSION),))
+        try:
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                               (str(SCHEMA_VERSION),))
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e):    # a read-only file is read as it is
+                raise
 
     def _check_schema(self) -> None:
         """Refuse an SQLite file whose tables are not ours (before adding any)."""
@@ -358,7 +371,40 @@ class Database:
                 continue
         return out
 
+    def claim(self, task_key: str, prog_hashes: Iterable[str], owner: str,
+              ttl: float = 3600.0) -> set[str]:
+        """Claim programs of a task for measuring by ``owner`` (``claim_owner()``), so that
+        tuners sharing the database never measure one program twice; returns the hashes
+        claimed now.  A program is refused when it has a record, or another owner's claim
+        that has not expired (``ttl`` seconds) and whose process is alive (a claim of a
+        dead process on this host lapses at once, so a killed job resumes at once)."""
+        got: set[str] = set()
+        now = time.time()
+        with self._transaction("cannot claim programs"):
+            for h in dict.fromkeys(prog_hashes):
+                if self._conn.execute("SELECT 1 FROM records WHERE task_key = ? AND "
+                                      "prog_hash = ? LIMIT 1", (task_key, h)).fetchone():
+                    continue
+                row = self._conn.execute("SELECT owner, expires FROM claims WHERE task_key = ? "
+                                         "AND prog_hash = ?", (task_key, h)).fetchone()
+                if row and row[0] != owner and row[1] > now and _alive(row[0]):
+                    continue
+                self._conn.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)",
+                                   (task_key, h, owner, now + ttl))
+                got.add(h)
+        return got
+
+    def release(self, task_key: str, owner: str) -> None:
+        """Drop ``owner``'s claims on a task (at the end of its job)."""
+        with self._guard("cannot release claims"):
+            self._conn.execute("DELETE FROM claims WHERE task_key = ? AND owner = ?",
+                               (task_key, owner))
+
     # ---- reading ---------------------------------------------------------------------------
+    def records_after(self, task_key: str, after_id: int) -> list[Record]:
+        """The records of a task stored after row ``after_id`` (by any process)."""
+        return self._rows("WHERE r.task_key = ? AND r.id > ?", (task_key, int(after_id)))
+
     def _rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Record]:
         sql = (f"SELECT r.id, {', '.join('r.' + f for f in _FIELDS)}, r.feature_version, "
                f"r.features, m.pass, m.costs FROM records r LEFT JOIN remeasures m ON m.id = "
@@ -468,6 +514,26 @@ class Database:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def claim_owner() -> str:
+    """A name for one tuning job: host, process id and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def _alive(owner: str) -> bool:
+    """Whether the process of a claim may still be running (only this host's are known)."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def read_jsonl(path: str) -> list[Record]:

@@ -328,3 +328,40 @@ def test_cli_readers_refuse_a_missing_database(tmp_path):
     r = subprocess.run([sys.executable, "-m", "tdsl.cli", "records", "import", "--db", str(p),
                         str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "line 1" in r.stderr and not p.exists()
+
+
+# ---- tuners sharing one database ------------------------------------------------------------
+def test_claims_keep_two_owners_off_one_program(tmp_path):
+    from tdsl.autotune.database import claim_owner
+    db = Database(str(tmp_path / "claims.db"))
+    a, b = claim_owner(), claim_owner()
+    db.add(_record(0))
+    assert db.claim("k", ["h0", "h1", "h2"], a) == {"h1", "h2"}     # h0 has a record
+    assert db.claim("k", ["h1", "h3"], b) == {"h3"}                 # h1 is a's
+    assert db.claim("k", ["h1"], a) == {"h1"}                       # one's own claim again
+    assert db.claim("other", ["h1"], b) == {"h1"}                   # claims are per task
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    host = a.split(":")[0]
+    db.claim("k", ["h4"], f"{host}:{dead}:x")
+    assert db.claim("k", ["h4"], b) == {"h4"}      # the claim of a dead process lapses
+    db.claim("k", ["h5"], a, ttl=-1)
+    assert db.claim("k", ["h5"], b) == {"h5"}      # so does an expired one
+    db.release("k", b)
+    assert db.claim("k", ["h3"], a) == {"h3"}
+
+
+def test_two_tuners_with_one_seed_never_measure_a_program_twice(tmp_path):
+    db_path = tmp_path / "same.db"
+    Database(str(db_path)).close()
+    jobs = [_job(db_path, 12, 3, 0) for _ in range(2)]
+    outs = [j.communicate(timeout=300) for j in jobs]
+    measured = 0
+    for j, (out, err) in zip(jobs, outs):
+        assert j.returncode == 0, err
+        measured += int(out.split("MEASURED")[1].split()[0])
+    with Database(str(db_path)) as db:
+        hashes = [r.prog_hash for r in db.records()
+                  if r.error_no is not MeasureErrorNo.INSTANTIATION_ERROR]
+    assert len(hashes) == len(set(hashes)) == measured     # nothing measured twice
+    assert measured <= 12 + 2 * 3          # one budget, overshot by at most a batch each
