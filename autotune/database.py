@@ -16,6 +16,17 @@ program (resume and counts are unchanged) and databases without the table (older
 ones, which gain it on open) read as before.  A record read back carries its latest
 re-measurement as ``final_costs``/``final_pass``; ``Record.cost`` is then their
 median, and ``best``/``best_records`` rank the records of the latest pass first.
+
+The read path trusts nothing: readers open with ``create=False`` (a mistyped path is
+a ``TuningError``, not a new empty file), every SQLite error is a ``TuningError``
+naming the file and what to do, and every record read or imported is checked
+(``record_check``: costs finite and > 0, a trace that parses, sizes an object...);
+a malformed row is skipped with a warning naming it.  Import adds only records not
+stored yet (``Record.content_key``), so importing a file twice adds nothing.
+
+Tuners sharing one file: each re-reads the rows others wrote (``records_after``)
+before a batch and ``claim``s the programs it is about to measure (the ``claims``
+table), so no program is measured twice.
 """
 from __future__ import annotations
 
@@ -393,6 +404,17 @@ class Database:
                                    (task_key, h, owner, now + ttl))
                 got.add(h)
         return got
+
+    def in_flight(self, task_key: str, owner: str) -> int:
+        """How many programs of a task other live owners have claimed and not yet recorded
+        (being measured now: they count towards a shared budget)."""
+        with self._guard("cannot read claims"):
+            rows = self._conn.execute(
+                "SELECT owner, COUNT(*) FROM claims c WHERE task_key = ? AND owner != ? AND "
+                "expires > ? AND NOT EXISTS (SELECT 1 FROM records r WHERE r.task_key = "
+                "c.task_key AND r.prog_hash = c.prog_hash) GROUP BY owner",
+                (task_key, owner, time.time())).fetchall()
+        return sum(n for o, n in rows if _alive(o))
 
     def release(self, task_key: str, owner: str) -> None:
         """Drop ``owner``'s claims on a task (at the end of its job)."""

@@ -147,7 +147,9 @@ class Tuner:
                 if timeout is not None and time.perf_counter() - t0 > timeout:
                     break
                 seen = self._catch_up(database, seen, own_ids, res)
-                done = res.resumed + res.concurrent + res.trials
+                # programs other tuners are measuring now will count too
+                done = res.resumed + res.concurrent + res.trials + \
+                    database.in_flight(self.task.key, owner)
                 if done >= n_trial:
                     break
                 want = min(batch_size, n_trial - done)
