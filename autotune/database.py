@@ -16,15 +16,31 @@ program (resume and counts are unchanged) and databases without the table (older
 ones, which gain it on open) read as before.  A record read back carries its latest
 re-measurement as ``final_costs``/``final_pass``; ``Record.cost`` is then their
 median, and ``best``/``best_records`` rank the records of the latest pass first.
+
+The read path trusts nothing: readers open with ``create=False`` (a mistyped path is
+a ``TuningError``, not a new empty file), every SQLite error is a ``TuningError``
+naming the file and what to do, and every record read or imported is checked
+(``record_check``: costs finite and > 0, a trace that parses, sizes an object...);
+a malformed row is skipped with a warning naming it.  Import adds only records not
+stored yet (``Record.content_key``), so importing a file twice adds nothing.
+
+Tuners sharing one file: each re-reads the rows others wrote (``records_after``)
+before a batch and ``claim``s the programs it is about to measure (the ``claims``
+table), so no program is measured twice.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import socket
 import sqlite3
 import time
+import uuid
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -32,6 +48,7 @@ import numpy as np
 from tdsl.errors import TuningError
 
 from .measure import MeasureErrorNo, median, spread
+from .record_check import check_costs, check_record, error_no
 
 SCHEMA_VERSION = 1
 
@@ -67,6 +84,13 @@ CREATE TABLE IF NOT EXISTS remeasures (
     timestamp REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS remeasures_record ON remeasures (record_id);
+CREATE TABLE IF NOT EXISTS claims (
+    task_key TEXT NOT NULL,
+    prog_hash TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL,
+    PRIMARY KEY (task_key, prog_hash)
+);
 """
 
 _FIELDS = ("task_key", "task_desc", "target", "config", "trace", "prog_hash", "costs", "error_no",
@@ -100,7 +124,9 @@ class Record:
 
     @property
     def valid(self) -> bool:
-        return self.error_no is MeasureErrorNo.NO_ERROR and bool(self.costs)
+        """A measurement with a cost: no error and seconds per run finite and > 0."""
+        return self.error_no is MeasureErrorNo.NO_ERROR and bool(self.costs) and \
+            all(math.isfinite(c) and c > 0 for c in self.costs)
 
     @property
     def cost(self) -> float:
@@ -122,7 +148,8 @@ class Record:
 
     @property
     def gflops(self) -> float:
-        return self.flop / self.cost / 1e9 if self.valid and self.flop else 0.0
+        cost = self.cost
+        return self.flop / cost / 1e9 if self.flop and 0 < cost < math.inf else 0.0
 
     def to_json(self) -> dict:
         return {"task_key": self.task_key, "task_desc": self.task_desc, "target": self.target,
@@ -136,59 +163,136 @@ class Record:
 
     @staticmethod
     def from_json(d: Any, where: str) -> "Record":
-        """Parse a JSON record; ``where`` names it in the ``TuningError`` of a malformed one."""
+        """Parse and check a JSON record (``record_check``); ``where`` names it in the
+        ``TuningError`` of a malformed one."""
         try:
             if not isinstance(d, dict):
                 raise TypeError(f"expected an object, got {type(d).__name__}")
             trace = d["trace"]
-            costs = tuple(float(c) for c in d["costs"])
-            err = MeasureErrorNo(int(d["error_no"]))
-            if err is MeasureErrorNo.NO_ERROR and (not costs or any(c <= 0 for c in costs)):
-                raise ValueError("a valid record needs positive costs")
-            cfg = d.get("config", {})
-            if not isinstance(cfg, dict):
-                raise TypeError("config must be an object")
-            return Record(str(d["task_key"]), str(d.get("task_desc", "")), str(d["target"]), cfg,
-                          trace if isinstance(trace, str) else json.dumps(trace),
-                          str(d["prog_hash"]), costs, err, str(d.get("error_msg", "")),
-                          float(d.get("flop", 0.0)), float(d.get("all_cost", 0.0)),
-                          float(d.get("timestamp", 0.0)), list(d.get("signature", [])),
-                          str(d.get("workload", "")), dict(d.get("sizes", {})),
-                          final_costs=tuple(float(c) for c in d.get("final_costs", ())),
-                          final_pass=int(d.get("final_pass", 0)))
+            if not isinstance(trace, str):
+                trace = json.dumps(trace)
+            costs = d["costs"]
+            final = d.get("final_costs", [])
+            if not isinstance(costs, list) or not isinstance(final, list):
+                raise TypeError("costs and final_costs must be lists")
+            rec = Record(d["task_key"], d.get("task_desc", ""), d["target"], d.get("config", {}),
+                         trace, d["prog_hash"], tuple(costs), error_no(d["error_no"]),
+                         d.get("error_msg", ""), d.get("flop", 0.0), d.get("all_cost", 0.0),
+                         d.get("timestamp", 0.0), d.get("signature", []), d.get("workload", ""),
+                         d.get("sizes", {}), final_costs=tuple(final),
+                         final_pass=d.get("final_pass", 0))
+            if not isinstance(rec.final_pass, int) or isinstance(rec.final_pass, bool):
+                raise TypeError("final_pass must be an integer")
+            check_record(rec)
+            return rec
         except (KeyError, TypeError, ValueError) as e:
             raise TuningError(f"malformed tuning record ({where}): {type(e).__name__}: {e}") from None
 
+    @property
+    def content_key(self) -> tuple:
+        """What makes two records the same measurement (import skips a record whose key is
+        already stored, so importing a file twice adds nothing)."""
+        return (self.task_key, self.target, self.prog_hash, int(self.error_no),
+                tuple(self.costs), float(self.timestamp))
+
+
+_WHAT_TO_DO = ("restore it from a backup or a JSON-lines export (`tdsl records import --db NEW.db "
+               "FILE.jsonl`), salvage it with `sqlite3 {path} .recover | sqlite3 NEW.db`, or "
+               "tune into a new file")
+
+
+def _text(raw: bytes) -> "str | bytes":
+    """SQLite TEXT as str; bytes that are not UTF-8 (a damaged row) stay bytes, so the
+    row is skipped as malformed instead of failing the whole query."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw
+
 
 class Database:
-    """Tuning records in one SQLite file (``path``; ``":memory:"`` for a scratch store)."""
+    """Tuning records in one SQLite file (``path``; ``":memory:"`` for a scratch store).
 
-    def __init__(self, path: str, timeout: float = 60.0):
+    ``create=False`` opens an existing file only (readers: a mistyped path is a
+    ``TuningError``, never a new empty database).  Every SQLite error on open, read
+    or write is a ``TuningError`` naming the file and what to do; a malformed row is
+    skipped with a warning naming it (``record_check``).
+    """
+
+    def __init__(self, path: "str | os.PathLike", timeout: float = 60.0, create: bool = True):
         self.path = os.fspath(path)
+        self.timeout = timeout
+        self._warned: set = set()
+        memory = self.path == ":memory:"
+        if not create and not memory and not os.path.isfile(self.path):
+            raise TuningError(f"no tuning database at {self.path!r}: check the path (reading "
+                              f"never creates one; a tuning job such as `tdsl tune ... --db "
+                              f"{self.path}` does)")
+        target, uri = self.path, False
+        if not create and not memory:   # mode=rw: fail rather than create if it vanished
+            target, uri = Path(os.path.abspath(self.path)).as_uri() + "?mode=rw", True
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self._conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None,
-                                             check_same_thread=False)
+                self._conn = sqlite3.connect(target, timeout=timeout, isolation_level=None,
+                                             check_same_thread=False, uri=uri)
+                self._conn.text_factory = _text
                 self._initialize()
                 break
             except sqlite3.OperationalError as e:
                 # Switching a new file to WAL needs a moment of exclusive access, which the
                 # busy timeout does not always wait for while another process sets it up.
                 if "locked" not in str(e) or time.monotonic() > deadline:
-                    raise TuningError(f"cannot open tuning database {self.path!r}: {e}") from None
+                    raise TuningError(self._explain(e, "cannot open")) from None
                 self._conn.close()
                 time.sleep(0.05)
-            except sqlite3.DatabaseError as e:
-                raise TuningError(f"cannot open tuning database {self.path!r}: {e}") from None
+            except sqlite3.Error as e:
+                raise TuningError(self._explain(e, "cannot open")) from None
+
+    def _explain(self, e: sqlite3.Error, doing: str) -> str:
+        msg = str(e)
+        head = f"tuning database {self.path!r}: {doing}: {msg}"
+        if "locked" in msg or "busy" in msg:
+            return f"{head} (another process held it for more than {self.timeout:g} s; retry)"
+        if "readonly" in msg or "read-only" in msg:
+            return f"{head} (the file or its folder is read-only; tune into a writable copy)"
+        if "unable to open" in msg:
+            return f"{head} (does the folder exist, and may this user write it?)"
+        if "full" in msg or "I/O" in msg:
+            return f"{head} (free disk space or check the disk, then retry)"
+        return f"{head}; the file is damaged or not a tuning database: " + \
+            _WHAT_TO_DO.format(path=self.path)
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as e:
+            raise TuningError(self._explain(e, doing)) from None
 
     def _initialize(self) -> None:
+        self._check_schema()
         if self.path != ":memory:":
             self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-        self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                           (str(SCHEMA_VERSION),))
+        try:
+            self._conn.executescript(_SCHEMA)
+            self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                               (str(SCHEMA_VERSION),))
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e):    # a read-only file is read as it is
+                raise
+
+    def _check_schema(self) -> None:
+        """Refuse an SQLite file whose tables are not ours (before adding any)."""
+        for table, needed in (("records", _FIELDS + ("feature_version", "features")),
+                              ("remeasures", ("record_id", "pass", "costs"))):
+            cols = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+            missing = [c for c in needed if c not in cols]
+            if cols and missing:
+                raise TuningError(f"{self.path!r} is an SQLite file but not a tdsl tuning "
+                                  f"database (its table {table!r} lacks {missing}): pass the "
+                                  f"right file, or a new path to start one")
 
     # ---- writing ---------------------------------------------------------------------------
     def add(self, rec: Record) -> int:
@@ -200,12 +304,13 @@ class Database:
                rec.prog_hash, json.dumps(list(rec.costs)), int(rec.error_no), rec.error_msg,
                rec.flop, rec.all_cost, rec.timestamp, json.dumps(rec.signature), rec.workload,
                json.dumps(rec.sizes), rec.feature_version, feats)
-        cur = self._conn.execute(
-            f"INSERT INTO records ({', '.join(_FIELDS)}, feature_version, features) "
-            f"VALUES ({', '.join('?' * (len(_FIELDS) + 2))})", row)
-        rec.id = cur.lastrowid
-        if rec.final_costs:
-            self._insert_remeasure(rec.id, rec.final_pass, rec.final_costs)
+        with self._guard("cannot write a record"):
+            cur = self._conn.execute(
+                f"INSERT INTO records ({', '.join(_FIELDS)}, feature_version, features) "
+                f"VALUES ({', '.join('?' * (len(_FIELDS) + 2))})", row)
+            rec.id = cur.lastrowid
+            if rec.final_costs:
+                self._insert_remeasure(rec.id, rec.final_pass, rec.final_costs)
         return int(cur.lastrowid)
 
     def add_remeasure(self, rec: Record, pass_id: int, costs: Sequence[float]) -> None:
@@ -213,63 +318,165 @@ class Database:
         is updated to carry it."""
         if rec.id is None:
             raise TuningError("add_remeasure: the record is not stored in a database")
-        if not costs or any(not c > 0 for c in costs):
-            raise TuningError("add_remeasure: a re-measurement needs positive costs")
+        try:
+            costs = check_costs(list(costs), "a re-measurement's costs")
+        except ValueError as e:
+            raise TuningError(f"add_remeasure: {e}") from None
         self._insert_remeasure(rec.id, pass_id, costs)
-        rec.final_costs = tuple(float(c) for c in costs)
+        rec.final_costs = costs
         rec.final_pass = pass_id
 
     def _insert_remeasure(self, record_id: int, pass_id: int, costs: Sequence[float]) -> None:
-        self._conn.execute("INSERT INTO remeasures (record_id, pass, costs, timestamp) "
-                           "VALUES (?, ?, ?, ?)",
-                           (record_id, int(pass_id), json.dumps([float(c) for c in costs]),
-                            time.time()))
+        with self._guard("cannot write a re-measurement"):
+            self._conn.execute("INSERT INTO remeasures (record_id, pass, costs, timestamp) "
+                               "VALUES (?, ?, ?, ?)",
+                               (record_id, int(pass_id), json.dumps([float(c) for c in costs]),
+                                time.time()))
 
     def add_many(self, records: Iterable[Record]) -> int:
+        """Store every record in one transaction (all or none); returns how many."""
         n = 0
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction("cannot write records"):
             for r in records:
                 self.add(r)
                 n += 1
-            self._conn.execute("COMMIT")
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
         return n
 
+    def add_new(self, records: Iterable[Record]) -> int:
+        """Store the records not stored yet (by ``Record.content_key``), in one
+        transaction; returns how many were added.  Importing a file twice adds nothing."""
+        n = 0
+        with self._transaction("cannot import records"):
+            stored = self._content_keys()
+            for r in records:
+                rid = stored.get(r.content_key)
+                if rid is None:
+                    stored[r.content_key] = self.add(r)
+                    n += 1
+                elif r.final_costs and not self._conn.execute(
+                        "SELECT 1 FROM remeasures WHERE record_id = ? AND pass = ?",
+                        (rid, r.final_pass)).fetchone():
+                    self._insert_remeasure(rid, r.final_pass, r.final_costs)
+        return n
+
+    @contextmanager
+    def _transaction(self, doing: str) -> Iterator[None]:
+        with self._guard(doing):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def _content_keys(self) -> dict:
+        """``Record.content_key`` -> id of every stored row (malformed rows left out)."""
+        out = {}
+        for rid, key, target, ph, err, costs, ts in self._conn.execute(
+                "SELECT id, task_key, target, prog_hash, error_no, costs, timestamp FROM records"):
+            try:
+                out[(key, target, ph, int(err), tuple(float(c) for c in json.loads(costs)),
+                     float(ts))] = rid
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    def claim(self, task_key: str, prog_hashes: Iterable[str], owner: str,
+              ttl: float = 3600.0) -> set[str]:
+        """Claim programs of a task for measuring by ``owner`` (``claim_owner()``), so that
+        tuners sharing the database never measure one program twice; returns the hashes
+        claimed now.  A program is refused when it has a record, or another owner's claim
+        that has not expired (``ttl`` seconds) and whose process is alive (a claim of a
+        dead process on this host lapses at once, so a killed job resumes at once)."""
+        got: set[str] = set()
+        now = time.time()
+        with self._transaction("cannot claim programs"):
+            for h in dict.fromkeys(prog_hashes):
+                if self._conn.execute("SELECT 1 FROM records WHERE task_key = ? AND "
+                                      "prog_hash = ? LIMIT 1", (task_key, h)).fetchone():
+                    continue
+                row = self._conn.execute("SELECT owner, expires FROM claims WHERE task_key = ? "
+                                         "AND prog_hash = ?", (task_key, h)).fetchone()
+                if row and row[0] != owner and row[1] > now and _alive(row[0]):
+                    continue
+                self._conn.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?)",
+                                   (task_key, h, owner, now + ttl))
+                got.add(h)
+        return got
+
+    def in_flight(self, task_key: str, owner: str) -> int:
+        """How many programs of a task other live owners have claimed and not yet recorded
+        (being measured now: they count towards a shared budget)."""
+        with self._guard("cannot read claims"):
+            rows = self._conn.execute(
+                "SELECT owner, COUNT(*) FROM claims c WHERE task_key = ? AND owner != ? AND "
+                "expires > ? AND NOT EXISTS (SELECT 1 FROM records r WHERE r.task_key = "
+                "c.task_key AND r.prog_hash = c.prog_hash) GROUP BY owner",
+                (task_key, owner, time.time())).fetchall()
+        return sum(n for o, n in rows if _alive(o))
+
+    def release(self, task_key: str, owner: str) -> None:
+        """Drop ``owner``'s claims on a task (at the end of its job)."""
+        with self._guard("cannot release claims"):
+            self._conn.execute("DELETE FROM claims WHERE task_key = ? AND owner = ?",
+                               (task_key, owner))
+
     # ---- reading ---------------------------------------------------------------------------
-    def _rows(self, where: str = "", params: Sequence[Any] = ()) -> Iterator[Record]:
+    def records_after(self, task_key: str, after_id: int) -> list[Record]:
+        """The records of a task stored after row ``after_id`` (by any process)."""
+        return self._rows("WHERE r.task_key = ? AND r.id > ?", (task_key, int(after_id)))
+
+    def _rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Record]:
         sql = (f"SELECT r.id, {', '.join('r.' + f for f in _FIELDS)}, r.feature_version, "
                f"r.features, m.pass, m.costs FROM records r LEFT JOIN remeasures m ON m.id = "
                f"(SELECT MAX(id) FROM remeasures WHERE record_id = r.id) {where} ORDER BY r.id")
-        for row in self._conn.execute(sql, params):
-            yield self._record(row)
+        with self._guard("cannot read records"):
+            rows = self._conn.execute(sql, params).fetchall()
+        return [rec for rec in map(self._record, rows) if rec is not None]
 
-    def _record(self, row: tuple) -> Record:
+    def _record(self, row: tuple) -> Optional[Record]:
+        """The record of one row, or None (with a warning naming the row) when malformed."""
         rid = row[0]
         try:
             (key, desc, target, config, trace, ph, costs, err, msg, flop, all_cost, ts, sig,
              workload, sizes, fver, feats, fpass, fcosts) = row[1:]
-            cfg = json.loads(config)
             cost_list = json.loads(costs)
-            if not isinstance(cfg, dict) or not isinstance(cost_list, list):
-                raise TypeError("config must be an object and costs a list")
-            json.loads(trace)
-            rec = Record(key, desc, target, cfg, trace, ph, tuple(float(c) for c in cost_list),
-                         MeasureErrorNo(int(err)), msg, float(flop), float(all_cost), float(ts),
-                         json.loads(sig), workload, json.loads(sizes), None, int(fver), rid)
+            if not isinstance(cost_list, list):
+                raise TypeError(f"costs must be a list, got {costs!r:.80}")
+            rec = Record(key, desc, target, json.loads(config), trace, ph, tuple(cost_list),
+                         error_no(err), msg, flop, all_cost, ts, json.loads(sig),
+                         workload, json.loads(sizes), None, fver, rid)
             if feats is not None:
+                if not isinstance(feats, bytes):
+                    raise TypeError(f"features must be a blob, got {type(feats).__name__}")
                 rec.features = np.frombuffer(feats, dtype=np.float32)
-            if fcosts is not None:
-                rec.final_costs = tuple(float(c) for c in json.loads(fcosts))
-                rec.final_pass = int(fpass)
-            return rec
+            check_record(rec)
         except (TypeError, ValueError) as e:
-            raise TuningError(f"malformed tuning record (id {rid} in {self.path}): "
-                              f"{type(e).__name__}: {e}") from None
+            self._warn(("record", rid), f"skipping malformed record id {rid}: "
+                                        f"{type(e).__name__}: {e}")
+            return None
+        if fcosts is not None:
+            try:
+                final = json.loads(fcosts)
+                rec.final_costs = check_costs(final if isinstance(final, list) else None,
+                                              "re-measured costs")
+                if not isinstance(fpass, int):
+                    raise TypeError(f"re-measure pass must be an integer, got {fpass!r}")
+                rec.final_pass = fpass
+            except (TypeError, ValueError) as e:
+                rec.final_costs, rec.final_pass = (), 0
+                self._warn(("remeasure", rid), f"ignoring the malformed re-measurement of "
+                                               f"record id {rid}: {type(e).__name__}: {e}")
+        return rec
+
+    def _warn(self, key: tuple, text: str) -> None:
+        if key not in self._warned:     # once per row and database object, not per read
+            self._warned.add(key)
+            warnings.warn(f"tuning database {self.path!r}: {text}", stacklevel=4)
 
     def records(self, task_key: "str | None" = None, target: "str | None" = None) -> list[Record]:
+        """The well-formed records (of one task and/or target), oldest first."""
         where, params = [], []
         if task_key is not None:
             where.append("r.task_key = ?")
@@ -278,21 +485,23 @@ class Database:
             where.append("r.target = ?")
             params.append(target)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
-        return list(self._rows(clause, params))
+        return self._rows(clause, params)
 
     def by_workload(self, workload: str) -> list[Record]:
         """Records of every size of one computation and target (see ``Task.workload``)."""
-        return list(self._rows("WHERE r.workload = ?", (workload,)))
+        return self._rows("WHERE r.workload = ?", (workload,))
 
     def measured_hashes(self, task_key: str) -> set[str]:
-        return {r[0] for r in self._conn.execute(
-            "SELECT prog_hash FROM records WHERE task_key = ?", (task_key,))}
+        with self._guard("cannot read records"):
+            return {r[0] for r in self._conn.execute(
+                "SELECT prog_hash FROM records WHERE task_key = ?", (task_key,))}
 
     def count(self, task_key: "str | None" = None) -> int:
-        if task_key is None:
-            return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
-        return int(self._conn.execute("SELECT COUNT(*) FROM records WHERE task_key = ?",
-                                      (task_key,)).fetchone()[0])
+        with self._guard("cannot read records"):
+            if task_key is None:
+                return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])
+            return int(self._conn.execute("SELECT COUNT(*) FROM records WHERE task_key = ?",
+                                          (task_key,)).fetchone()[0])
 
     def best(self, task_key: str, k: int = 1) -> list[Record]:
         """The ``k`` fastest valid records of a task (see ``best_records``)."""
@@ -300,9 +509,10 @@ class Database:
 
     def tasks(self) -> list[tuple[str, str, str, int]]:
         """(task key, description, target, number of records) for each task."""
-        return [tuple(r) for r in self._conn.execute(
-            "SELECT task_key, MIN(task_desc), MIN(target), COUNT(*) FROM records "
-            "GROUP BY task_key ORDER BY MIN(id)")]
+        with self._guard("cannot read records"):
+            return [tuple(r) for r in self._conn.execute(
+                "SELECT task_key, MIN(task_desc), MIN(target), COUNT(*) FROM records "
+                "GROUP BY task_key ORDER BY MIN(id)")]
 
     # ---- JSON lines --------------------------------------------------------------------------
     def export_jsonl(self, path: str, task_key: "str | None" = None) -> int:
@@ -314,18 +524,9 @@ class Database:
         return n
 
     def import_jsonl(self, path: str) -> int:
-        """Add every record of a JSON-lines file (all or none: a malformed line raises)."""
-        recs = []
-        with open(path) as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    d = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise TuningError(f"malformed tuning record ({path}, line {lineno}): {e}") from None
-                recs.append(Record.from_json(d, f"{path}, line {lineno}"))
-        return self.add_many(recs)
+        """Add the records of a JSON-lines file that are not stored yet (``add_new``);
+        returns how many.  All or none: a malformed line raises ``TuningError``."""
+        return self.add_new(read_jsonl(path))
 
     def close(self) -> None:
         self._conn.close()
@@ -337,16 +538,61 @@ class Database:
         self.close()
 
 
+def claim_owner() -> str:
+    """A name for one tuning job: host, process id and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def _alive(owner: str) -> bool:
+    """Whether the process of a claim may still be running (only this host's are known)."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def read_jsonl(path: str) -> list[Record]:
+    """Every record of a JSON-lines file, each checked (``TuningError`` names a bad line)."""
+    recs = []
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        raise TuningError(f"cannot read tuning records from {path!r}: {e}") from None
+    with f:
+        try:
+            lines = list(f)
+        except UnicodeDecodeError as e:
+            raise TuningError(f"{path!r} is not a JSON-lines file of tuning records: {e}") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TuningError(f"malformed tuning record ({path}, line {lineno}): {e}") from None
+        recs.append(Record.from_json(d, f"{path}, line {lineno}"))
+    return recs
+
+
 def best_records(records: Iterable[Record], k: int = 1) -> list[Record]:
     """The ``k`` fastest valid records: those of the latest re-measure pass first (by their
-    re-measured cost, all timed under the same conditions), then the others by cost."""
-    valid = [r for r in records if r.valid]
+    re-measured cost, all timed under the same conditions), then the others by cost.
+    A record whose cost is not finite and > 0 is never chosen."""
+    valid = [r for r in records if r.valid and 0 < r.cost < math.inf]
     latest = max((r.final_pass for r in valid), default=0)
     return sorted(valid, key=lambda r: (not (latest and r.final_pass == latest), r.cost))[:k]
 
 
-def open_database(db: "Database | str | os.PathLike | None") -> Database:
-    """``db`` as a Database (a path opens or creates the SQLite file; None: in memory)."""
+def open_database(db: "Database | str | os.PathLike | None", create: bool = True) -> Database:
+    """``db`` as a Database (a path opens the SQLite file, creating it unless ``create`` is
+    False, for readers; None: in memory)."""
     if isinstance(db, Database):
         return db
-    return Database(":memory:" if db is None else os.fspath(db))
+    return Database(":memory:" if db is None else os.fspath(db), create=create)

@@ -53,7 +53,7 @@ class ApplyHistoryBest:
     """A context in which ``td.build`` picks the best record of each task in ``db``."""
 
     def __init__(self, db: "Database | str", warn_missing: bool = True):
-        self.db = open_database(db)
+        self.db = open_database(db, create=False)
         self.warn_missing = warn_missing
         self.hits: list[str] = []
         self.misses: list[str] = []

@@ -94,7 +94,7 @@ def build_dynamic(args: Sequence[Any], db: "Database | str", target: Any = "llvm
     from .task import _ops, workload_key
     args = _full_args(args)
     outputs = _ops(args)
-    database = open_database(db)
+    database = open_database(db, create=False)
     recs = [r for r in database.by_workload(workload_key(outputs, as_target(target))) if r.valid]
     names = size_vars(args)
     by_size: dict[tuple, list] = {}

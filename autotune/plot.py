@@ -10,7 +10,7 @@ from .database import Database, open_database
 
 def tuning_curve(db: "Database | str", task_key: "str | None" = None) -> dict[str, list]:
     """``{task description: [(trial, best GFLOP/s so far), ...]}`` in measurement order."""
-    database = open_database(db)
+    database = open_database(db, create=False)
     curves: dict[str, list] = {}
     for key, desc, target, _ in database.tasks():
         if task_key is not None and key != task_key:

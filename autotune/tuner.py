@@ -34,7 +34,7 @@ import numpy as np
 from tdsl.errors import TDSLError, TuningError
 
 from .cost_model import XGBoostCostModel
-from .database import Database, Record, best_records, open_database
+from .database import Database, Record, best_records, claim_owner, open_database
 from .features import FEATURE_LEN, FEATURE_VERSION, extract_features
 from .measure import MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult, measure_option
 
@@ -51,6 +51,7 @@ class TuneResult:
     task_key: str
     trials: int = 0
     resumed: int = 0
+    concurrent: int = 0   # trials other tuners sharing the database measured meanwhile
     best: Optional[Record] = None
     seconds: float = 0.0
     errors: dict = field(default_factory=dict)
@@ -130,6 +131,9 @@ class Tuner:
         t0 = time.perf_counter()
         history = database.records(self.task.key)
         self._resume(history, res)
+        owner = claim_owner()
+        seen = max((r.id for r in history if r.id is not None), default=0)
+        own_ids: set[int] = set()
         self.resumed = res.resumed
         last_improve = res.resumed
         any_ok = any(r.valid for r in history)
@@ -139,16 +143,28 @@ class Tuner:
             if measure_default else []
         self.measured.update(c.prog_hash for c in defaults)
         try:
-            while res.resumed + res.trials < n_trial:
+            while res.resumed + res.concurrent + res.trials < n_trial:
                 if timeout is not None and time.perf_counter() - t0 > timeout:
                     break
-                want = min(batch_size, n_trial - res.resumed - res.trials)
+                seen = self._catch_up(database, seen, own_ids, res)
+                # programs other tuners are measuring now will count too
+                done = res.resumed + res.concurrent + res.trials + \
+                    database.in_flight(self.task.key, owner)
+                if done >= n_trial:
+                    break
+                want = min(batch_size, n_trial - done)
                 batch, defaults = defaults[:want], defaults[want:]
                 if len(batch) < want:
                     batch += self.next_batch(want - len(batch))
+                # another tuner on this database may be measuring the same programs: take
+                # only those claimed now (the others count as measured, never proposed again)
+                mine = database.claim(self.task.key, [c.prog_hash if c.valid else
+                                                      _illegal_hash(c) for c in batch], owner)
                 legal = []
                 for c in batch:
-                    if c.valid:
+                    if (c.prog_hash if c.valid else _illegal_hash(c)) not in mine:
+                        self.measured.add(c.prog_hash if c.valid else _illegal_hash(c))
+                    elif c.valid:
                         legal.append(c)
                     else:
                         self._record_illegal(database, c, res)
@@ -165,7 +181,7 @@ class Tuner:
 
                 def on_result(i: int, r: MeasureResult) -> None:
                     rec = self._record(legal[i], r)
-                    database.add(rec)
+                    own_ids.add(database.add(rec))
                     if rec.valid and rec.cost < self.best_cost:
                         self.best_cost = rec.cost
                         self.best_record = rec
@@ -198,6 +214,10 @@ class Tuner:
         finally:
             if own_option:
                 mopt.close()
+            try:
+                database.release(self.task.key, owner)
+            except TuningError:
+                pass                # claims lapse by themselves
         res.best = self.best_record
         res.seconds = time.perf_counter() - t0
         if res.best is None and res.trials:
@@ -230,6 +250,23 @@ class Tuner:
             self.best_record = best[0]
             self.best_cost = best[0].cost
 
+    def _catch_up(self, database: Database, seen: int, own_ids: set, res: TuneResult) -> int:
+        """Take in the records other tuners wrote to the database since row ``seen``:
+        their programs are never measured here, their trials count towards the budget
+        and they train the model.  Returns the last row seen."""
+        new = [r for r in database.records_after(self.task.key, seen) if r.id not in own_ids]
+        if not new:
+            return max([seen] + list(own_ids))
+        for r in new:
+            self.measured.add(r.prog_hash)
+        res.concurrent += sum(1 for r in new
+                              if r.error_no is not MeasureErrorNo.INSTANTIATION_ERROR)
+        best = best_records(new, 1)
+        if best and best[0].cost < self.best_cost:
+            self.best_cost, self.best_record = best[0].cost, best[0]
+        self.load_history(new)
+        return max([seen] + list(own_ids) + [r.id for r in new])
+
     def _best_gflops(self) -> float:
         return self.task.flop / self.best_cost / 1e9 if math.isfinite(self.best_cost) else 0.0
 
@@ -259,8 +296,7 @@ class Tuner:
                       FEATURE_VERSION if feats is not None else 0)
 
     def _record_illegal(self, database: Database, c: Candidate, res: TuneResult) -> None:
-        key = "illegal:" + c.trace if c.trace != "[]" else "illegal:" + repr(c.config)
-        h = "illegal-" + hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+        h = _illegal_hash(c)
         if h in self.measured:
             return
         self.measured.add(h)
@@ -269,6 +305,12 @@ class Tuner:
                             c.trace, h, (), MeasureErrorNo.INSTANTIATION_ERROR, c.error[-2000:],
                             self.task.flop, 0.0, time.time(), self.task.signature,
                             self.task.workload, self.task.sizes))
+
+
+def _illegal_hash(c: Candidate) -> str:
+    """The program hash an illegal candidate is recorded under (by trace, else config)."""
+    key = "illegal:" + c.trace if c.trace != "[]" else "illegal:" + repr(c.config)
+    return "illegal-" + hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
 
 
 def _all_ops(outputs: Sequence[Any]) -> list:
@@ -342,7 +384,7 @@ class XGBTuner(Tuner):
 
     def _transfer(self, src: Any) -> None:
         if isinstance(src, (Database, str)):
-            db = open_database(src)
+            db = open_database(src, create=False)
             recs = db.records(target=str(self.task.target))
         else:
             recs = list(src)

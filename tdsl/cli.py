@@ -118,9 +118,9 @@ def _fmt(r: Any) -> str:
 
 def cmd_records(ns: argparse.Namespace) -> int:
     from tdsl import autotune
-    if not os.path.exists(ns.db) and ns.action != "import":
-        raise SystemExit(f"tdsl records: no database {ns.db!r}")
-    db = autotune.Database(ns.db)
+    from tdsl.autotune.database import read_jsonl
+    recs = read_jsonl(ns.path) if ns.action == "import" else None   # checked before opening
+    db = autotune.Database(ns.db, create=ns.action == "import")      # readers never create
     if ns.action == "show":
         for key, desc, target, n in db.tasks():
             if ns.task and not key.startswith(ns.task):
@@ -140,8 +140,9 @@ def cmd_records(ns: argparse.Namespace) -> int:
         n = db.export_jsonl(ns.path, ns.task)
         print(f"exported {n} records to {ns.path}")
     elif ns.action == "import":
-        n = db.import_jsonl(ns.path)
-        print(f"imported {n} records into {ns.db}")
+        n = db.add_new(recs)
+        print(f"imported {n} records into {ns.db}"
+              + (f" ({len(recs) - n} already there)" if len(recs) > n else ""))
     return 0
 
 

@@ -59,6 +59,7 @@ def test_cli_reports_bad_spec():
 def test_apply_history_best_missing_record_warns(tmp_path):
     A, B, C = matmul()
     s = td.create_schedule(C.op)
+    autotune.Database(str(tmp_path / "empty.db")).close()
     with autotune.apply_history_best(str(tmp_path / "empty.db")) as ctx:
         with pytest.warns(UserWarning, match="no tuning record"):
             td.build(s, [A, B, C], target="llvm")
