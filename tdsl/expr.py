@@ -64,6 +64,18 @@ class Expr:
             "a tdsl expression has no truth value in Python; use td.if_then_else, "
             "td.all/td.any or &, | instead of 'if', 'and', 'or', 'not'")
 
+    def __index__(self) -> int:
+        """Only integer constants are Python integers (``Const.__index__``); anything else
+        is known when the kernel runs, not now."""
+        what = f"the symbolic size '{self.name}'" if isinstance(self, Var) else \
+            f"the expression {self!r}"
+        raise DTypeError(
+            f"{what} has no integer value until the kernel is called with arrays (its value "
+            f"comes from their shapes); only constant sizes convert with int() or serve as "
+            f"NumPy shapes")
+
+    __int__ = __index__
+
     def astype(self, dtype: "DType | str") -> "Expr":
         """Cast to ``dtype`` (TVM's ``expr.astype``)."""
         dtype = as_dtype(dtype)
@@ -124,6 +136,16 @@ class Const(Expr):
 
     def __bool__(self) -> bool:  # lets `if const:` work on folded conditions
         return bool(self.value)
+
+    def __index__(self) -> int:
+        """An integer constant is a Python integer where one is needed: ``int(T.shape[0])``,
+        ``np.empty(T.shape)``, ``range(n)``."""
+        if self.dtype.is_int:
+            return self.value
+        raise DTypeError(f"the {self.dtype} constant {self.value!r} is not an integer; "
+                         f"only integer constants convert with int() or serve as sizes")
+
+    __int__ = __index__
 
 
 # ---- operators ------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..errors import DTypeError, ShapeError, TDSLError
+from ..keywords import check_keywords
 from ..stmt import PrimFunc
 from . import numpy as tnp
 
@@ -321,6 +322,7 @@ class TorchOp:
         return f"<TorchOp {self.qualname}({ins}) -> ({outs}){grad}>"
 
 
+@check_keywords
 def to_torch(f: Any, name: "str | None" = None, *, allocate_outputs: bool = True,
              backward: Any = None, saved_inputs: "Sequence[int] | None" = None,
              saved_outputs: Sequence[int] = (), grad_inputs: "Sequence[int] | None" = None,
