@@ -251,10 +251,11 @@ def _version() -> str:
 
 
 class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows ``(default: ...)`` for options that have a real default (not None/False)."""
+    """Shows ``(default: ...)`` for options that take a value and have a default."""
 
     def _get_help_string(self, action: argparse.Action) -> "str | None":
-        if action.default in (None, False, []) or action.default is argparse.SUPPRESS:
+        if action.default is None or action.default == [] or action.nargs == 0 \
+                or action.default is argparse.SUPPRESS:
             return action.help
         return super()._get_help_string(action)
 
