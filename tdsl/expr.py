@@ -65,10 +65,22 @@ class Expr:
             "td.all/td.any or &, | instead of 'if', 'and', 'or', 'not'")
 
     def __index__(self) -> int:
-        """Only integer constants are Python integers (``Const.__index__``); anything else
-        is known when the kernel runs, not now."""
-        what = f"the symbolic size '{self.name}'" if isinstance(self, Var) else \
-            f"the expression {self!r}"
+        """An integer expression of constants (``A.shape[1] * 2``) is a Python integer;
+        one with symbolic sizes is known only when the kernel runs, so it raises."""
+        from .arith.constfold import const_fold
+        from .visitor import free_vars
+        if isinstance(self, Var):
+            unknown = [self]
+        else:
+            unknown = sorted(free_vars(self), key=lambda v: v.seq)
+            folded = const_fold(self) if not unknown else None
+            if isinstance(folded, Const):
+                return folded.__index__()
+        if not unknown:
+            raise DTypeError(f"{self!r} does not fold to an integer constant")
+        names = ", ".join(f"'{v.name}'" for v in unknown)
+        what = f"the symbolic size {names}" if isinstance(self, Var) else \
+            f"{self!r} (it depends on the symbolic size(s) {names})"
         raise DTypeError(
             f"{what} has no integer value until the kernel is called with arrays (its value "
             f"comes from their shapes); only constant sizes convert with int() or serve as "
