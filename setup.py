@@ -17,4 +17,4 @@ for pkg, folder in ROOTS.items():
         package_dir[f"{pkg}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
 
 setup(packages=packages, package_dir=package_dir,
-      package_data={"tdsl.backends": ["cuda/*.h", "cuda/*.cc"]})
+      package_data={"tdsl": ["py.typed"], "tdsl.backends": ["cuda/*.h", "cuda/*.cc"]})

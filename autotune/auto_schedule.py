@@ -11,6 +11,7 @@ import warnings
 from typing import Any, Mapping, Sequence
 
 from tdsl.errors import TuningError
+from tdsl.keywords import check_keywords
 from tdsl.target import as_target
 from tdsl.tensor import PlaceholderOp, Tensor
 
@@ -49,6 +50,7 @@ def create_auto_task(outputs: Sequence[Any], target: Any = "llvm",
     return Task(name or "_".join(t.name for t in outs), args, tgt, source, sizes)
 
 
+@check_keywords
 def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64,
                   db: "Database | str | None" = None, measure_option: "MeasureOption | None" = None,
                   sizes: "Mapping[str, int] | None" = None, callbacks: Sequence[Any] = (),

@@ -11,10 +11,12 @@ the largest).
 from __future__ import annotations
 
 import bisect
+import inspect
 import itertools
 from typing import Any, Mapping, Sequence
 
 from tdsl.errors import TuningError
+from tdsl.keywords import check_keywords, unknown_keyword_error
 
 from .database import Database, best_records, open_database
 from .dispatch import schedule_from_record
@@ -45,8 +47,16 @@ def tune_dynamic(args: Sequence[Any], target: Any = "llvm",
                  sizes: "Mapping[str, Sequence[int]] | None" = None, trials: int = 32,
                  db: "Database | str | None" = None, measure_option: "MeasureOption | None" = None,
                  **kwargs: Any) -> list[dict]:
-    """Tune each representative size of a symbolic computation; returns the size bindings."""
+    """Tune each representative size of a symbolic computation; returns the size bindings.
+
+    Other keywords go to ``auto_schedule`` (an unknown one fails before any tuning)."""
     from .auto_schedule import auto_schedule
+    valid = [p for p in inspect.signature(auto_schedule).parameters
+             if p not in ("outputs", "target", "trials", "db", "measure_option", "sizes")]
+    unknown = [k for k in kwargs if k not in valid]
+    if unknown:
+        raise unknown_keyword_error("tune_dynamic", unknown, ["target", "sizes", "trials", "db",
+                                                              "measure_option", *valid])
     database = open_database(db)
     grid = _grid(args, sizes)
     for binding in grid:
@@ -80,9 +90,13 @@ class DispatchModule:
     def __call__(self, *arrays: Any) -> None:
         self.select(arrays)(*arrays)
 
-    def time_evaluator(self, *a: Any, **kw: Any) -> Any:
+    @check_keywords
+    def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,
+                       repeat: int = 1, min_repeat_ms: float = 0) -> Any:
+        """Times the kernel that ``arrays`` select (see ``Module.time_evaluator``)."""
         def evaluate(*arrays: Any) -> Any:
-            return self.select(arrays).time_evaluator(*a, **kw)(*arrays)
+            return self.select(arrays).time_evaluator(
+                number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)(*arrays)
         return evaluate
 
 

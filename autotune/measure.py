@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from tdsl.errors import TuningError
+from tdsl.keywords import check_keywords
 
 from . import measure_jobs
 from .workers import JobOutcome, JobResult, WorkerPool
@@ -133,6 +134,7 @@ class LocalBuilder:
     small shapes, or where no compiler is available).
     """
 
+    @check_keywords
     def __init__(self, n_parallel: "int | None" = None, timeout: float = 30.0,
                  backend: str = "native", build_dir: "str | None" = None):
         if backend not in ("native", "interpreter"):
@@ -208,6 +210,7 @@ class LocalRunner:
     seconds)`` for each reference made resident (computed, or loaded from the cache).
     """
 
+    @check_keywords
     def __init__(self, timeout: float = 10.0, number: int = 1, repeat: int = 5,
                  min_repeat_ms: float = 25.0, check_correctness: bool = True,
                  reject_factor: float = 3.0, pre_run: "Callable[[dict], None] | None" = None,
@@ -365,6 +368,7 @@ class MeasureOption:
                 part.close()
 
 
+@check_keywords
 def measure_option(builder: Any = None, runner: Any = None) -> MeasureOption:
     """How to measure: ``builder`` (default ``LocalBuilder()``), ``runner`` (``LocalRunner()``)."""
     return MeasureOption(builder or LocalBuilder(), runner or LocalRunner())

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tdsl.errors import BuildError, LoweringError, ScheduleError, ShapeError, TDSLError
+from tdsl.keywords import check_keywords
 from tdsl.tensor import PlaceholderOp, Tensor
 
 from .irutil import eval_int
@@ -59,8 +60,9 @@ class InterpreterModule:
         from tdsl.interpreter import run
         run(self.func, *arrays)
 
-    def time_evaluator(self, number: int = 1, repeat: int = 1, min_repeat_ms: float = 0,
-                       **_: Any) -> Callable[..., Any]:
+    @check_keywords
+    def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,
+                       repeat: int = 1, min_repeat_ms: float = 0) -> Callable[..., Any]:
         from tdsl.runtime import measure
 
         def evaluate(*arrays: Any) -> Any:

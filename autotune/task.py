@@ -23,6 +23,7 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from tdsl.errors import LoweringError, ScheduleError, ShapeError, TuningError
 from tdsl.expr import Reduce
+from tdsl.keywords import check_keywords
 from tdsl.lowering import lower
 from tdsl.stmt import PrimFunc
 from tdsl.structural import structural_hash
@@ -244,6 +245,7 @@ class TemplateSource:
         return sch
 
 
+@check_keywords
 def create_task(func: Template, args: Sequence[Any] = (), target: Any = "llvm",
                 sizes: "Mapping[str, int] | None" = None, name: "str | None" = None) -> Task:
     """A task tuning template ``func`` called with ``args`` for ``target``.

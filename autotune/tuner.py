@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 import numpy as np
 
 from tdsl.errors import TDSLError, TuningError
+from tdsl.keywords import check_keywords
 
 from .cost_model import XGBoostCostModel
 from .database import Database, Record, best_records, claim_owner, open_database
@@ -106,6 +107,7 @@ class Tuner:
         return out
 
     # ---- the loop --------------------------------------------------------------------------
+    @check_keywords
     def tune(self, n_trial: int, measure_option: "MeasureOption | None" = None,
              callbacks: Sequence[Callable] = (), db: "Database | str | None" = None,
              early_stopping: "int | None" = None, batch_size: int = 24,

@@ -5,7 +5,7 @@ schedule (``create_schedule``) or let ``tdsl.autotune`` find it, then ``build``
 for ``"llvm"`` (CPU) or ``"cuda"``.
 """
 from .dtype import DType
-from .errors import (BuildError, DTypeError, InternalError, LoweringError, ScheduleError,
+from .errors import (ArgumentError, BuildError, DTypeError, InternalError, LoweringError, ScheduleError,
                      ShapeError, TDSLError, TuningError)
 from .expr import Expr, Var, SizeVar, const
 from .intrin import (abs, all, any, cast, ceil, cos, erf, exp, exp2, floor, if_then_else,
@@ -17,7 +17,7 @@ from .target import Target, as_target
 from .tensor import (ComputeOp, IterVar, PlaceholderOp, Range, Tensor, compute, placeholder,
                      reduce_axis, size_var, thread_axis, var)
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"   # the only place the version is written (pyproject reads it)
 
 from .lowering import lower  # noqa: E402
 from .build_module import build, load_module  # noqa: E402
@@ -25,9 +25,26 @@ from tdsl.schedule import Schedule, Stage, create_schedule  # noqa: E402
 from tdsl.schedule.tensorize import TensorIntrin, decl_tensor_intrin  # noqa: E402
 
 
+#: subpackages and modules reachable as ``tdsl.<name>`` after a plain ``import tdsl``, imported
+#: on first use so that ``import tdsl`` stays fast (and never imports torch or xgboost).
+_LAZY_MODULES = ("interpreter", "autotune", "ops", "integrations", "backends", "runtime",
+                 "testing")
+
+
 def __getattr__(name: str):
-    """``tdsl.to_torch`` is imported on first use, so ``import tdsl`` never imports torch."""
+    """Lazy attributes: ``tdsl.to_torch`` and the modules in ``_LAZY_MODULES``."""
     if name == "to_torch":
         from tdsl.integrations.torch import to_torch
         return to_torch
+    if name in _LAZY_MODULES:
+        import importlib
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise        # the module exists but one of its imports is missing
     raise AttributeError(f"module 'tdsl' has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY_MODULES) | {"to_torch"})

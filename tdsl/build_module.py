@@ -4,10 +4,12 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .errors import BuildError
+from .keywords import check_keywords
 from .stmt import PrimFunc
 from .target import TargetKind, as_target
 
 
+@check_keywords
 def build(inputs: Any, args: "Sequence[Any] | None" = None, target: Any = "llvm",
           name: str = "default_function") -> Any:
     """Compile a schedule (with its argument tensors) or a lowered PrimFunc for ``target``.

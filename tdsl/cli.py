@@ -4,11 +4,16 @@
 
     tdsl tune ops.py:matmul --target llvm --trials 500 --db tune.db
     tdsl tune mypkg.ops:conv --trials 200 --db tune.db --scheduler-address tcp://10.0.0.5:8786
-    tdsl records show --db tune.db [--task KEY] [--limit 20]
-    tdsl records best --db tune.db
-    tdsl records export --db tune.db records.jsonl
-    tdsl records import --db tune.db records.jsonl
+    tdsl records show tune.db [--task KEY] [--limit 20] [--json]
+    tdsl records best tune.db [--json]
+    tdsl records export tune.db records.jsonl      (no file: JSON lines to stdout)
+    tdsl records import tune.db records.jsonl
     tdsl plot --db tune.db --out curve.png
+    tdsl cache info [--json]
+    tdsl cache clear
+    tdsl --version                                  (also: python -m tdsl ...)
+
+The database may be given by position (as above) or with ``--db`` (default ``tune.db``).
 
 The tuned function is called with no arguments (or with ``--args`` as JSON) and
 returns the tensors to tune (inputs then outputs, or just the outputs), a
@@ -23,6 +28,8 @@ import json
 import os
 import sys
 from typing import Any, Sequence
+
+DEFAULT_DB = "tune.db"
 
 
 def _load(spec: str) -> Any:
@@ -116,34 +123,117 @@ def _fmt(r: Any) -> str:
     return f"{r.id:6d} {r.task_key[:10]} {cost}  {json.dumps(r.config)[:90]}"
 
 
+def _record_json(r: Any) -> dict:
+    """A record as the listings' ``--json`` shows it: nothing shortened."""
+    return {"id": r.id, "task_key": r.task_key, "valid": r.valid,
+            "cost_s": r.cost if r.valid else None, "gflops": r.gflops if r.valid else None,
+            "error": None if r.valid else r.error_no.name, "config": r.config}
+
+
+def _db_and_file(ns: argparse.Namespace) -> tuple[str, "str | None"]:
+    """The database and (export/import) the JSON-lines file, from the positionals and
+    ``--db``: ``[DB] [FILE]`` for export/import, ``[DB]`` for show/best."""
+    pos = list(ns.paths)
+    db = ns.db
+    if ns.action in ("export", "import"):
+        need_file = ns.action == "import"
+        if len(pos) > 2:
+            raise SystemExit(f"tdsl records {ns.action}: expected [DB] [FILE], got {pos}")
+        if len(pos) == 2 or (len(pos) == 1 and db is None and not need_file):
+            given = pos.pop(0)
+        else:
+            given = None
+        path = pos[0] if pos else None
+        if need_file and path is None:
+            raise SystemExit("tdsl records import: give the JSON-lines file to import")
+    else:
+        if len(pos) > 1:
+            raise SystemExit(f"tdsl records {ns.action}: expected at most one database, got {pos}")
+        given, path = (pos[0] if pos else None), None
+    if given is not None and db is not None and given != db:
+        raise SystemExit(f"tdsl records: two databases given ({given!r} and --db {db!r})")
+    return given or db or DEFAULT_DB, path
+
+
 def cmd_records(ns: argparse.Namespace) -> int:
     from tdsl import autotune
     from tdsl.autotune.database import read_jsonl
-    recs = read_jsonl(ns.path) if ns.action == "import" else None   # checked before opening
-    db = autotune.Database(ns.db, create=ns.action == "import")      # readers never create
+    db_path, path = _db_and_file(ns)
+    recs = read_jsonl(path) if ns.action == "import" else None      # checked before opening
+    db = autotune.Database(db_path, create=ns.action == "import")    # readers never create
+    listing: list = []
     if ns.action == "show":
         for key, desc, target, n in db.tasks():
             if ns.task and not key.startswith(ns.task):
                 continue
-            print(f"task {key}  {desc}  [{target}]  {n} records")
             recs = db.records(key)
-            for r in recs[-ns.limit:] if ns.limit else recs:
+            recs = recs[-ns.limit:] if ns.limit else recs
+            if ns.json:
+                listing.append({"task_key": key, "description": desc, "target": target,
+                                "count": n, "records": [_record_json(r) for r in recs]})
+                continue
+            print(f"task {key}  {desc}  [{target}]  {n} records")
+            for r in recs:
                 print("  " + _fmt(r))
     elif ns.action == "best":
         for key, desc, target, n in db.tasks():
             if ns.task and not key.startswith(ns.task):
                 continue
             best = db.best(key)
+            if ns.json:
+                listing.append({"task_key": key, "description": desc, "target": target,
+                                "count": n, "best": _record_json(best[0]) if best else None})
+                continue
             line = _fmt(best[0]) if best else "no valid record"
             print(f"{desc} [{target}] ({n} records)\n  {line}")
     elif ns.action == "export":
-        n = db.export_jsonl(ns.path, ns.task)
-        print(f"exported {n} records to {ns.path}")
+        if path is None or path == "-":
+            n = 0
+            for r in db.records(ns.task):
+                print(json.dumps(r.to_json()))
+                n += 1
+            print(f"exported {n} records", file=sys.stderr)
+        else:
+            n = db.export_jsonl(path, ns.task)
+            print(f"exported {n} records to {path}")
     elif ns.action == "import":
         n = db.add_new(recs)
-        print(f"imported {n} records into {ns.db}"
+        print(f"imported {n} records into {db_path}"
               + (f" ({len(recs) - n} already there)" if len(recs) > n else ""))
+    if ns.json:
+        print(json.dumps(listing, indent=1))
     return 0
+
+
+def cmd_cache(ns: argparse.Namespace) -> int:
+    from tdsl import disk_cache
+    caches = disk_cache.info()
+    if ns.action == "info":
+        if ns.json:
+            print(json.dumps(caches, indent=1))
+            return 0
+        cap = caches[0]["max_bytes"]
+        print(f"cache root: {disk_cache.root()}  (cap per cache: "
+              f"{_mb(cap) if cap else 'none'}; set {disk_cache.ENV_MAX_SIZE})")
+        for c in caches:
+            where = c["path"] or f"off ({disk_cache.ENV_DIR}=off)"
+            print(f"  {c['name']:9s} {c['files']:6d} files {_mb(c['bytes']):>10s}  {where}  "
+                  f"-- {c['description']}")
+        return 0
+    removed = []
+    for name in disk_cache.FOLDERS:
+        files, size = disk_cache.clear(disk_cache.folder(name))
+        removed.append({"name": name, "files": files, "bytes": size})
+    if ns.json:
+        print(json.dumps(removed, indent=1))
+    else:
+        for r in removed:
+            print(f"cleared {r['name']}: {r['files']} files, {_mb(r['bytes'])}")
+    return 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**20:.1f} MB"
 
 
 def cmd_plot(ns: argparse.Namespace) -> int:
@@ -156,50 +246,87 @@ def cmd_plot(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from tdsl import __version__
+    return __version__
+
+
+class _HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: ...)`` for options that take a value and have a default."""
+
+    def _get_help_string(self, action: argparse.Action) -> "str | None":
+        if action.default is None or action.default == [] or action.nargs == 0 \
+                or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tdsl", description="tdsl tuning jobs and records")
+    fmt = _HelpWithDefaults
+    p = argparse.ArgumentParser(prog="tdsl", description="tdsl tuning jobs, records and caches",
+                                formatter_class=fmt)
+    p.add_argument("--version", action="version", version=f"tdsl {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("tune", help="tune a computation or template")
+    t = sub.add_parser("tune", help="tune a computation or template", formatter_class=fmt)
     t.add_argument("function", help="<file.py|module>:<function>")
-    t.add_argument("--target", default="llvm")
-    t.add_argument("--trials", type=int, default=200)
-    t.add_argument("--db", default="tune.db")
+    t.add_argument("--target", default="llvm", help="target to tune for ('llvm', 'cuda', "
+                   "'llvm -mcpu=...')")
+    t.add_argument("--trials", type=int, default=200, help="candidates to measure")
+    t.add_argument("--db", default=DEFAULT_DB, help="SQLite database the records go to "
+                   "(a killed job resumes from it)")
     t.add_argument("--args", default=None, help="JSON list of arguments for the function")
     t.add_argument("--sizes", default=None, help="symbolic sizes, e.g. 'n=256;m=64'")
-    t.add_argument("--tuner", choices=["xgb", "random"], default="xgb")
-    t.add_argument("--batch-size", type=int, default=24)
-    t.add_argument("--early-stopping", type=int, default=None)
+    t.add_argument("--tuner", choices=["xgb", "random"], default="xgb",
+                   help="search: XGBoost cost model or random")
+    t.add_argument("--batch-size", type=int, default=24, help="candidates measured per round")
+    t.add_argument("--early-stopping", type=int, default=None,
+                   help="stop after this many trials without improvement")
     t.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
     t.add_argument("--run-timeout", type=float, default=10.0, help="seconds per candidate")
     t.add_argument("--repeat", type=int, default=3, help="timed repeats per candidate")
     t.add_argument("--min-repeat-ms", type=float, default=25.0,
                    help="each repeat runs the kernel at least this long")
-    t.add_argument("--build-workers", type=int, default=None)
+    t.add_argument("--build-workers", type=int, default=None,
+                   help="parallel compile processes (default: one per CPU)")
     t.add_argument("--scheduler-address", default=None,
                    help="Dask scheduler (tcp://host:port) to measure on its workers")
-    t.add_argument("--no-transfer", dest="transfer", action="store_false")
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--no-progress-bar", action="store_true")
+    t.add_argument("--no-transfer", dest="transfer", action="store_false",
+                   help="do not pre-train the cost model on other tasks' records")
+    t.add_argument("--seed", type=int, default=0, help="random seed of the search")
+    t.add_argument("--no-progress-bar", action="store_true", help="no progress bar on stderr")
     t.set_defaults(run=cmd_tune)
-    r = sub.add_parser("records", help="inspect tuning records")
+    r = sub.add_parser("records", help="inspect tuning records", formatter_class=fmt)
     rsub = r.add_subparsers(dest="action", required=True)
     for action, text in (("show", "list the records of each task"),
                          ("best", "the best record of each task"),
-                         ("export", "write the records to a JSON-lines file"),
+                         ("export", "write the records as JSON lines (to FILE or stdout)"),
                          ("import", "add the records of a JSON-lines file")):
-        a = rsub.add_parser(action, help=text)
+        a = rsub.add_parser(action, help=text, description=text, formatter_class=fmt)
         if action in ("export", "import"):
-            a.add_argument("path", help="JSON-lines file")
+            a.add_argument("paths", nargs="*", metavar="[DB] FILE" if action == "import"
+                           else "[DB] [FILE]", help="database, then JSON-lines file")
+            a.set_defaults(json=False)
         else:
-            a.add_argument("--limit", type=int, default=20)
-        a.add_argument("--db", default="tune.db")
+            a.add_argument("paths", nargs="*", metavar="DB", help=f"database (default: "
+                           f"--db, else {DEFAULT_DB})")
+            a.add_argument("--limit", type=int, default=20, help="records per task (0: all)")
+            a.add_argument("--json", action="store_true", help="print JSON, nothing shortened")
+        a.add_argument("--db", default=None, help=f"database (same as DB; default {DEFAULT_DB})")
         a.add_argument("--task", default=None, help="task key (prefix)")
         a.set_defaults(run=cmd_records)
-    pl = sub.add_parser("plot", help="plot the tuning curve of a database")
-    pl.add_argument("--db", default="tune.db")
-    pl.add_argument("--task", default=None)
-    pl.add_argument("--out", default="tuning_curve.png")
+    pl = sub.add_parser("plot", help="plot the tuning curve of a database", formatter_class=fmt)
+    pl.add_argument("--db", default=DEFAULT_DB, help="tuning database")
+    pl.add_argument("--task", default=None, help="task key (prefix; default: every task)")
+    pl.add_argument("--out", default="tuning_curve.png", help="image file to write")
     pl.set_defaults(run=cmd_plot)
+    c = sub.add_parser("cache", help="the build cache and the CUDA emulator cache",
+                       formatter_class=fmt)
+    csub = c.add_subparsers(dest="action", required=True)
+    for action, text in (("info", "where the caches are and how large"),
+                         ("clear", "delete every cached file")):
+        a = csub.add_parser(action, help=text, description=text, formatter_class=fmt)
+        a.add_argument("--json", action="store_true", help="print JSON")
+        a.set_defaults(run=cmd_cache)
     return p
 
 

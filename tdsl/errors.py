@@ -15,6 +15,10 @@ class DTypeError(TDSLError, TypeError):
     """Mixing dtypes without a cast, or an unsupported dtype."""
 
 
+class ArgumentError(TDSLError, TypeError):
+    """A call with an unknown keyword argument (a misspelling is never silently ignored)."""
+
+
 class ShapeError(TDSLError, ValueError):
     """A shape, index count, stride or symbolic binding that does not fit."""
 

@@ -64,6 +64,30 @@ class Expr:
             "a tdsl expression has no truth value in Python; use td.if_then_else, "
             "td.all/td.any or &, | instead of 'if', 'and', 'or', 'not'")
 
+    def __index__(self) -> int:
+        """An integer expression of constants (``A.shape[1] * 2``) is a Python integer;
+        one with symbolic sizes is known only when the kernel runs, so it raises."""
+        from .arith.constfold import const_fold
+        from .visitor import free_vars
+        if isinstance(self, Var):
+            unknown = [self]
+        else:
+            unknown = sorted(free_vars(self), key=lambda v: v.seq)
+            folded = const_fold(self) if not unknown else None
+            if isinstance(folded, Const):
+                return folded.__index__()
+        if not unknown:
+            raise DTypeError(f"{self!r} does not fold to an integer constant")
+        names = ", ".join(f"'{v.name}'" for v in unknown)
+        what = f"the symbolic size {names}" if isinstance(self, Var) else \
+            f"{self!r} (it depends on the symbolic size(s) {names})"
+        raise DTypeError(
+            f"{what} has no integer value until the kernel is called with arrays (its value "
+            f"comes from their shapes); only constant sizes convert with int() or serve as "
+            f"NumPy shapes")
+
+    __int__ = __index__
+
     def astype(self, dtype: "DType | str") -> "Expr":
         """Cast to ``dtype`` (TVM's ``expr.astype``)."""
         dtype = as_dtype(dtype)
@@ -124,6 +148,16 @@ class Const(Expr):
 
     def __bool__(self) -> bool:  # lets `if const:` work on folded conditions
         return bool(self.value)
+
+    def __index__(self) -> int:
+        """An integer constant is a Python integer where one is needed: ``int(T.shape[0])``,
+        ``np.empty(T.shape)``, ``range(n)``."""
+        if self.dtype.is_int:
+            return self.value
+        raise DTypeError(f"the {self.dtype} constant {self.value!r} is not an integer; "
+                         f"only integer constants convert with int() or serve as sizes")
+
+    __int__ = __index__
 
 
 # ---- operators ------------------------------------------------------------------------

@@ -61,8 +61,30 @@ def test_install_imports_every_subpackage(tmp_path: Path, editable: bool) -> Non
     _run(args, cwd=tmp_path)
     names = sorted(set(SUBPACKAGES) | set(_subpackages_on_disk()))
     code = "import importlib,sys\n" + "".join(f"importlib.import_module({n!r})\n" for n in names) \
-        + "import tdsl; print(tdsl.__file__)"
+        + "import tdsl; print(tdsl.__file__)\n" \
+        + "import importlib.metadata as md, pathlib\n" \
+        + "print(md.version('tdsl') == tdsl.__version__, md.metadata('tdsl')['License-Expression'])\n" \
+        + "print((pathlib.Path(tdsl.__file__).parent / 'py.typed').is_file())\n" \
+        + "print(any(f.name == 'LICENSE' for f in md.files('tdsl') or ()))\n"
     # -P: do not put the current directory on sys.path; run outside the repo.
     out = _run([str(py), "-P", "-c", code], cwd=tmp_path).stdout
+    where, version_and_license, typed, license_file = out.strip().splitlines()
     expected = "site-packages" if not editable else str(ROOT)
-    assert expected in out, f"tdsl imported from {out.strip()!r}, expected a path with {expected!r}"
+    assert expected in where, f"tdsl imported from {where!r}, expected a path with {expected!r}"
+    # the version is written once (tdsl/__init__.py); the SPDX license, LICENSE and py.typed ship
+    assert version_and_license == "True Apache-2.0"
+    assert typed == "True"
+    if not editable:
+        assert license_file == "True"
+
+
+def test_project_metadata() -> None:
+    """Extras: tqdm for the notebooks (their progress bars), threadpoolctl for the benchmarks
+    (same BLAS thread count as the other contenders)."""
+    tomllib = pytest.importorskip("tomllib")   # Python 3.11+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = meta["optional-dependencies"]
+    assert any(r.startswith("tqdm") for r in extras["notebooks"])
+    assert any(r.startswith("threadpoolctl") for r in extras["benchmark"])
+    assert "version" in meta.get("dynamic", []) and "version" not in meta
+    assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")

@@ -2,9 +2,10 @@
 
 The CUDA C source is compiled unchanged: a translation unit includes ``emu.h``,
 then the source (after ``#line 1`` so reports point into it), then one small
-``extern "C"`` launcher per kernel.  Shared objects are cached in a temporary
-directory by the hash of everything that goes into them, so a source is compiled
-once per machine (about a second with g++ -O2).  The host plan runs in Python
+``extern "C"`` launcher per kernel.  Shared objects are cached by the hash of everything
+that goes into them in the ``cuda-emu`` folder of ``tdsl.disk_cache`` (which honours
+``TDSL_CACHE_DIR``/``XDG_CACHE_HOME`` and caps its size), so a source is compiled once per
+machine (about a second with g++ -O2).  The host plan runs in Python
 with NumPy memory; problems the harness finds (races, divergent barriers,
 out-of-bounds shared indices, uninitialized shared reads, traps) become
 ``EmulationError``/``SharedMemoryRaceError``.
@@ -19,10 +20,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from tdsl import disk_cache
 from tdsl.errors import BuildError
 from tdsl.stmt import Buffer
 
@@ -39,9 +42,16 @@ _SYNC_WORDS = re.compile(r"__syncthreads|__syncwarp|tdsl_wmma|__trap")
 
 
 def cache_dir() -> str:
-    path = os.path.join(tempfile.gettempdir(), f"tdsl-cuda-emu-{os.getuid()}")
+    """The emulator's cache folder (created on demand)."""
+    path = str(disk_cache.folder("cuda-emu"))
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def _keep(key: str) -> bool:
+    """The harness header and its precompiled form are shared by every compile: never
+    evicted (they are one entry, a few MB)."""
+    return key.startswith("emu-")
 
 
 def _compiler() -> str:
@@ -126,6 +136,9 @@ def load(source: str, kernels: Sequence[Any]) -> ctypes.CDLL:
             for p in (src_path, tmp_so):
                 if os.path.exists(p):
                     os.unlink(p)
+        disk_cache.prune(Path(cache_dir()), keep=_keep)
+    else:
+        disk_cache.touch(so)
     lib = ctypes.CDLL(so)
     for k in kernels:
         fn = getattr(lib, f"tdsl_emu_{k.name}")

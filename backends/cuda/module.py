@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 
 from tdsl.errors import BuildError, DTypeError
+from tdsl.keywords import check_keywords
 from tdsl.runtime import Module, ProfileResult
 from tdsl.stmt import PrimFunc
 from tdsl.target import Target
@@ -108,9 +109,9 @@ class CUDAModule(Module):
         from .driver import get_driver
         get_driver().synchronize()
 
+    @check_keywords
     def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,
-                       repeat: int = 1, min_repeat_ms: float = 0,
-                       **_ignored: Any) -> Callable[..., ProfileResult]:
+                       repeat: int = 1, min_repeat_ms: float = 0) -> Callable[..., ProfileResult]:
         """A function timing the kernels on the GPU with CUDA events (seconds per run).
 
         Arguments are checked and copied to the device once; only the launches are timed.
@@ -130,7 +131,9 @@ class CUDAModule(Module):
                 run.release()
         return evaluator
 
-    def export_library(self, path: str, **kwargs: Any) -> None:
+    @check_keywords
+    def export_library(self, path: str, cc: str = "gcc",
+                       options: "list[str] | None" = None) -> None:
         raise BuildError("export_library is not available for CUDA modules yet; save "
                          "get_source() or get_source('ptx') instead")
 

@@ -3,10 +3,13 @@
 Keys come from ``key_function`` (swap it with ``set_key_function``); the default
 is the structural hash of the lowered program (so a hit skips code generation)
 with the names the module exposes, the target, the machine it resolves to, and
-the llvmlite version; ``ir_text_key`` hashes the generated LLVM IR instead.  The disk cache lives under ``$TDSL_CACHE_DIR`` (default
-``~/.cache/tdsl``) in ``llvm/<key>.o`` plus ``llvm/<key>.json`` (entry name, flags,
-the IR text); ``TDSL_CACHE_DIR=off`` disables it.  Writes are atomic (temporary
-file + rename), so concurrent builds cannot leave a torn object behind.
+the llvmlite version; ``ir_text_key`` hashes the generated LLVM IR instead.  The disk
+cache is ``llvm/<key>.o`` plus ``llvm/<key>.json`` (entry name, flags, the IR text) under
+the cache root of ``tdsl.disk_cache`` (``$TDSL_CACHE_DIR``, else ``$XDG_CACHE_HOME/tdsl``,
+else ``~/.cache/tdsl``); ``TDSL_CACHE_DIR=off`` disables it.  It is capped in size
+(``TDSL_CACHE_MAX_SIZE``): each write evicts the least recently used objects, each hit
+marks its object used.  Writes are atomic (temporary file + rename), so concurrent builds
+cannot leave a torn object behind.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from typing import Any, Callable
 
 import llvmlite
 
+from tdsl import disk_cache
 from tdsl.stmt import PrimFunc
 from tdsl.target import Target
 
@@ -109,11 +113,7 @@ def clear_memory() -> None:
 # ---- disk --------------------------------------------------------------------------------------
 def cache_dir() -> "Path | None":
     """The disk cache folder, or None when disabled."""
-    value = os.environ.get("TDSL_CACHE_DIR")
-    if value is not None and value.strip().lower() in ("off", "0", "none", "false"):
-        return None
-    root = Path(value) if value else Path.home() / ".cache" / "tdsl"
-    return root / "llvm"
+    return disk_cache.folder("llvm")
 
 
 def disk_get(key: str) -> "tuple[bytes, dict[str, Any]] | None":
@@ -127,6 +127,7 @@ def disk_get(key: str) -> "tuple[bytes, dict[str, Any]] | None":
         return None
     if len(obj) != meta.get("size"):
         return None
+    disk_cache.touch(d / f"{key}.json", d / f"{key}.o")
     return obj, meta
 
 
@@ -153,5 +154,6 @@ def disk_put(key: str, obj: bytes, meta: dict[str, Any]) -> None:
         d.mkdir(parents=True, exist_ok=True)
         _atomic_write(d / f"{key}.o", obj)
         _atomic_write(d / f"{key}.json", json.dumps({**meta, "size": len(obj)}).encode())
+        disk_cache.prune(d)
     except OSError:
         pass

@@ -25,6 +25,7 @@ import numpy as np
 from tdsl.dtype import DType
 from tdsl.errors import BuildError
 from tdsl.expr import Var
+from tdsl.keywords import check_keywords
 from tdsl.runtime import Module, default_num_threads
 from tdsl.runtime.threads import note_thread_pool_use, thread_pool_usable
 from tdsl.runtime.meta import signature_from_json, signature_to_json
@@ -199,8 +200,10 @@ class LoadedModule(Module):
             return self.meta["llvm_ir"]
         raise BuildError(f"get_source({fmt!r}): a loaded library keeps only its LLVM IR ('ll')")
 
-    def export_library(self, path: str, **_ignored: Any) -> None:
-        """Copy the library, its header and metadata to ``path``."""
+    @check_keywords
+    def export_library(self, path: str) -> None:
+        """Copy the library, its header and metadata to ``path`` (it is linked already:
+        there is nothing to compile, so no ``cc``/``options``)."""
         dst = Path(path)
         shutil.copyfile(self.path, dst)
         src_h = header_path(self.path)

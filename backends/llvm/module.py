@@ -9,6 +9,7 @@ import numpy as np
 
 from tdsl.errors import BuildError
 from tdsl.expr import Var
+from tdsl.keywords import check_keywords
 from tdsl.runtime import Module, default_num_threads
 from tdsl.runtime.threads import note_thread_pool_use, thread_pool_usable
 from tdsl.stmt import PrimFunc
@@ -121,8 +122,9 @@ class LLVMModule(Module):
         else:
             raise BuildError(f"save: unknown file type '{p.suffix}' (use .o, .ll or .s)")
 
-    def export_library(self, path: str, cc: str = "gcc", options: "list[str] | None" = None,
-                       **_ignored: Any) -> None:
+    @check_keywords
+    def export_library(self, path: str, cc: str = "gcc",
+                       options: "list[str] | None" = None) -> None:
         """Write a shared library ``path`` (``.so``) with a C header and metadata beside
         it; a ``.o`` path writes just the object (any target)."""
         from .export import export_library

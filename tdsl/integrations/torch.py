@@ -36,7 +36,9 @@ What the operator does:
     of tensors; one gradient per forward input, None for none) for a gradient made of several
     kernels.
 
-  Double backward is not supported.
+  Double backward is not supported.  Without ``backward=``, the operator still takes
+  tensors that require grad, but a backward pass through it raises ``TDSLError`` (rather
+  than leaving the inputs' gradients silently ``None``).
 
 Outputs are the parameters the kernel writes (``tdsl.integrations.numpy.signature(f)`` lists
 roles); every symbolic size must be the extent of some input dimension for outputs to be
@@ -52,6 +54,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..errors import DTypeError, ShapeError, TDSLError
+from ..keywords import check_keywords
 from ..stmt import PrimFunc
 from . import numpy as tnp
 
@@ -310,6 +313,25 @@ class TorchOp:
         t.library.register_autograd(self.qualname, backward_fn, setup_context=setup_context,
                                     lib=_LIBRARY)
 
+    def _register_no_gradient(self) -> None:
+        """An autograd kernel that refuses: backward through an operator that has no
+        ``backward=`` must fail loudly, not leave the inputs' ``.grad`` at None."""
+        t = _require_torch()
+        qualname = self.qualname
+
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            pass
+
+        def backward_fn(ctx: Any, *grads: Any) -> Any:
+            raise TDSLError(
+                f"{qualname} has no gradient: it was made by tdsl.to_torch(f) without "
+                f"backward=, so gradients cannot flow back to its inputs.  Give "
+                f"to_torch(f, backward=<built gradient kernel or function>), or call it on "
+                f"detached tensors / under torch.no_grad() if no gradient is needed")
+
+        t.library.register_autograd(qualname, backward_fn, setup_context=setup_context,
+                                    lib=_LIBRARY)
+
     # ---- calling -----------------------------------------------------------------------------
     def __call__(self, *tensors: Any) -> Any:
         return self.op(*tensors)
@@ -321,6 +343,7 @@ class TorchOp:
         return f"<TorchOp {self.qualname}({ins}) -> ({outs}){grad}>"
 
 
+@check_keywords
 def to_torch(f: Any, name: "str | None" = None, *, allocate_outputs: bool = True,
              backward: Any = None, saved_inputs: "Sequence[int] | None" = None,
              saved_outputs: Sequence[int] = (), grad_inputs: "Sequence[int] | None" = None,
@@ -360,4 +383,6 @@ def to_torch(f: Any, name: "str | None" = None, *, allocate_outputs: bool = True
     op._register()
     if backward is not None:
         op._register_autograd(backward, saved_inputs, saved_outputs, grad_inputs)
+    elif allocate_outputs:
+        op._register_no_gradient()   # the in-place form returns nothing to differentiate
     return op

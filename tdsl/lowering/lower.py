@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from ..arith import Analyzer
 from ..errors import LoweringError, ShapeError
 from ..expr import Const, SizeVar, Var
+from ..keywords import check_keywords
 from ..stmt import Allocate, Buffer, PrimFunc
 from ..tensor import PlaceholderOp, Tensor
 from ..visitor import free_vars
@@ -152,6 +153,7 @@ def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], 
 
 
 @deep_recursion
+@check_keywords
 def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode: bool = False,
           dump: "Callable[[str, Any], None] | None" = None) -> PrimFunc:
     """Lower a schedule to the loop IR (``print`` it to read the loop nest).

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import BuildError
 from ..expr import Var
+from ..keywords import check_keywords
 from ..stmt import PrimFunc
 from .args import ArgChecker, written_params
 
@@ -130,13 +131,13 @@ class Module:
     def get_source(self, fmt: str = "") -> str:
         raise NotImplementedError
 
-    def export_library(self, path: str, **kwargs: Any) -> None:
+    def export_library(self, path: str) -> None:
         raise NotImplementedError
 
     # ---- timing -------------------------------------------------------------------------
+    @check_keywords
     def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,
-                       repeat: int = 1, min_repeat_ms: float = 0,
-                       **_ignored: Any) -> Callable[..., ProfileResult]:
+                       repeat: int = 1, min_repeat_ms: float = 0) -> Callable[..., ProfileResult]:
         """A function that times this kernel on given arrays (TVM's ``time_evaluator``).
 
         ``func_name`` (default: the entry) and ``dev`` are accepted for TVM

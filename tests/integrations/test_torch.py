@@ -324,3 +324,24 @@ def test_names(linear32):
 
 def test_exported_from_the_tdsl_namespace():
     assert td.to_torch is to_torch
+
+
+# ---- no backward= : backward must fail loudly ----------------------------------------------------
+def test_backward_without_a_gradient_kernel_raises(linear32):
+    op = to_torch(linear32[0])
+    x = (torch.rand(5, 4) + 0.5).requires_grad_()
+    w = (torch.rand(3, 4) + 0.5).requires_grad_()
+    y = op(x, w)
+    torch.testing.assert_close(y, x.detach() @ w.detach().T)     # forward unaffected
+    with pytest.raises(td.TDSLError, match="has no gradient.*without backward="):
+        y.sum().backward()
+    assert x.grad is None and w.grad is None
+    # without grad there is nothing to complain about
+    with torch.no_grad():
+        torch.testing.assert_close(op(x, w), x.detach() @ w.detach().T)
+    torch.testing.assert_close(op(x.detach(), w.detach()), x.detach() @ w.detach().T)
+
+
+def test_to_torch_refuses_misspelled_keywords(linear32):
+    with pytest.raises(td.ArgumentError, match="'backwards' \\(did you mean 'backward'"):
+        to_torch(linear32[0], backwards=linear32[1])

@@ -393,3 +393,32 @@ def test_placeholder_of_shape_expression_binds_through_other_argument(rng):
         b = np.full(v, np.nan, "float32")
         run(td.lower(td.create_schedule(B.op), [A, B]), a, b)
         np.testing.assert_array_equal(b, np.diff(a))
+
+
+# ---- constant sizes are Python integers; symbolic ones say why they are not ----------------------
+def test_constant_shapes_are_integers(rng):
+    A = td.placeholder((3, 5), "float32", name="A")
+    B = td.compute((A.shape[0], A.shape[1] * 2), lambda i, j: A[i, j // 2] * 2.0, name="B")
+    assert int(A.shape[0]) == 3 and [int(d) for d in B.shape] == [3, 10]
+    assert list(range(A.shape[1])) == [0, 1, 2, 3, 4]
+    assert int(A.shape[1] * 2 - 1) == 9          # constant expressions fold
+    a = random_array(rng, A.shape, "float32")          # np shapes from a tdsl shape
+    out = np.empty(B.shape, "float32")
+    assert out.shape == (3, 10)
+    run(td.lower(td.create_schedule(B.op), [A, B]), a, out)
+    np.testing.assert_allclose(out, np.repeat(a, 2, axis=1) * 2.0)
+
+
+def test_symbolic_and_float_sizes_do_not_convert():
+    n = td.var("n")
+    A = td.placeholder((n, 4), "float32", name="A")
+    with pytest.raises(td.DTypeError, match="symbolic size 'n'.*called"):
+        int(A.shape[0])
+    with pytest.raises(td.DTypeError, match="symbolic size 'n'"):
+        np.empty(A.shape)
+    with pytest.raises(td.DTypeError, match="n \\* 2.*depends on the symbolic size.*'n'"):
+        int(n * 2)
+    with pytest.raises(td.DTypeError, match="float32 constant 1.5 is not an integer"):
+        int(td.const(1.5, "float32"))
+    with pytest.raises(TypeError):           # DTypeError is a TypeError, as int() users expect
+        int(A.shape[0])
