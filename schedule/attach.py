@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from tdsl.errors import ScheduleError
+from tdsl.expr import Reduce
 from tdsl.tensor import ComputeOp, IterVar
 
 from .stage import AttachType, Stage
@@ -72,7 +73,9 @@ def compute_at(stage: Stage, parent: Stage, scope: IterVar) -> None:
 def compute_inline(stage: Stage) -> None:
     if not isinstance(stage.op, ComputeOp):
         raise ScheduleError("compute_inline", stage.name, "an input cannot be inlined")
-    if stage.op.reduce_axis:
+    # a body that is a Reduce is a reduction even with no reduce axis left (the stage rfactor
+    # makes when it factors out the only reduce axis): it has no value to substitute
+    if stage.op.reduce_axis or any(isinstance(b, Reduce) for b in stage.op.body):
         raise ScheduleError("compute_inline", stage.name, "a reduction cannot be inlined into its "
                             "consumers; use compute_at instead")
     if stage.is_output:

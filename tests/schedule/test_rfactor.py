@@ -127,3 +127,25 @@ def test_rfactor_argmax():
         vv = np.full(1, np.nan, "float32")
         run(f, a, iv, vv)
         assert iv[0] == a.argmax() and vv[0] == a.max()
+
+
+def test_rfactor_of_the_only_reduce_axis_cannot_be_inlined_but_computes_at_root(rng):
+    """rfactor over the only reduce axis leaves a stage whose body is a reduction with no
+    axis; inlining it is refused (found by the schedule fuzzer: it reached the backend as a
+    Reduce inside an expression), and at root it computes the right answer."""
+    A = td.placeholder((3, 5), name="A")
+    W = td.placeholder((5, 4), name="W")
+    k = td.reduce_axis((0, 5), name="k")
+    B = td.compute((3, 4), lambda i, j: td.sum(A[i, k] * W[k, j], axis=k), name="B")
+    s = td.create_schedule(B.op)
+    RF = s.rfactor(B, B.op.reduce_axis[0], factor_axis=0)
+    with pytest.raises(td.ScheduleError, match=r"compute_inline: stage '.*': a reduction cannot "
+                                               r"be inlined"):
+        s[RF].compute_inline()
+    a, w = random_array(rng, (3, 5)), random_array(rng, (5, 4))
+    b = np.full((3, 4), np.nan, "float32")
+    run(td.lower(s, [A, W, B]), a, w, b)
+    np.testing.assert_allclose(b, a @ w, rtol=1e-5)
+    b[:] = np.nan
+    td.build(s, [A, W, B], target="llvm")(a, w, b)
+    np.testing.assert_allclose(b, a @ w, rtol=1e-5)
