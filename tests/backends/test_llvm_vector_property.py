@@ -21,11 +21,7 @@ except ImportError:
 
 from tdsl.backends.llvm import build  # noqa: E402
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_disk_cache():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TDSL_CACHE_DIR", "off")
-        yield
+pytestmark = pytest.mark.usefixtures("no_disk_cache")
 
 
 OPS = {"add": (Add, np.add), "sub": (Sub, np.subtract), "mul": (Mul, np.multiply),

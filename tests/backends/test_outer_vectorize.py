@@ -24,11 +24,7 @@ except ImportError:
     from llvm_irbuild import V, load, loop, prim, store
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _no_disk_cache():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TDSL_CACHE_DIR", "off")
-        yield
+pytestmark = pytest.mark.usefixtures("no_disk_cache")
 
 
 def rand(shape, seed=0):
