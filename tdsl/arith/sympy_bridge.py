@@ -3,7 +3,8 @@
 ``to_sympy`` maps each ``Var`` to an integer symbol (``SizeVar`` -> positive) that
 remembers its variable, so ``from_sympy`` gives back the very same ``Var`` objects;
 two different variables with the same name stay different symbols.  Floor
-division becomes ``floor(a/b)``, modulo ``Mod(a, b)``.  Loads and other
+division becomes ``floor(a/b)``, modulo ``Mod(a, b)`` — left unevaluated, because SymPy
+(1.14) rewrites ``Mod(2*Mod(x, 3), 3)`` to ``2*Mod(x, 3)``, which is wrong at x = 2.  Loads and other
 non-arithmetic nodes are refused.  Integers are mathematical (index semantics,
 docs/ir.md): int8/uint8 wraparound is not modelled.  Far too slow for lowering: use
 ``Analyzer``.
@@ -36,7 +37,7 @@ class VarSymbol(sympy.Dummy):
 
 _BINOPS = {Add: lambda a, b: a + b, Sub: lambda a, b: a - b, Mul: lambda a, b: a * b,
            Div: lambda a, b: a / b, FloorDiv: lambda a, b: sympy.floor(a / b),
-           FloorMod: lambda a, b: sympy.Mod(a, b), Min: sympy.Min, Max: sympy.Max,
+           FloorMod: lambda a, b: sympy.Mod(a, b, evaluate=False), Min: sympy.Min, Max: sympy.Max,
            LT: sympy.Lt, LE: sympy.Le, GT: sympy.Gt, GE: sympy.Ge, EQ: sympy.Eq, NE: sympy.Ne,
            And: sympy.And, Or: sympy.Or}
 _FUNCS = {Intrinsic.ABS: sympy.Abs, Intrinsic.EXP: sympy.exp, Intrinsic.LOG: sympy.log,

@@ -573,3 +573,11 @@ def test_tiled_guards():
     ana2.bind(B, Range(0, 8))
     assert not ana2.can_prove(A * 8 + B < N)       # the tail: needs a guard
     assert ana2.can_prove(A * 8 < N)
+
+
+def test_sympy_round_trip_keeps_a_mod_of_a_scaled_mod():
+    """SymPy 1.14 evaluates Mod(2*Mod(a, 3), 3) to 2*Mod(a, 3); the bridge must not let it."""
+    e = (A % 3 * 2) % 3
+    back = from_sympy(to_sympy(e))
+    for av in range(-7, 8):
+        assert ev(back, {A: av}) == ev(e, {A: av}), av
