@@ -285,11 +285,93 @@ class MatmulTiles:
 MATMUL_TILES = MatmulTiles()
 
 
+#: Up to this many rows (a constant M), ``x @ W.T`` is a streaming pass over W (see
+#: ``schedule_skinny_dense``) rather than the register-tiled, B-packing micro-kernel.
+SKINNY_M = 16
+
+
+def _skinny_dense(anchor: Stage, cpu: CPU) -> bool:
+    """A 2-D ``a @ b.T`` (``dense``) with a small constant M and K long enough for vectors:
+    every element of ``b`` is used M times only, so the job is one pass over ``b``."""
+    op = anchor.op
+    if len(op.axis) != 2 or not op.attrs.get("transpose_b") or op.attrs.get("transpose_a"):
+        return False
+    M = _ext(op.axis[0])
+    kext = _ext(op.reduce_axis[0])
+    lanes = cpu.lanes(_out_dtype(anchor))
+    return M is not None and M <= SKINNY_M and (kext is None or kext >= 2 * lanes)
+
+
+def _skinny_tile(M: int, budget: int) -> tuple[int, int, int]:
+    """(rows of x, rows of W, vectors along K) of the register tile: at most ``budget``
+    accumulators, the most FMAs per load, little padding of M (rows of x per pass:
+    ``ceil(M / passes)``; a tail pass costs guards in the unrolled body)."""
+    best: "tuple[float, int, int, int] | None" = None
+    for passes in range(1, M + 1):
+        mi = -(-M // passes)
+        for rows in (1, 2, 4):
+            for vv in (1, 2):
+                if mi * rows * vv > budget:
+                    continue
+                score = mi * rows / (mi + rows) * (M / (mi * passes)) ** 4 + 0.01 * (vv + mi)
+                if best is None or score > best[0]:
+                    best = (score, mi, rows, vv)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
+    """``x (M, K) @ W (N, K).T`` for small M: W's rows streamed once, straight from W (the
+    PACK stage stays inlined).  Vector lanes over K (rfactor): each task of ``bj`` output
+    columns keeps ``M x rows x vv`` vector accumulators in registers while it reads ``rows``
+    rows of W at once, then sums the lanes; tasks (column blocks) in parallel; the epilogue
+    (bias, activation) applied on write-out, vectorized along N."""
+    dt = _out_dtype(anchor)
+    lanes = cpu.lanes(dt)
+    pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    if pack is not None:
+        pack.compute_inline()
+    M = _ext(anchor.op.axis[0])
+    N = _ext(anchor.op.axis[1])
+    assert M is not None
+    mi, rows, vv = _skinny_tile(M, 24 if cpu.vector_bits >= 512 else 12)
+    bj = 16 if N is None or N >= 16 * 4 * cpu.threads else max(rows, 4)
+    (k,) = anchor.op.reduce_axis
+    ko, ki = anchor.split(k, factor=vv * lanes)
+    rf_t = s.rfactor(anchor.op.outputs[0], ki, factor_axis=2)
+    rf = s[rf_t[0] if isinstance(rf_t, list) else rf_t]
+    rf.set_scope("local")
+    write = out if out is not None else anchor
+    wi, wj = write.op.axis[-2], write.op.axis[-1]
+    jo, ji = write.split(wj, factor=bj)
+    write.reorder(jo, wi, ji)
+    write.parallel(jo)
+    if out is not None:
+        jvo, jvi = _vector_split(write, ji, lanes, extent=bj)
+        write.vectorize(jvi)
+        anchor.set_scope("local")
+        anchor.compute_at(write, jo)
+    rf.compute_at(write, jo)
+    ri, rj, rl = rf.op.axis
+    (rko,) = rf.op.reduce_axis
+    rio, rii = rf.split(ri, factor=mi)
+    rjo, rji = rf.split(rj, factor=rows)
+    rf.reorder(rjo, rio, rko, rii, rji, rl)
+    rf.unroll(rii)
+    rf.unroll(rji)
+    rf.vectorize(rl)
+    return {st for st in (anchor, out, pack, rf) if st is not None}
+
+
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
                     tiles: "MatmulTiles | None" = None) -> set:
     """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
     stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
-    column tiles (and row chunks) in parallel; the epilogue applied on write-out."""
+    column tiles (and row chunks) in parallel; the epilogue applied on write-out.
+
+    A ``dense`` with a small constant M goes to ``schedule_skinny_dense`` instead."""
+    if tiles is None and _skinny_dense(anchor, cpu):
+        return schedule_skinny_dense(s, anchor, out, cpu)
     tiles = tiles or MATMUL_TILES
     dt = _out_dtype(anchor)
     lanes = cpu.lanes(dt)
