@@ -127,3 +127,47 @@ def test_small_m_dense_float64():
 def test_skinny_tile_fits_the_register_budget(m, budget):
     mi, rows, vv = _skinny_tile(m, budget)
     assert 1 <= mi <= m and mi * rows * vv <= budget
+
+
+# ---- register tiles by register count -------------------------------------------------------
+from tdsl.ops.schedules import llvm as L  # noqa: E402
+
+
+@pytest.mark.parametrize("bits,regs", [(256, 16), (512, 32)])
+def test_default_tiles_fit_the_register_file(bits, regs):
+    cpu = L.CPU(bits, 2)
+    mt, ct = L.default_matmul_tiles(cpu), L.default_conv_tiles(cpu)
+    # accumulators plus one broadcast and the panel vectors of one k step
+    assert mt.rows * mt.vectors + mt.vectors + 1 <= regs
+    assert ct.width * ct.vectors + ct.vectors + 1 <= regs
+
+
+@pytest.mark.parametrize("bits", [256, 512])
+def test_tiles_of_either_register_file_compute_right(bits, monkeypatch):
+    """Both tile choices run correctly on this machine, at sizes that don't divide them."""
+    monkeypatch.setattr(L, "cpu_of", lambda target: L.CPU(bits, 2))
+    A = td.placeholder((3, 37, 29), name="A")
+    B = td.placeholder((3, 29, 45), name="B")
+    C = ops.batch_matmul(A, B)
+    f = td.build(_schedule(C), [A, B, C], target="llvm")
+    a, b = randn(3, 37, 29), randn(3, 29, 45)
+    check(f, [a, b], np.matmul(a.astype(np.float64), b).astype("float32"), rtol=1e-4, atol=1e-4)
+    D = td.placeholder((1, 5, 13, 11), name="D")
+    W = td.placeholder((19, 5, 3, 3), name="W")
+    O = ops.conv2d(D, W, stride=2, padding=1)
+    f = td.build(_schedule(O), [D, W, O], target="llvm")
+    d, w = randn(1, 5, 13, 11), randn(19, 5, 3, 3)
+    check(f, [d, w], _conv_ref(d, w, 2, 1), rtol=1e-4, atol=1e-4)
+
+
+def _conv_ref(d, w, stride, pad):
+    n, c, h, wd = d.shape
+    co, _, kh, kw = w.shape
+    p = np.pad(d.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, co, oh, ow))
+    for y in range(kh):
+        for x in range(kw):
+            win = p[:, :, y:y + stride * oh:stride, x:x + stride * ow:stride]
+            out += np.einsum("nchw,oc->nohw", win, w[:, :, y, x])
+    return out.astype("float32")
