@@ -171,3 +171,38 @@ def _conv_ref(d, w, stride, pad):
             win = p[:, :, y:y + stride * oh:stride, x:x + stride * ow:stride]
             out += np.einsum("nchw,oc->nohw", win, w[:, :, y, x])
     return out.astype("float32")
+
+
+# ---- transpose: cache blocks of lanes x lanes tiles -------------------------------------------
+@pytest.mark.parametrize("shape,axes", [((130, 77), None), ((64, 64), None), ((200, 65), None),
+                                        ((5, 70, 66), (0, 2, 1)), ((66, 3, 129), (2, 1, 0))])
+def test_transpose_blocks_llvm_and_interpreter(shape, axes):
+    X = td.placeholder(shape, name="X")
+    Y = ops.transpose(X, axes)
+    s = _schedule(Y)
+    x = randn(*shape)
+    ref = np.ascontiguousarray(np.transpose(x, axes))
+    f = td.build(s, [X, Y], target="llvm")
+    check(f, [x], ref, rtol=0, atol=0)
+    y = np.full(ref.shape, 7, "float32")
+    tdsl.interpreter.run(td.lower(s, [X, Y]), x, y)
+    np.testing.assert_array_equal(y, ref)
+
+
+def test_transpose_symbolic_sizes():
+    n, m = td.var("n"), td.var("m")
+    X = td.placeholder((n, m), name="X")
+    Y = ops.transpose(X)
+    s = _schedule(Y)
+    f = td.build(s, [X, Y], target="llvm")
+    for nn, mm in ((200, 65), (3, 100), (64, 64), (1, 1), (129, 130)):
+        x = randn(nn, mm)
+        check(f, [x], np.ascontiguousarray(x.T), rtol=0, atol=0)
+
+
+def test_large_transpose_is_cache_blocked():
+    """Two block loops, two tile loops, two lane loops (before: tile and lane loops only)."""
+    X = td.placeholder((1024, 512), name="X")
+    Y = ops.transpose(X)
+    s = _schedule(Y)
+    assert len(s[Y].leaf_iter_vars) == 6
