@@ -3,7 +3,7 @@
 One LLJIT instance serves the process; each kernel object is linked as its own
 JIT library (kept alive by its ``ResourceTracker``).  External symbols resolve
 against the process (libc, libm); a parallel kernel's ``GOMP_parallel`` binds to tdsl's
-thread pool (``tdsl/runtime/pool.py``), or to libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``.  A missing symbol raises ``BuildError`` (LLJIT
+thread pool (``threadpool.py``), or to libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``.  A missing symbol raises ``BuildError`` (LLJIT
 reports it; it never crashes the process as MCJIT would).
 """
 from __future__ import annotations
@@ -94,9 +94,9 @@ def link(obj: bytes, exports: list[str], needs_gomp: bool) -> JitLibrary:
     """Link object code into the JIT and return the addresses of ``exports``."""
     builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
     if needs_gomp:
-        from tdsl.runtime.pool import gomp_parallel_address
-        pool = gomp_parallel_address()
-        if pool is not None:               # tdsl's own pool (see tdsl/runtime/pool.py)
+        from .threadpool import parallel_runtime_address
+        pool = parallel_runtime_address()
+        if pool is not None:               # tdsl's own pool (see threadpool.py)
             builder.import_symbol("GOMP_parallel", pool)
         else:
             lib = libgomp()
