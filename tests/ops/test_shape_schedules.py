@@ -49,10 +49,41 @@ def test_large_or_symbolic_m_keeps_the_tiled_path():
         assert not _pack_inlined(s) and not _rf_stages(s)
 
 
-def test_plain_matmul_keeps_the_tiled_path():
+def test_small_m_plain_matmul_reads_b_in_place():
     A = td.placeholder((1, 64), name="A")
     B = td.placeholder((64, 40), name="B")
-    assert not _rf_stages(_schedule(ops.matmul(A, B)))
+    assert _pack_inlined(_schedule(ops.matmul(A, B)))
+    A = td.placeholder((17, 64), name="A")
+    assert not _pack_inlined(_schedule(ops.matmul(A, B)))
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 64, 64), (1, 9, 37), (2, 48, 33), (3, 130, 100),
+                                   (8, 256, 1030), (11, 70, 45), (16, 33, 19)])
+def test_small_m_matmul_llvm_and_interpreter(m, k, n):
+    A = td.placeholder((m, k), name="A")
+    B = td.placeholder((k, n), name="B")
+    C = ops.matmul(A, B)
+    s = _schedule(C)
+    a, b = randn(m, k), randn(k, n)
+    ref = (a.astype(np.float64) @ b.astype(np.float64)).astype("float32")
+    check(td.build(s, [A, B, C], target="llvm"), [a, b], ref, rtol=1e-4, atol=1e-4)
+    c = np.full((m, n), 7, "float32")
+    tdsl.interpreter.run(td.lower(s, [A, B, C]), a, b, c)
+    np.testing.assert_allclose(c, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_small_m_matmul_epilogue_and_symbolic_k_n():
+    k, n = td.var("k"), td.var("n")
+    A = td.placeholder((5, k), name="A")
+    B = td.placeholder((k, n), name="B")
+    C = ops.relu(ops.matmul(A, B))
+    s = _schedule(C)
+    assert _pack_inlined(s)
+    f = td.build(s, [A, B, C], target="llvm")
+    for kk, nn in ((64, 64), (17, 5), (100, 131), (1, 3), (7, 2000)):
+        a, b = randn(5, kk), randn(kk, nn)
+        check(f, [a, b], np.maximum(a.astype(np.float64) @ b, 0).astype("float32"),
+              rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 64, 64), (1, 100, 37), (2, 48, 33), (3, 129, 100),

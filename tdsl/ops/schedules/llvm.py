@@ -388,15 +388,75 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
     return {st for st in (anchor, out, pack, rf) if st is not None}
 
 
+def _skinny_matmul(anchor: Stage) -> bool:
+    """A 2-D ``a @ b`` (b not transposed) with a small constant M: one pass over ``b``'s rows."""
+    op = anchor.op
+    if len(op.axis) != 2 or op.attrs.get("transpose_b") or op.attrs.get("transpose_a"):
+        return False
+    M = _ext(op.axis[0])
+    return M is not None and M <= SKINNY_M
+
+
+def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
+    """``a (M, K) @ b (K, N)`` for small M: ``b`` read in place (no packing), each row of it
+    once, in whole pages: a task owns a block of ``bj`` columns (M x bj accumulators, at
+    most 16 KiB, in L1), and for each k adds ``a[:, k] x b[k, block]``, vector lanes along N;
+    tasks in parallel."""
+    lanes = cpu.lanes(_out_dtype(anchor))
+    pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    if pack is not None:
+        pack.compute_inline()
+    M = _ext(anchor.op.axis[0])
+    assert M is not None
+    if out is None:
+        cc = s.cache_write(anchor.op.outputs[0], "local")
+        comp, write = s[cc], anchor
+    else:
+        comp, write = anchor, out
+        comp.set_scope("local")
+    wi, wj = write.op.axis[-2], write.op.axis[-1]
+    N = _ext(wj)
+    bj = max(lanes, _pow2_floor(4096 // (M * max(1, _out_dtype(anchor).bits // 32))))
+    bj = min(bj, 1024)
+    while bj > lanes and N is not None and N < bj * 2 * cpu.threads:
+        bj //= 2
+    jo, ji = write.split(wj, factor=bj)
+    write.reorder(jo, wi, ji)
+    write.parallel(jo)
+    jvo, jvi = write.split(ji, factor=lanes)
+    write.vectorize(jvi)
+    comp.compute_at(write, jo)
+    ci, cj = comp.op.axis
+    (k,) = comp.op.reduce_axis
+    cjo, cji = comp.split(cj, factor=lanes)
+    kext = _ext(k)
+    kf = 4
+    while kf > 1 and kext is not None and kext % kf:
+        kf //= 2
+    if kf > 1:        # kf rows of b per pass over the accumulators
+        ko, ki = comp.split(k, factor=kf)
+        comp.reorder(ko, cjo, ci, ki, cji)
+        comp.unroll(ki)
+    else:
+        comp.reorder(k, cjo, ci, cji)
+    if M <= 8:
+        comp.unroll(ci)
+    comp.vectorize(cji)
+    return {st for st in (anchor, out, pack, comp) if st is not None}
+
+
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
                     tiles: "MatmulTiles | None" = None) -> set:
     """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
     stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
     column tiles (and row chunks) in parallel; the epilogue applied on write-out.
 
-    A ``dense`` with a small constant M goes to ``schedule_skinny_dense`` instead."""
+    A ``dense`` / ``matmul`` with a small constant M goes to ``schedule_skinny_dense`` /
+    ``schedule_skinny_matmul`` instead."""
     if tiles is None and _skinny_dense(anchor, cpu):
         return schedule_skinny_dense(s, anchor, out, cpu)
+    if tiles is None and _skinny_matmul(anchor):
+        return schedule_skinny_matmul(s, anchor, out, cpu)
     tiles = tiles or default_matmul_tiles(cpu)
     dt = _out_dtype(anchor)
     lanes = cpu.lanes(dt)
