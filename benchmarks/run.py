@@ -390,6 +390,229 @@ class Suite:
                                   "peer_over_tdsl_per_round": self.round_ratio(res, k)})
             sys.stdout.flush()
 
+    # ---- issue 12: kernels where users hit walls --------------------------------------------------
+    def peak_bandwidth(self) -> float:
+        """The machine's read bandwidth (GB/s) at this thread count, measured once: the best
+        of a NumPy sum (read), a NumPy copy (read + write) and a tdsl row-sum kernel over
+        256 MiB -- far larger than any cache."""
+        key = f"peak_GBps_{self.threads}t"
+        if key in self.extra:
+            return self.extra[key]["best"]
+        np, td, ops = self.np, self.td, self.ops
+        rows, cols = 16384, 4096
+        big = self.rand(rows, cols)
+        dst = np.empty_like(big)
+        X = td.placeholder((rows, cols), name="X")
+        S = ops.sum(X, axis=1)
+        fsum = self.build([S], [X, S])
+        out = np.empty(rows, np.float32)
+        cont = {"numpy sum": lambda: big.sum(), "numpy copy": lambda: np.copyto(dst, big),
+                "tdsl row sums": lambda: fsum(big, out)}
+        res = measure(cont, max(3, self.rounds // 2), self.min_sample)
+        nbytes = {"numpy sum": big.nbytes, "numpy copy": 2 * big.nbytes, "tdsl row sums": big.nbytes}
+        bw = {k: nbytes[k] / res[k]["median_s"] / 1e9 for k in cont}
+        best = max(bw.values())
+        self.extra[key] = {**bw, "best": best}
+        print(f"\nmemory bandwidth probes ({self.threads} threads, 256 MiB): "
+              + ", ".join(f"{k} {v:.1f} GB/s" for k, v in bw.items()))
+        del big, dst
+        return best
+
+    def bandwidth_line(self, bench: str, res: dict, nbytes: float) -> None:
+        """GB/s each contender moves (``nbytes`` per call) against the measured peak."""
+        peak = self.peak_bandwidth()
+        parts = []
+        for k, r in res.items():
+            gbs = nbytes / r["median_s"] / 1e9
+            parts.append(f"{k} {gbs:.1f} GB/s ({gbs / peak:.0%})")
+            self.rows.append({"bench": f"bandwidth: {bench}", "contender": k, "rate": gbs,
+                              "unit": "GB/s", "fraction_of_peak": gbs / peak, "peak_GBps": peak})
+        print(f"  bandwidth vs measured peak {peak:.1f} GB/s: " + ", ".join(parts))
+
+    def dense(self, m: int, k: int = 4096, n: int = 4096, bias_gelu: bool = False) -> None:
+        np, td, ops = self.np, self.td, self.ops
+        X = td.placeholder((m, k), name="X")
+        Wt = td.placeholder((n, k), name="W")
+        b = td.placeholder((n,), name="b")
+        Y = ops.dense(X, Wt, b, activation="gelu") if bias_gelu else ops.dense(X, Wt)
+        ins = [X, Wt, b] if bias_gelu else [X, Wt]
+        f = self.build([Y], ins + [Y])
+        x, w, bb = self.rand(m, k), self.rand(n, k), self.rand(n)
+        y, yn = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+        args = [x, w, bb] if bias_gelu else [x, w]
+        f(*args, y)
+        torch = _torch()
+        cont = {"tdsl": lambda: f(*args, y)}
+        if bias_gelu:
+            if torch is not None:
+                F = torch.nn.functional
+                tx, tw, tb = (torch.from_numpy(v) for v in (x, w, bb))
+                np.testing.assert_allclose(y, F.gelu(F.linear(tx, tw, tb)).numpy(), rtol=1e-3, atol=1e-3)
+                cont["torch"] = lambda: F.gelu(F.linear(tx, tw, tb))
+            cont["numpy (no gelu)"] = lambda: np.add(np.matmul(x, w.T, out=yn), bb, out=yn)
+        else:
+            np.testing.assert_allclose(y, x @ w.T, rtol=1e-3, atol=1e-3 * k ** 0.5)
+            cont["numpy"] = lambda: np.matmul(x, w.T, out=yn)
+            if torch is not None:
+                F = torch.nn.functional
+                tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+                cont["torch"] = lambda: F.linear(tx, tw)
+        res = measure(cont, self.rounds, self.min_sample)
+        name = f"dense {m}x{k} @ {n}x{k}^T" + (" + bias + gelu" if bias_gelu else "") + " fp32"
+        self.record(name, res, 2.0 * m * n * k / 1e9, "GFLOP/s")
+        if m <= 16:                     # bandwidth-bound: one pass over the weight
+            self.bandwidth_line(name, res, 4.0 * (n * k + m * k + m * n))
+
+    def op_row(self, name: str, outs_fn: Callable, shapes: list, torch_fn: Any = None,
+               np_fn: Any = None, work: float = 0.0, unit: str = "", nbytes: float = 0.0,
+               ref: Any = None) -> None:
+        """One operator against PyTorch / NumPy: a checked result, interleaved medians."""
+        np, td = self.np, self.td
+        torch = _torch()
+        phs = [td.placeholder(s, name=f"in{i}") for i, s in enumerate(shapes)]
+        out = outs_fn(*phs)
+        f = self.build([out], phs + [out])
+        arrs = [self.rand(*s) for s in shapes]
+        res_arr = np.empty([int(d.value) for d in out.shape], out.dtype.numpy)
+        f(*arrs, res_arr)
+        cont = {"tdsl": (lambda: f(*arrs, res_arr))}
+        if torch is not None and torch_fn is not None:
+            targs = [torch.from_numpy(a) for a in arrs]
+            expect = torch_fn(*targs).numpy()
+            np.testing.assert_allclose(res_arr, expect, rtol=1e-3, atol=1e-3)
+            cont["torch"] = (lambda: torch_fn(*targs))
+        if np_fn is not None:
+            cont["numpy"] = (lambda: np_fn(*arrs))
+        res = measure(cont, self.rounds, self.min_sample)
+        self.record(name, res, work or 1.0, unit or "calls")
+        if nbytes:
+            self.bandwidth_line(name, res, nbytes)
+
+    def shape_ops(self, which: set) -> None:
+        ops = self.ops
+        torch = _torch()
+        F = torch.nn.functional if torch is not None else None
+        np = self.np
+        if "depthwise" in which:
+            self.op_row("conv2d depthwise 3x3 1x128x56x56, pad 1",
+                        lambda d, w: ops.conv2d(d, w, padding=1, groups=128),
+                        [(1, 128, 56, 56), (128, 1, 3, 3)],
+                        (lambda d, w: F.conv2d(d, w, padding=1, groups=128)) if F else None,
+                        work=2.0 * 128 * 9 * 56 * 56 / 1e9, unit="GFLOP/s")
+        if "batch_matmul" in which:
+            self.op_row("batch_matmul 16x256x64 @ 16x64x256", ops.batch_matmul,
+                        [(16, 256, 64), (16, 64, 256)],
+                        (lambda a, b: torch.bmm(a, b)) if torch else None,
+                        lambda a, b: np.matmul(a, b), work=2.0 * 16 * 256 * 256 * 64 / 1e9,
+                        unit="GFLOP/s")
+        if "conv2d_s2" in which:
+            self.op_row("conv2d 3x3 stride 2 1x64x56x56 -> 128, pad 1",
+                        lambda d, w: ops.conv2d(d, w, stride=2, padding=1),
+                        [(1, 64, 56, 56), (128, 64, 3, 3)],
+                        (lambda d, w: F.conv2d(d, w, stride=2, padding=1)) if F else None,
+                        work=2.0 * 128 * 64 * 9 * 28 * 28 / 1e9, unit="GFLOP/s")
+        if "transpose" in which:
+            self.op_row("transpose 4096x1024 fp32", ops.transpose, [(4096, 1024)],
+                        (lambda x: x.t().contiguous()) if torch else None,
+                        lambda x: np.ascontiguousarray(x.T), work=2 * 4.0 * 4096 * 1024 / 1e9,
+                        unit="GB/s", nbytes=2 * 4.0 * 4096 * 1024)
+
+    def vecmath(self) -> None:
+        """erf, tanh, log, sin over 2^22 floats (elements per second)."""
+        n = 1 << 22
+        torch = _torch()
+        np = self.np
+        try:
+            from scipy.special import erf as np_erf
+        except ImportError:
+            np_erf = None
+        table = {"erf": (self.ops.erf, np_erf, "erf"), "tanh": (self.ops.tanh, np.tanh, "tanh"),
+                 "log": (self.ops.log, np.log, "log"), "sin": (self.ops.sin, np.sin, "sin")}
+        for name, (op, npf, tname) in table.items():
+            X = self.td.placeholder((n,), name="X")
+            Y = op(X)
+            f = self.build([Y], [X, Y])
+            x = self.rand(n)
+            if name == "log":
+                x = np.abs(x) + 1e-3
+            y, yn = np.empty_like(x), np.empty_like(x)
+            f(x, y)
+            cont = {"tdsl": lambda f=f, x=x, y=y: f(x, y)}
+            if torch is not None:
+                tx, ty = torch.from_numpy(x), torch.empty(n)
+                tf = getattr(torch, tname)
+                np.testing.assert_allclose(y, tf(tx).numpy(), rtol=1e-5, atol=1e-6)
+                cont["torch"] = lambda tf=tf, tx=tx, ty=ty: tf(tx, out=ty)
+            if npf is not None:
+                cont["numpy (1 thread)"] = lambda npf=npf, x=x, yn=yn: npf(x, out=yn)
+            res = measure(cont, self.rounds, self.min_sample)
+            self.record(f"{name} over 2^22 fp32", res, n / 1e9, "Gelem/s")
+
+    def idle(self) -> None:
+        """Single-call latency of a 512^3 matmul after a gap of 0, 1, 10, 200 ms: real callers
+        do not call one kernel back to back.  Contenders interleaved; medians per gap."""
+        import dataclasses
+        np, td, ops = self.np, self.td, self.ops
+        n = 512
+        A = td.placeholder((n, n), name="A")
+        B = td.placeholder((n, n), name="B")
+        C = ops.matmul(A, B)
+        f = self.build([C], [A, B, C])
+        a, b = self.rand(n, n), self.rand(n, n)
+        c, cn = np.empty((n, n), np.float32), np.empty((n, n), np.float32)
+        cont = {"tdsl": lambda: f(a, b, c), "numpy": lambda: np.matmul(a, b, out=cn)}
+        # the same object code on libgomp's fork-join, for comparison
+        try:
+            from tdsl.backends.llvm import jit
+            from tdsl.backends.llvm.module import LLVMModule
+            old = os.environ.get("TDSL_PARALLEL_RUNTIME")
+            os.environ["TDSL_PARALLEL_RUNTIME"] = "gomp"
+            try:
+                comp = f.compiled
+                lib = jit.link(comp.obj, comp.exports(), comp.uses_parallel)
+            finally:
+                if old is None:
+                    del os.environ["TDSL_PARALLEL_RUNTIME"]
+                else:
+                    os.environ["TDSL_PARALLEL_RUNTIME"] = old
+            fg = LLVMModule(f.func, f.target, dataclasses.replace(comp, library=lib, cfunc=None,
+                                                                 threads_written=None))
+            cg = np.empty_like(c)
+            fg(a, b, cg)
+            cont["tdsl on libgomp"] = lambda: fg(a, b, cg)
+        except Exception as e:   # pragma: no cover - reported, not fatal
+            print(f"  (libgomp comparison skipped: {type(e).__name__}: {e})")
+        torch = _torch()
+        if torch is not None:
+            ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.empty(n, n)
+            cont["torch"] = lambda: torch.mm(ta, tb, out=tc)
+        for fn in cont.values():
+            fn()
+            fn()
+        gaps = (0.0, 0.001, 0.01, 0.2)
+        reps = max(5, self.rounds)
+        samples: dict = {(k, g): [] for k in cont for g in gaps}
+        for _ in range(reps):
+            for g in gaps:
+                for k, fn in cont.items():
+                    if g:
+                        time.sleep(g)
+                    else:
+                        fn()                      # back to back: the previous call just ended
+                    t0 = time.perf_counter()
+                    fn()
+                    samples[k, g].append(time.perf_counter() - t0)
+        print(f"\nmatmul 512^3 single-call latency after a gap ({self.threads} threads; "
+              f"median of {reps}; ratio: numpy / tdsl, and tdsl / tdsl back to back)")
+        med = {key: statistics.median(v) for key, v in samples.items()}
+        for g in gaps:
+            cols = "  ".join(f"{k} {med[k, g] * 1e3:7.3f} ms" for k in cont)
+            print(f"  gap {g * 1e3:5.0f} ms: {cols}   numpy/tdsl {med['numpy', g] / med['tdsl', g]:5.2f}x"
+                  f"  tdsl vs back-to-back {med['tdsl', g] / med['tdsl', 0.0]:5.2f}x")
+            for k in cont:
+                self.rows.append({"bench": f"idle gap {g * 1e3:.0f} ms: matmul 512^3", "contender": k,
+                                  "median_s": med[k, g], "samples_s": samples[k, g]})
+
     # compile and import time
     def compile_time(self) -> None:
         td, ops = self.td, self.ops
@@ -457,21 +680,59 @@ def _im2col_conv(np: Any, d: Any, w: Any) -> Any:
     return out.reshape(n, h, wd, k).transpose(0, 3, 1, 2)
 
 
+SHAPE_OPS = ("depthwise", "batch_matmul", "conv2d_s2", "transpose")
+
+
+def run_suite(suite: Suite, args: argparse.Namespace, want: Callable[[str], bool]) -> None:
+    if want("matmul"):
+        for n in ((512, 1024) if args.quick else (512, 1024, 2048)):
+            suite.matmul(n)
+    if want("conv2d"):
+        suite.conv2d()
+    if want("softmax"):
+        suite.softmax()
+    if want("elementwise"):
+        suite.elementwise()
+    if want("operators"):
+        suite.operators()
+    for m in (1, 8):
+        if want(f"dense{m}"):
+            suite.dense(m)
+    if want("dense512"):
+        suite.dense(512, 1024, 1024)
+    if want("dense_gelu"):
+        suite.dense(512, 1024, 1024, bias_gelu=True)
+    shape = {k for k in SHAPE_OPS if want(k)}
+    if shape:
+        suite.shape_ops(shape)
+    if want("vecmath"):
+        suite.vecmath()
+    if want("idle"):
+        suite.idle()
+    if want("compile"):
+        suite.compile_time()
+    if want("import"):
+        suite.import_time()
+
+
 def main(argv: "list[str] | None" = None) -> int:
     _reexec_without_blas_overrides()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer rounds, no 2048^3 matmul")
-    ap.add_argument("--threads", type=int, default=0, help="threads for every contender "
-                    "(default: all available CPUs)")
+    ap.add_argument("--threads", default="0", help="threads for every contender, or a "
+                    "comma list run one after the other, e.g. 1,2 (default: all available CPUs)")
     ap.add_argument("--rounds", type=int, default=0, help="samples per contender (default 15, "
                     "quick 5)")
     ap.add_argument("--only", nargs="*", default=None,
-                    help="run only these: matmul conv2d softmax elementwise operators compile import")
+                    help="run only these: matmul conv2d softmax elementwise operators compile "
+                    "import; issue 12 rows: dense1 dense8 dense512 dense_gelu depthwise "
+                    "batch_matmul conv2d_s2 transpose vecmath idle")
     ap.add_argument("--no-tvm", action="store_true", help="skip TVM even when installed")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<time>.json)")
     args = ap.parse_args(argv)
-    if not args.threads:
-        args.threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    args.thread_counts = [int(x) or ncpu for x in str(args.threads).split(",")]
+    args.threads = args.thread_counts[0]
     args.rounds = args.rounds or (5 if args.quick else 15)
     os.environ.setdefault("TDSL_CACHE_DIR", "off")       # measure real compiles
     os.environ["TDSL_NUM_THREADS"] = str(args.threads)
@@ -479,6 +740,8 @@ def main(argv: "list[str] | None" = None) -> int:
     t_start = time.perf_counter()
     keep = limit_threads(args.threads)  # noqa: F841  (the limit lasts while this lives)
     env = environment(args.threads)
+    rows: list = []
+    extra: dict = {}
     print(f"tdsl benchmarks: {env['cpu']}, {env['cpus_available']} CPUs, {args.threads} threads "
           f"for every contender, load average {env['loadavg_start'][0]:.2f}")
     if env["removed_env"]:
@@ -493,33 +756,28 @@ def main(argv: "list[str] | None" = None) -> int:
     print(f"  PyTorch: {torch.__version__ + f' ({torch.get_num_threads()} threads)' if torch else 'not installed'}"
           f"; TVM: {'installed' if _tvm() else 'not installed'}")
     print("  ratio column: peer time / tdsl time, median over interleaved rounds (> 1: tdsl faster)")
-    suite = Suite(args)
     only = set(args.only) if args.only else None
 
     def want(name: str) -> bool:
         return only is None or name in only
-    if want("matmul"):
-        for n in ((512, 1024) if args.quick else (512, 1024, 2048)):
-            suite.matmul(n)
-    if want("conv2d"):
-        suite.conv2d()
-    if want("softmax"):
-        suite.softmax()
-    if want("elementwise"):
-        suite.elementwise()
-    if want("operators"):
-        suite.operators()
-    if want("compile"):
-        suite.compile_time()
-    if want("import"):
-        suite.import_time()
+    for threads in args.thread_counts:
+        args.threads = threads
+        if len(args.thread_counts) > 1:
+            print(f"\n==== {threads} thread(s) for every contender ====")
+        os.environ["TDSL_NUM_THREADS"] = str(threads)
+        os.environ["TVM_NUM_THREADS"] = str(threads)
+        keep = limit_threads(threads)  # noqa: F841  (the limit lasts while this lives)
+        suite = Suite(args)
+        run_suite(suite, args, want)
+        rows.extend({**r, "threads": threads} for r in suite.rows)
+        extra.update({f"{k}@{threads}t": v for k, v in suite.extra.items()})
     env["loadavg_end"] = list(os.getloadavg())
     env["wall_s"] = time.perf_counter() - t_start
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else RESULTS / f"{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"timestamp": stamp, "quick": args.quick, "environment": env,
-                               "results": suite.rows, **suite.extra}, indent=1))
+                               "results": rows, **extra}, indent=1))
     print(f"\nload average at the end {env['loadavg_end'][0]:.2f}; {env['wall_s']:.0f} s; "
           f"wrote {out}")
     return 0

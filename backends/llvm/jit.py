@@ -2,8 +2,8 @@
 
 One LLJIT instance serves the process; each kernel object is linked as its own
 JIT library (kept alive by its ``ResourceTracker``).  External symbols resolve
-against the process (libc, libm) and, for parallel kernels, libgomp, whose entry
-points are imported explicitly.  A missing symbol raises ``BuildError`` (LLJIT
+against the process (libc, libm); a parallel kernel's ``GOMP_parallel`` binds to tdsl's
+thread pool (``threadpool.py``), or to libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``.  A missing symbol raises ``BuildError`` (LLJIT
 reports it; it never crashes the process as MCJIT would).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ _engine: Any = None
 _names = itertools.count()
 _lock = threading.Lock()
 
-GOMP_SYMBOLS = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
+GOMP_SYMBOLS = ("GOMP_parallel",)
 
 
 def engine() -> Any:
@@ -94,12 +94,17 @@ def link(obj: bytes, exports: list[str], needs_gomp: bool) -> JitLibrary:
     """Link object code into the JIT and return the addresses of ``exports``."""
     builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
     if needs_gomp:
-        lib = libgomp()
-        if lib is None:
-            raise BuildError("this kernel has parallel loops but libgomp.so.1 (the OpenMP "
-                             "runtime) was not found")
-        for sym in GOMP_SYMBOLS:
-            builder.import_symbol(sym, ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value)
+        from .threadpool import parallel_runtime_address
+        pool = parallel_runtime_address()
+        if pool is not None:               # tdsl's own pool (see threadpool.py)
+            builder.import_symbol("GOMP_parallel", pool)
+        else:
+            lib = libgomp()
+            if lib is None:
+                raise BuildError("this kernel has parallel loops but libgomp.so.1 (the OpenMP "
+                                 "runtime) was not found")
+            for sym in GOMP_SYMBOLS:
+                builder.import_symbol(sym, ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value)
     for sym, addr in libgcc_symbols().items():
         builder.import_symbol(sym, addr)
     for sym in exports:

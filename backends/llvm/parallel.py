@@ -1,21 +1,25 @@
-"""PARALLEL loops on the OpenMP runtime (libgomp's ``GOMP_parallel``).
+"""PARALLEL loops: outlined and run through ``GOMP_parallel``'s calling convention.
 
 A parallel loop is outlined into two internal functions:
 
 - ``<entry>__parK_body(T* noalias buf..., captured scalars..., begin, end)`` runs the
   loop body for iterations ``[begin, end)``; its pointer parameters keep ``noalias``
   so LLVM optimizes the body as well as the kernel itself;
-- ``<entry>__parK(i8* closure)`` is what each OpenMP thread runs: it unpacks the
-  closure struct (buffers, captured variables, loop min and extent), takes the
-  thread's static chunk of iterations (``ceil(extent / nthreads)`` each) and calls
-  the body.
+- ``<entry>__parK(i8* closure)`` is what each thread runs: it unpacks the closure
+  struct (buffers, captured variables, loop min, extent, chunk size and a claim
+  counter) and claims chunks of iterations with an atomic add until none is left,
+  calling the body on each.  Any number of threads may run it, at any time: a thread
+  that starts late (asleep after an idle gap, or waiting for a CPU on a loaded machine)
+  finds its share already done by the others instead of delaying them.
 
 The kernel fills the closure on its stack and calls ``GOMP_parallel(launch,
 closure, nthreads, 0)``, where ``nthreads`` is the module global
-``<entry>__num_threads`` capped by the extent (0 lets libgomp decide; 1 calls the
-launcher directly, with no runtime overhead).  The Python module writes that global
-before each call; a C caller can use ``<entry>_set_num_threads(n)``.  Parallel
-loops nested in a parallel body run serially.
+``<entry>__num_threads`` capped by the extent (0 lets the runtime decide; 1 calls the
+launcher directly, with no runtime overhead).  In a Python process the JIT binds
+``GOMP_parallel`` to tdsl's pool (``tdsl/runtime/pool.py``), which returns as soon as
+the chunks are done; an exported library links libgomp.  The Python module writes the
+thread count before each call; a C caller can use ``<entry>_set_num_threads(n)``.
+Parallel loops nested in a parallel body run serially.
 """
 from __future__ import annotations
 
@@ -32,6 +36,11 @@ from .lltypes import I8P, I32, VOID, scalar_type
 
 if TYPE_CHECKING:
     from .codegen import CodeGen
+
+
+#: Chunks of a parallel loop per thread: a thread that starts late (asleep after an idle
+#: gap, or waiting for a CPU) leaves its share to the others, a chunk at a time.
+CHUNKS_PER_THREAD = 4
 
 
 def thread_count_symbol(entry: str) -> str:
@@ -113,29 +122,30 @@ def emit_parallel(cg: "CodeGen", loop: For) -> None:
     finally:
         cg.st = parent
 
-    # the per-thread launcher: unpack the closure, take a static chunk
-    closure_t = ir.LiteralStructType(ptr_types + var_types + [vt, vt])
+    # the per-thread launcher: unpack the closure, claim chunks until none is left
+    closure_t = ir.LiteralStructType(ptr_types + var_types + [vt, vt, vt, vt])
     launch = cg.new_function(base, [I8P], internal=True)
     launch.attributes.add("noinline")  # one copy of the body, not one per call path
     lb = ir.IRBuilder(launch.append_basic_block("entry"))
     cptr = lb.bitcast(launch.args[0], closure_t.as_pointer())
+    nfields = len(closure_t.elements)
     fields = [lb.load(lb.gep(cptr, [ir.Constant(I32, 0), ir.Constant(I32, i)]))
-              for i in range(len(closure_t.elements))]
-    c_lo, c_ext = fields[-2], fields[-1]
-    tid = lb.call(cg.declare("omp_get_thread_num", I32, []), [])
-    nth = lb.call(cg.declare("omp_get_num_threads", I32, []), [])
-    tid, nth = _int_to(lb, tid, vt), _int_to(lb, nth, vt)
-    one = ir.Constant(vt, 1)
-    chunk = lb.sdiv(lb.sub(lb.add(c_ext, nth), one), nth)
-    start = lb.mul(tid, chunk)
-    stop = lb.add(start, chunk)
-    stop = lb.select(lb.icmp_signed("<", stop, c_ext), stop, c_ext)
+              for i in range(nfields - 1)]
+    counter = lb.gep(cptr, [ir.Constant(I32, 0), ir.Constant(I32, nfields - 1)])
+    c_lo, c_ext, c_chunk = fields[-3], fields[-2], fields[-1]
+    claim = lb.append_basic_block("claim")
     work = lb.append_basic_block("work")
     done = lb.append_basic_block("done")
-    lb.cbranch(lb.icmp_signed("<", start, stop), work, done)
+    lb.branch(claim)
+    lb.position_at_end(claim)
+    index = lb.atomic_rmw("add", counter, ir.Constant(vt, 1), "monotonic")
+    start = lb.mul(index, c_chunk)
+    lb.cbranch(lb.icmp_signed("<", start, c_ext), work, done)
     lb.position_at_end(work)
-    lb.call(body_fn, fields[:-2] + [lb.add(c_lo, start), lb.add(c_lo, stop)])
-    lb.branch(done)
+    stop = lb.add(start, c_chunk)
+    stop = lb.select(lb.icmp_signed("<", stop, c_ext), stop, c_ext)
+    lb.call(body_fn, fields[:-3] + [lb.add(c_lo, start), lb.add(c_lo, stop)])
+    lb.branch(claim)
     lb.position_at_end(done)
     lb.ret_void()
 
@@ -145,8 +155,6 @@ def emit_parallel(cg: "CodeGen", loop: For) -> None:
     eb.position_at_start(parent.entry)
     closure = eb.alloca(closure_t, name=f"closure{k}")
     values = [parent.buffers[x] for x in cap_bufs] + [parent.vars[v].value for v in cap_vars]
-    for i, val in enumerate(values + [lo, ext]):
-        b.store(val, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, i)]))
     run_bb = b.append_basic_block(f"par{k}.run")
     one_bb = b.append_basic_block(f"par{k}.one")
     many_bb = b.append_basic_block(f"par{k}.many")
@@ -156,6 +164,13 @@ def emit_parallel(cg: "CodeGen", loop: For) -> None:
     req = _int_to(b, b.load(_global_thread_count(cg)), vt)
     capped = b.select(b.icmp_signed("<", ext, req), ext, req)
     nthreads = b.select(b.icmp_signed("<=", req, ir.Constant(vt, 0)), ir.Constant(vt, 0), capped)
+    # chunks of ceil(ext / (CHUNKS_PER_THREAD * threads)) iterations (8 threads assumed
+    # when the count is left to the runtime)
+    per = b.select(b.icmp_signed("<=", nthreads, ir.Constant(vt, 0)), ir.Constant(vt, 8), nthreads)
+    pieces = b.mul(per, ir.Constant(vt, CHUNKS_PER_THREAD))
+    chunk = b.sdiv(b.sub(b.add(ext, pieces), ir.Constant(vt, 1)), pieces)
+    for i, val in enumerate(values + [lo, ext, chunk, ir.Constant(vt, 0)]):
+        b.store(val, b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, i)]))
     nthreads = _int_to(b, nthreads, I32)
     data = b.bitcast(closure, I8P)
     b.cbranch(b.icmp_signed("==", nthreads, ir.Constant(I32, 1)), one_bb, many_bb)

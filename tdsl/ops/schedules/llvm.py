@@ -11,7 +11,8 @@ Every non-inlined stage gets one of five schedules, chosen from its pattern and 
 * a reduction (sum, max, pooling): vectorized along the contiguous axis -- lanes of
   partial results (rfactor) when the reduced axis is the contiguous one.
 
-Tile sizes adapt to the vector width of the target (16 float32 lanes with AVX-512).
+Tile sizes adapt to the vector width and register count of the target (16 float32 lanes and
+32 registers with AVX-512; 8 lanes and 16 registers with AVX2).
 """
 from __future__ import annotations
 
@@ -112,6 +113,10 @@ def _total(st: Stage) -> "int | None":
 
 #: Below this many elements an injective stage runs on one thread (launch cost).
 _PARALLEL_MIN = 1 << 15
+#: Side of the square blocks a transposing injective stage is tiled by (then lanes x lanes
+#: tiles inside): 4096x1024 ran 1.2-1.4x faster with 64 or 128 than with lanes-square
+#: blocks alone (AVX2, 1 and 2 threads).
+TRANSPOSE_BLOCK = 64
 
 
 # ---- injective -----------------------------------------------------------------------------------
@@ -143,13 +148,25 @@ def schedule_injective(s: Schedule, st: Stage, cpu: CPU, bodies: dict) -> None:
     outer, last = axes[:-1], axes[-1]
     tr = _transposed_axis(s, st, bodies) if outer else None
     if tr is not None:
-        ao, ai = _vector_split(st, tr, lanes)
-        lo, li = _vector_split(st, last, lanes)
         others = [a for a in outer if a is not tr]
-        st.reorder(*others, ao, lo, ai, li)
+        te, le = _ext(tr), _ext(last)
+        if (te is None or te >= TRANSPOSE_BLOCK) and (le is None or le >= TRANSPOSE_BLOCK):
+            # TRANSPOSE_BLOCK-square blocks (a few KiB of each side, in L1) of lanes x lanes
+            # tiles: every cache line read and written whole while the block is in cache
+            bo, bi = st.split(tr, factor=TRANSPOSE_BLOCK)
+            co, ci = st.split(last, factor=TRANSPOSE_BLOCK)
+            ao, ai = st.split(bi, factor=lanes)
+            lo, li = st.split(ci, factor=lanes)
+            st.reorder(*others, bo, co, ao, lo, ai, li)
+            par = others + [bo]
+        else:
+            ao, ai = _vector_split(st, tr, lanes)
+            lo, li = _vector_split(st, last, lanes)
+            st.reorder(*others, ao, lo, ai, li)
+            par = others + [ao]
         st.vectorize(li)
         if big:
-            st.parallel(_fuse(st, others + [ao]))
+            st.parallel(_fuse(st, par))
         return
     lo, li = _vector_split(st, last, lanes)
     st.vectorize(li)
@@ -283,14 +300,164 @@ class MatmulTiles:
 
 
 MATMUL_TILES = MatmulTiles()
+#: With 16 vector registers (AVX2, SSE): 6 x 2 vectors, 12 accumulators.  The 24 of the
+#: AVX-512 tile spill there: 512^3 and the batch_matmul benchmark ran 2.2-2.4x slower with
+#: it than with this one (AMD EPYC, AVX2, one thread).
+MATMUL_TILES_16REGS = MatmulTiles(rows=6, vectors=2)
+
+
+def default_matmul_tiles(cpu: CPU) -> MatmulTiles:
+    return MATMUL_TILES if cpu.vector_bits >= 512 else MATMUL_TILES_16REGS
+
+
+#: Up to this many rows (a constant M), ``x @ W.T`` is a streaming pass over W (see
+#: ``schedule_skinny_dense``) rather than the register-tiled, B-packing micro-kernel.
+SKINNY_M = 16
+
+
+def _skinny_dense(anchor: Stage, cpu: CPU) -> bool:
+    """A 2-D ``a @ b.T`` (``dense``) with a small constant M and K long enough for vectors:
+    every element of ``b`` is used M times only, so the job is one pass over ``b``."""
+    op = anchor.op
+    if len(op.axis) != 2 or not op.attrs.get("transpose_b") or op.attrs.get("transpose_a"):
+        return False
+    M = _ext(op.axis[0])
+    kext = _ext(op.reduce_axis[0])
+    lanes = cpu.lanes(_out_dtype(anchor))
+    return M is not None and M <= SKINNY_M and (kext is None or kext >= 2 * lanes)
+
+
+def _skinny_tile(M: int, budget: int) -> tuple[int, int, int]:
+    """(rows of x, rows of W, vectors along K) of the register tile: at most ``budget``
+    accumulators, the most FMAs per load, little padding of M (rows of x per pass:
+    ``ceil(M / passes)``; a tail pass costs guards in the unrolled body)."""
+    best: "tuple[float, int, int, int] | None" = None
+    for passes in range(1, M + 1):
+        mi = -(-M // passes)
+        for rows in (1, 2, 4):
+            for vv in (1, 2):
+                if mi * rows * vv > budget:
+                    continue
+                score = mi * rows / (mi + rows) * (M / (mi * passes)) ** 4 + 0.01 * (vv + mi)
+                if best is None or score > best[0]:
+                    best = (score, mi, rows, vv)
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
+    """``x (M, K) @ W (N, K).T`` for small M: W's rows streamed once, straight from W (the
+    PACK stage stays inlined).  Vector lanes over K (rfactor): each task of ``bj`` output
+    columns keeps ``M x rows x vv`` vector accumulators in registers while it reads ``rows``
+    rows of W at once, then sums the lanes; tasks (column blocks) in parallel; the epilogue
+    (bias, activation) applied on write-out, vectorized along N."""
+    dt = _out_dtype(anchor)
+    lanes = cpu.lanes(dt)
+    pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    if pack is not None:
+        pack.compute_inline()
+    M = _ext(anchor.op.axis[0])
+    N = _ext(anchor.op.axis[1])
+    assert M is not None
+    mi, rows, vv = _skinny_tile(M, 24 if cpu.vector_bits >= 512 else 12)
+    bj = 16 if N is None or N >= 16 * 4 * cpu.threads else max(rows, 4)
+    (k,) = anchor.op.reduce_axis
+    ko, ki = anchor.split(k, factor=vv * lanes)
+    rf_t = s.rfactor(anchor.op.outputs[0], ki, factor_axis=2)
+    rf = s[rf_t[0] if isinstance(rf_t, list) else rf_t]
+    rf.set_scope("local")
+    write = out if out is not None else anchor
+    wi, wj = write.op.axis[-2], write.op.axis[-1]
+    jo, ji = write.split(wj, factor=bj)
+    write.reorder(jo, wi, ji)
+    write.parallel(jo)
+    if out is not None:
+        jvo, jvi = _vector_split(write, ji, lanes, extent=bj)
+        write.vectorize(jvi)
+        anchor.set_scope("local")
+        anchor.compute_at(write, jo)
+    rf.compute_at(write, jo)
+    ri, rj, rl = rf.op.axis
+    (rko,) = rf.op.reduce_axis
+    rio, rii = rf.split(ri, factor=mi)
+    rjo, rji = rf.split(rj, factor=rows)
+    rf.reorder(rjo, rio, rko, rii, rji, rl)
+    rf.unroll(rii)
+    rf.unroll(rji)
+    rf.vectorize(rl)
+    return {st for st in (anchor, out, pack, rf) if st is not None}
+
+
+def _skinny_matmul(anchor: Stage) -> bool:
+    """A 2-D ``a @ b`` (b not transposed) with a small constant M: one pass over ``b``'s rows."""
+    op = anchor.op
+    if len(op.axis) != 2 or op.attrs.get("transpose_b") or op.attrs.get("transpose_a"):
+        return False
+    M = _ext(op.axis[0])
+    return M is not None and M <= SKINNY_M
+
+
+def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
+    """``a (M, K) @ b (K, N)`` for small M: ``b`` read in place (no packing), each row of it
+    once, in whole pages: a task owns a block of ``bj`` columns (M x bj accumulators, at
+    most 16 KiB, in L1), and for each k adds ``a[:, k] x b[k, block]``, vector lanes along N;
+    tasks in parallel."""
+    lanes = cpu.lanes(_out_dtype(anchor))
+    pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    if pack is not None:
+        pack.compute_inline()
+    M = _ext(anchor.op.axis[0])
+    assert M is not None
+    if out is None:
+        cc = s.cache_write(anchor.op.outputs[0], "local")
+        comp, write = s[cc], anchor
+    else:
+        comp, write = anchor, out
+        comp.set_scope("local")
+    wi, wj = write.op.axis[-2], write.op.axis[-1]
+    N = _ext(wj)
+    bj = max(lanes, _pow2_floor(4096 // (M * max(1, _out_dtype(anchor).bits // 32))))
+    bj = min(bj, 1024)
+    while bj > lanes and N is not None and N < bj * 2 * cpu.threads:
+        bj //= 2
+    jo, ji = write.split(wj, factor=bj)
+    write.reorder(jo, wi, ji)
+    write.parallel(jo)
+    jvo, jvi = write.split(ji, factor=lanes)
+    write.vectorize(jvi)
+    comp.compute_at(write, jo)
+    ci, cj = comp.op.axis
+    (k,) = comp.op.reduce_axis
+    cjo, cji = comp.split(cj, factor=lanes)
+    kext = _ext(k)
+    kf = 4
+    while kf > 1 and kext is not None and kext % kf:
+        kf //= 2
+    if kf > 1:        # kf rows of b per pass over the accumulators
+        ko, ki = comp.split(k, factor=kf)
+        comp.reorder(ko, cjo, ci, ki, cji)
+        comp.unroll(ki)
+    else:
+        comp.reorder(k, cjo, ci, cji)
+    if M <= 8:
+        comp.unroll(ci)
+    comp.vectorize(cji)
+    return {st for st in (anchor, out, pack, comp) if st is not None}
 
 
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
                     tiles: "MatmulTiles | None" = None) -> set:
     """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
     stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
-    column tiles (and row chunks) in parallel; the epilogue applied on write-out."""
-    tiles = tiles or MATMUL_TILES
+    column tiles (and row chunks) in parallel; the epilogue applied on write-out.
+
+    A ``dense`` / ``matmul`` with a small constant M goes to ``schedule_skinny_dense`` /
+    ``schedule_skinny_matmul`` instead."""
+    if tiles is None and _skinny_dense(anchor, cpu):
+        return schedule_skinny_dense(s, anchor, out, cpu)
+    if tiles is None and _skinny_matmul(anchor):
+        return schedule_skinny_matmul(s, anchor, out, cpu)
+    tiles = tiles or default_matmul_tiles(cpu)
     dt = _out_dtype(anchor)
     lanes = cpu.lanes(dt)
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
@@ -373,6 +540,13 @@ class ConvTiles:
 
 
 CONV_TILES = ConvTiles()
+#: With 16 vector registers: 4 columns x 2 vectors (8 accumulators); 8 x 2 spills there
+#: (conv2d 3x3 64->64 at 56x56 ran 2.4x slower with it on AVX2).
+CONV_TILES_16REGS = ConvTiles(width=4, vectors=2, rows=8)
+
+
+def default_conv_tiles(cpu: CPU) -> ConvTiles:
+    return CONV_TILES if cpu.vector_bits >= 512 else CONV_TILES_16REGS
 
 _ROLES = {"NCHW": (0, 1, 2, 3), "NHWC": (0, 3, 1, 2)}   # positions of (n, c, h, w)
 
@@ -394,7 +568,7 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     anchor computes with channels innermost), the filter panel packed per parallel task,
     the padded input materialized once.  Grouped / depthwise: the contiguous output axis
     vectorized, filters broadcast."""
-    tiles = tiles or CONV_TILES
+    tiles = tiles or default_conv_tiles(cpu)
     attrs = anchor.op.attrs
     groups = attrs.get("groups", 1)
     comp_layout = attrs.get("compute_layout", attrs.get("layout", "NCHW"))
