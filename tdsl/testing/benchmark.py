@@ -199,15 +199,17 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
     pair) fairly, and return their medians and spreads.
 
     ``threads`` (default: tdsl's default, ``TDSL_NUM_THREADS`` or every CPU) is used by
-    every contender.  Each is warmed up for ``warmup_ms``; then ``repeat`` rounds, each
-    timing every contender once (in a rotating order) over enough calls to last
-    ``min_repeat_ms``.  ``flops`` (per call) adds GFLOP/s; ``baseline`` (default: the
+    every contender.  Each is warmed up for ``warmup_ms`` (at least one call); then
+    ``repeat`` rounds, each timing every contender once (in a rotating order) over enough
+    calls to last ``min_repeat_ms``.  ``flops`` (per call) adds GFLOP/s; ``baseline`` (default: the
     first contender) is what the speedups compare with.  ``max_seconds`` stops early
     (after at least three rounds) when the rounds would take longer.
 
-    >>> r = benchmark({"tdsl": (f, [a, b, c]), "numpy": lambda: np.matmul(a, b, out=c)},
-    ...               flops=2 * n ** 3)                                # doctest: +SKIP
-    >>> print(r)                                                       # doctest: +SKIP
+    Example::
+
+        r = benchmark({"tdsl": (f, [a, b, c]), "numpy": lambda: np.matmul(a, b, out=c)},
+                      flops=2 * n ** 3)
+        print(r)            # a table: median, spread, best, GFLOP/s, speedup
     """
     if not contenders:
         raise ArgumentError("benchmark: no contenders")
@@ -250,13 +252,13 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
 
 
 def _warm_up(fn: Callable[[], Any], warmup_ms: float, min_repeat_ms: float) -> int:
-    """Call ``fn`` for ``warmup_ms`` (at least twice); return the calls per measurement."""
+    """Call ``fn`` for ``warmup_ms`` (at least once); return the calls per measurement."""
     calls, t0 = 0, time.perf_counter()
     while True:
         fn()
         calls += 1
         elapsed = time.perf_counter() - t0
-        if calls >= 2 and elapsed * 1e3 >= warmup_ms:
+        if elapsed * 1e3 >= warmup_ms:
             break
     per_call = elapsed / calls
     return max(1, math.ceil(min_repeat_ms / 1e3 / per_call)) if per_call > 0 else 1
