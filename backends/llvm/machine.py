@@ -237,16 +237,17 @@ def llvm_diagnostics(sink: "list[str] | None" = None) -> Iterator[None]:
             os.close(saved)
             tmp.seek(0)
             text = tmp.read().decode(errors="replace")
-    other = []
-    for line in text.splitlines():
+    kept = []
+    for line in text.split("\n"):     # not splitlines(): a progress bar's "\r" stays put
         if _DIAGNOSTIC.search(line):
             if sink is not None:
                 sink.append(line.strip())
-        elif line:
-            other.append(line)
-    if other:
+        else:
+            kept.append(line)
+    other = "\n".join(kept)
+    if other.strip():
         try:
-            os.write(2, ("\n".join(other) + "\n").encode())
+            os.write(2, other.encode())
         except OSError:
             pass
 
