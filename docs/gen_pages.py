@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import subprocess
 import sys
 import tempfile
@@ -138,18 +139,30 @@ def example_header(out: Path) -> None:
         (out / "example_kernel.h").write_text((Path(tmp) / "linear.h").read_text())
 
 
-def tvm_page(out: Path) -> None:
-    root = Path(__file__).resolve().parents[1]
+_RELATIVE_LINK = re.compile(r"\[([^\]]+)\]\((?!https?:|mailto:|#)[^)]*\)")
+
+
+def tvm_page(out: Path, root: "Path | None" = None) -> None:
+    """The compatibility layer's README and the README's "Coming from TVM" section, when
+    present (both belong to tdsl.compat; this page only shows them)."""
+    root = root or Path(__file__).resolve().parents[1]
+    parts = ["# tdsl.compat.tvm\n"]
+    readme = (root / "README.md").read_text()
+    m = re.search(r"^## Coming from TVM\s*$(.*?)(?=^## |\Z)", readme, re.M | re.S)
+    if m:
+        parts.append("From the README:\n\n" + _RELATIVE_LINK.sub(r"\1", m.group(1).strip())
+                     .replace("\n### ", "\n## ") + "\n")
     for cand in (root / "tdsl" / "compat" / "tvm" / "README.md",
                  root / "tdsl" / "compat" / "README.md"):
         if cand.exists():
-            text = cand.read_text()
-            (out / "tvm_compat.md").write_text(text if text.startswith("#") else
-                                               "# tdsl.compat.tvm\n\n" + text)
-            return
-    (out / "tvm_compat.md").write_text(
-        "# tdsl.compat.tvm\n\nThe TVM compatibility layer (`python -m tdsl.compat.tvm "
-        "script.py`) is not part of this build of tdsl.\n")
+            text = _RELATIVE_LINK.sub(r"\1", cand.read_text())
+            text = re.sub(r"^#(#*) ", r"##\1 ", text, flags=re.M)   # below this page's title
+            parts.append(text)
+            break
+    if len(parts) == 1:
+        parts.append("The TVM compatibility layer (`python -m tdsl.compat.tvm script.py`) is "
+                     "not part of this build of tdsl.\n")
+    (out / "tvm_compat.md").write_text("\n".join(parts))
 
 
 def main(out_dir: str) -> int:

@@ -59,6 +59,19 @@ def test_cli_page_and_example_header(tmp_path):
     assert "libgomp" in header and "CPU '" in header
 
 
+def test_tvm_page_shows_the_readme_section_and_compat_readme(tmp_path):
+    gen = _load("gen_pages")
+    root = tmp_path / "repo"
+    (root / "tdsl" / "compat" / "tvm").mkdir(parents=True)
+    (root / "README.md").write_text("# tdsl\n\n## Coming from TVM\n\nAdd `import tdsl.compat.tvm."
+                                    "alias`; see [the list](docs/x.md).\n\n## Errors\n\nno\n")
+    (root / "tdsl" / "compat" / "tvm" / "README.md").write_text("# Compat\n\n## Left out\n")
+    gen.tvm_page(tmp_path, root)
+    page = (tmp_path / "tvm_compat.md").read_text()
+    assert "import tdsl.compat.tvm.alias" in page and "see the list." in page
+    assert "## Errors" not in page and "## Compat" in page and "### Left out" in page
+
+
 @pytest.mark.skipif(importlib.util.find_spec("sphinx") is None
                     or importlib.util.find_spec("myst_nb") is None,
                     reason="the docs build needs the docs extra (pip install -e '.[docs]')")
