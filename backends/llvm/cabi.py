@@ -4,9 +4,12 @@ Every kernel entry is ``int32_t name(T *a, ..., int64_t n, ...)`` and returns a
 status before touching memory:
 
 - ``TDSL_OK`` (0): it ran;
-- ``TDSL_ERR_NULL_POINTER`` (1): an array argument with at least one element is NULL;
-- ``TDSL_ERR_BAD_SIZE`` (2): a symbolic size is negative, or an array extent
-  computed from the sizes is negative.
+- ``TDSL_ERR_NULL_POINTER`` (1): an array argument is NULL;
+- ``TDSL_ERR_BAD_SIZE`` (2): a symbolic size, or an array extent computed from the
+  sizes, is below 1 (tdsl kernels need every dimension >= 1, as the Python argument
+  checks do; the generated code relies on it).
+
+Sizes are checked first, so a call with a bad size returns 2 whatever its pointers.
 
 The signature (parameters, dtypes, shapes, symbolic sizes, target CPU) is stored
 in the object as a NUL-terminated JSON string in the ELF section ``tdsl_meta``
@@ -25,7 +28,7 @@ from tdsl.dtype import DType
 from tdsl.errors import BuildError
 from tdsl.expr import Const
 
-from .lltypes import I1, I8, I32, I64
+from .lltypes import I8, I32, I64
 
 if TYPE_CHECKING:
     from .codegen import CodeGen
@@ -37,8 +40,8 @@ STATUS_CODES = {STATUS_OK: "TDSL_OK", STATUS_NULL_POINTER: "TDSL_ERR_NULL_POINTE
                 STATUS_BAD_SIZE: "TDSL_ERR_BAD_SIZE"}
 STATUS_MEANING = {
     STATUS_OK: "success",
-    STATUS_NULL_POINTER: "an array argument with at least one element is NULL",
-    STATUS_BAD_SIZE: "a symbolic size, or an array extent computed from the sizes, is negative",
+    STATUS_NULL_POINTER: "an array argument is NULL",
+    STATUS_BAD_SIZE: "a size, or an extent computed from the sizes, is < 1",
 }
 
 #: The ABI version recorded in the embedded signature (1: the entry returned void).
@@ -66,43 +69,26 @@ def _as_i64(cg: "CodeGen", e: Any) -> ir.Value:
 def emit_argument_checks(cg: "CodeGen", fn: ir.Function) -> None:
     """Size checks, then NULL checks, at the top of the kernel entry ``fn``."""
     f = cg.func
-    zero = ir.Constant(I64, 0)
+    one = ir.Constant(I64, 1)
     b = cg.b
-    negative: list[ir.Value] = [b.icmp_signed("<", a, zero) for a in fn.args[len(f.params):]]
-    extents: list[list[ir.Value]] = []
+    small: list[ir.Value] = [b.icmp_signed("<", a, one) for a in fn.args[len(f.params):]]
     for p in f.params:
-        dims = []
         for s in p.shape:
-            if isinstance(s, Const):
-                dims.append(ir.Constant(I64, int(s.value)))
-            else:
-                d = _as_i64(cg, s)
-                negative.append(b.icmp_signed("<", d, zero))
-                dims.append(d)
-        extents.append(dims)
-    if negative:
-        bad = negative[0]
-        for c in negative[1:]:
-            bad = b.or_(bad, c)
-        _fail_unless(cg, fn, bad, STATUS_BAD_SIZE, "bad_size")
-    nulls: list[ir.Value] = []
-    for a, dims in zip(fn.args, extents):
-        b = cg.b
-        is_null = b.icmp_unsigned("==", a, ir.Constant(a.type, None))
-        if all(isinstance(d, ir.Constant) for d in dims):
-            if all(int(d.constant) != 0 for d in dims):
-                nulls.append(is_null)
-            continue
-        empty: ir.Value = ir.Constant(I1, 0)
-        for d in dims:
-            empty = b.or_(empty, b.icmp_signed("==", d, zero))
-        nulls.append(b.and_(is_null, b.not_(empty)))
+            if not isinstance(s, Const) and not any(s is v for v in f.size_vars):
+                small.append(b.icmp_signed("<", _as_i64(cg, s), one))
+    if small:
+        _fail_unless(cg, fn, _any(cg, small), STATUS_BAD_SIZE, "bad_size")
+    nulls = [cg.b.icmp_unsigned("==", a, ir.Constant(a.type, None))
+             for a in fn.args[:len(f.params)]]
     if nulls:
-        b = cg.b
-        bad = nulls[0]
-        for c in nulls[1:]:
-            bad = b.or_(bad, c)
-        _fail_unless(cg, fn, bad, STATUS_NULL_POINTER, "null_pointer")
+        _fail_unless(cg, fn, _any(cg, nulls), STATUS_NULL_POINTER, "null_pointer")
+
+
+def _any(cg: "CodeGen", conds: list[ir.Value]) -> ir.Value:
+    out = conds[0]
+    for c in conds[1:]:
+        out = cg.b.or_(out, c)
+    return out
 
 
 def signature(cg: "CodeGen") -> "dict[str, Any] | None":
