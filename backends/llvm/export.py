@@ -256,7 +256,9 @@ class LoadedModule(Module):
             self._lib = ctypes.CDLL(str(p))
             fn = getattr(self._lib, self.entry_name)
         except (OSError, AttributeError) as e:
-            raise BuildError(f"load_module: cannot load '{p}': {e}") from None
+            hint = (" (a kernel with parallel loops needs the OpenMP runtime: link the "
+                    "library with -lgomp)") if meta.get("parallel") and "undefined symbol" in str(e) else ""
+            raise BuildError(f"load_module: cannot load '{p}': {e}{hint}") from None
         self._returns_status = int(meta.get("abi", 1)) >= ABI_VERSION
         fn.restype = ctypes.c_int32 if self._returns_status else None
         fn.argtypes = [ctypes.c_void_p] * len(func.params) + \

@@ -216,3 +216,18 @@ def test_built_module_checks_the_status(monkeypatch):
     monkeypatch.setattr(f.compiled, "cfunc", fake)
     with pytest.raises(BuildError, match="TDSL_ERR_BAD_SIZE"):
         f(a, b, d, c)
+
+
+@needs_gcc
+def test_parallel_kernel_linked_without_gomp_says_so(tmp_path):
+    f = scaled_add("sadd_nogomp", parallel=True)
+    f.save(str(tmp_path / "k.o"))
+    subprocess.run(["gcc", "-shared", "-o", str(tmp_path / "k.so"), str(tmp_path / "k.o"),
+                    "-lm"], check=True, capture_output=True)
+    # a fresh process, where nothing has loaded libgomp yet
+    code = ("import tdsl as td\ntry:\n    td.load_module(%r)\nexcept td.BuildError as e:\n"
+            "    print(e)\n" % str(tmp_path / "k.so"))
+    import sys
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "undefined symbol" in r.stdout and "link the library with -lgomp" in r.stdout, \
+        r.stdout + r.stderr
