@@ -56,13 +56,15 @@ def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64
                   sizes: "Mapping[str, int] | None" = None, callbacks: Sequence[Any] = (),
                   early_stopping: "int | None" = None, batch_size: int = 24,
                   transfer: bool = True, seed: int = 0, tuner: str = "xgb",
-                  timeout: "float | None" = None) -> tuple[Any, list[Tensor]]:
+                  timeout: "float | None" = None, progress: bool = False
+                  ) -> tuple[Any, list[Tensor]]:
     """Tune ``outputs`` and return ``(schedule, args)`` ready for ``td.build``.
 
     ``db`` keeps the records (a path: a killed job resumes from it; None: in
     memory); ``transfer`` pre-trains the cost model with the records of other
-    tasks in ``db``.  When no candidate is valid the default schedule is returned
-    with a warning.
+    tasks in ``db``; ``progress=True`` shows a progress bar (tqdm when installed)
+    over the ``trials``.  When no candidate is valid the default schedule is
+    returned with a warning.
     """
     from .tuner import RandomTuner, XGBTuner
     task = create_auto_task(outputs, target, sizes)
@@ -74,8 +76,17 @@ def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64
     else:
         raise TuningError(f"auto_schedule: tuner must be 'xgb' or 'random', got {tuner!r}")
     if trials > 0:
-        t.tune(trials, measure_option, callbacks=callbacks, db=database,
-               early_stopping=early_stopping, batch_size=batch_size, timeout=timeout)
+        bar = None
+        if progress:
+            from .progress import progress_bar
+            bar = progress_bar(trials, desc=task.name)
+            callbacks = [*callbacks, bar]
+        try:
+            t.tune(trials, measure_option, callbacks=callbacks, db=database,
+                   early_stopping=early_stopping, batch_size=batch_size, timeout=timeout)
+        finally:
+            if bar is not None:
+                bar.close()
     rec = best_record(database.records(task.key))
     if rec is None:
         warnings.warn(f"auto_schedule: no valid candidate for {task.description}; returning the "

@@ -9,22 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
 
 import numpy as np
-
-
-def _median_seconds(fn, repeat: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -63,14 +52,18 @@ def main(argv: "list[str] | None" = None) -> int:
     tuned = td.build(sch, tensors, target="llvm")
     tuned(a, b, c)
     err = float(np.abs(c - a @ b).max() / np.abs(a @ b).max())
-    t_tuned = tuned.time_evaluator(number=3, repeat=7, min_repeat_ms=50)(a, b, c).median
-    t_numpy = _median_seconds(lambda: np.matmul(a, b, out=c))
+    from tdsl.testing import benchmark
+    bench = benchmark({"tdsl tuned": (tuned, [a, b, c]),
+                       "NumPy": lambda: np.matmul(a, b, out=c)}, flops=flops, repeat=7)
+    t_tuned, t_numpy = bench.median("tdsl tuned"), bench.median("NumPy")
 
     print(f"\ntuned in {tuning:.1f} s; max relative error against NumPy {err:.1e}\n")
     print(f"{'kernel':<26}{'time (ms)':>12}{'GFLOP/s':>10}{'vs NumPy':>10}")
     for name, t in (("tdsl default schedule", t_naive), ("tdsl tuned", t_tuned),
                     ("NumPy (OpenBLAS)", t_numpy)):
         print(f"{name:<26}{t * 1e3:>12.3f}{flops / t / 1e9:>10.1f}{t_numpy / t:>9.2f}x")
+    print(f"({bench.threads} thread(s) for both; NumPy and tuned: tdsl.testing.benchmark, "
+          f"interleaved medians)")
     print("\nthe tuned loop nest:\n")
     print(td.lower(sch, tensors))
     return 0 if err < 1e-4 else 1

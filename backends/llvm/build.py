@@ -71,10 +71,11 @@ def compile_func(func: PrimFunc, target: Target) -> Compiled:
         cache.stats["misses"] += 1
         text = ir_text()
         mod = parse(text)
-        optimize(mod, spec)
-        obj = emit_object(mod, spec)
+        remarks: list[str] = []
+        optimize(mod, spec, remarks)
+        obj = emit_object(mod, spec, remarks)
         compiled = Compiled(key, generated["entry"], spec, obj, text, generated["parallel"],
-                            list(generated["notes"]))
+                            list(generated["notes"]) + [f"llvm: {r}" for r in remarks])
         cache.disk_put(key, obj, {"entry": compiled.entry, "parallel": compiled.uses_parallel,
                                   "notes": compiled.notes, "ir": text})
     if spec.runnable:

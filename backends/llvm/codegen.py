@@ -37,10 +37,10 @@ from tdsl.visitor import post_order_visit
 from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
                        IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt)
 
-from . import parallel, vectorize
+from . import cabi, parallel, vectorize
 from .exprs import ExprEmitter
 from .lanes import UNIFORM, VVal, is_zero, uniform
-from .lltypes import (I1, I8, I8P, I64, VOID, StringAttributes, const, loop_metadata,
+from .lltypes import (I1, I8, I8P, I32, I64, VOID, StringAttributes, const, loop_metadata,
                       mem_type)
 from .machine import MachineSpec, data_layout
 
@@ -129,8 +129,9 @@ class CodeGen(ExprEmitter):
     def b(self) -> ir.IRBuilder:
         return self.st.builder
 
-    def new_function(self, name: str, arg_types: list[ir.Type], internal: bool) -> ir.Function:
-        fn = ir.Function(self.module, ir.FunctionType(VOID, arg_types), name)
+    def new_function(self, name: str, arg_types: list[ir.Type], internal: bool,
+                     ret: ir.Type = VOID) -> ir.Function:
+        fn = ir.Function(self.module, ir.FunctionType(ret, arg_types), name)
         fn.attributes = StringAttributes(self.fn_attrs)
         fn.attributes.add("nounwind")
         if internal:
@@ -159,7 +160,7 @@ class CodeGen(ExprEmitter):
         f = self.func
         ptr_types = [mem_type(p.dtype).as_pointer() for p in f.params]
         fn = self.new_function(self.entry_name, ptr_types + [I64] * len(f.size_vars),
-                               internal=False)
+                               internal=False, ret=I32)
         for a, p in zip(fn.args, f.params):
             a.name = c_identifier(p.name)
             a.add_attribute("noalias")
@@ -169,10 +170,12 @@ class CodeGen(ExprEmitter):
         for a, v in zip(fn.args[len(f.params):], f.size_vars):
             a.name = c_identifier(v.name)
             self.st.vars[v] = uniform(self.convert_index(a, DType.INT64, v.dtype))
+        cabi.emit_argument_checks(self, fn)
         self.stmt(f.body)
-        self.b.ret_void()
+        self.b.ret(ir.Constant(I32, cabi.STATUS_OK))
         if self.uses_parallel:
             parallel.emit_thread_count_setter(self)
+        cabi.embed_signature(self)
         return self.module
 
     # ---- statements -------------------------------------------------------------------------

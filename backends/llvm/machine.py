@@ -7,9 +7,15 @@ JIT, the disk cache and ``export_library`` alike.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import re
+import sys
+import tempfile
 import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 import llvmlite.binding as llvm
 
@@ -205,10 +211,53 @@ def parse(ir_text: str) -> "llvm.ModuleRef":
         return mod
 
 
-def optimize(mod: "llvm.ModuleRef", spec: MachineSpec) -> None:
-    """Run LLVM's O3 pipeline (loop and SLP vectorization, unrolling) on ``mod``."""
+_DIAGNOSTIC = re.compile(r"^(remark|warning|note|error): |<unknown>:\d+:\d+: ")
+
+
+@contextlib.contextmanager
+def llvm_diagnostics(sink: "list[str] | None" = None) -> Iterator[None]:
+    """Capture what LLVM prints to the process's stderr (file descriptor 2) meanwhile --
+    its remarks, such as "loop not vectorized: ..." -- into ``sink`` instead of the
+    terminal; any other line written meanwhile is passed on to stderr unchanged."""
+    try:
+        sys.stderr.flush()
+    except (AttributeError, ValueError):
+        pass
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr descriptor at all: nothing to protect
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+    kept = []
+    for line in text.split("\n"):     # not splitlines(): a progress bar's "\r" stays put
+        if _DIAGNOSTIC.search(line):
+            if sink is not None:
+                sink.append(line.strip())
+        else:
+            kept.append(line)
+    other = "\n".join(kept)
+    if other.strip():
+        try:
+            os.write(2, other.encode())
+        except OSError:
+            pass
+
+
+def optimize(mod: "llvm.ModuleRef", spec: MachineSpec,
+             remarks: "list[str] | None" = None) -> None:
+    """Run LLVM's O3 pipeline (loop and SLP vectorization, unrolling) on ``mod``; LLVM's
+    remarks go to ``remarks`` (never to the terminal)."""
     tm = target_machine(spec)
-    with LLVM_LOCK:
+    with LLVM_LOCK, llvm_diagnostics(remarks):
         mod.triple = spec.triple
         mod.data_layout = str(tm.target_data)
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -219,13 +268,15 @@ def optimize(mod: "llvm.ModuleRef", spec: MachineSpec) -> None:
         pb.getModulePassManager().run(mod, pb)
 
 
-def emit_object(mod: "llvm.ModuleRef", spec: MachineSpec) -> bytes:
-    with LLVM_LOCK:
+def emit_object(mod: "llvm.ModuleRef", spec: MachineSpec,
+                remarks: "list[str] | None" = None) -> bytes:
+    with LLVM_LOCK, llvm_diagnostics(remarks):
         return bytes(target_machine(spec).emit_object(mod))
 
 
-def emit_assembly(mod: "llvm.ModuleRef", spec: MachineSpec) -> str:
-    with LLVM_LOCK:
+def emit_assembly(mod: "llvm.ModuleRef", spec: MachineSpec,
+                  remarks: "list[str] | None" = None) -> str:
+    with LLVM_LOCK, llvm_diagnostics(remarks):
         return target_machine(spec).emit_assembly(mod)
 
 

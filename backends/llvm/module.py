@@ -16,6 +16,7 @@ from tdsl.stmt import PrimFunc
 from tdsl.target import Target
 
 from .build import Compiled
+from .cabi import raise_status
 from .machine import emit_assembly, optimize, parse
 from .parallel import thread_count_symbol
 
@@ -23,7 +24,7 @@ SOURCE_FORMATS = ("ll", "ll-opt", "asm")
 
 
 def _prototype(func: PrimFunc) -> Any:
-    return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(func.params)
+    return ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * len(func.params)
                                     + [ctypes.c_int64] * len(func.size_vars)))
 
 
@@ -73,10 +74,12 @@ class LLVMModule(Module):
                   pointers: list[int]) -> Callable[[], None]:
         fn = self._cfunc()
         args = pointers + [int(sizes[v]) for v in self.func.size_vars]
-        c = self.compiled
+        c, entry = self.compiled, self.entry_name
         if not c.uses_parallel:
             def run() -> None:
-                fn(*args)
+                status = fn(*args)
+                if status:
+                    raise_status(status, entry)
         else:
             n = self.num_threads if thread_pool_usable() else 1
             if n > 1:
@@ -87,7 +90,9 @@ class LLVMModule(Module):
                 if c.threads_written != n:
                     cell.value = n
                     c.threads_written = n
-                fn(*args)
+                status = fn(*args)
+                if status:
+                    raise_status(status, entry)
         run.arrays = arrays  # type: ignore[attr-defined]  # keeps the memory alive
         return run
 

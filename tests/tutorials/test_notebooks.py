@@ -1,5 +1,6 @@
 """Every tutorial notebook runs top to bottom without an error (nbclient), and is stored
-without outputs.
+WITH its outputs (executed by ``docs/execute_lessons.py``), so that a reader browsing the
+repository or the documentation site sees the results and plots.
 
 The notebooks run in a kernel of *this* Python (a kernelspec written to a temporary
 directory), with the tutorials folder as the working directory.  Each notebook's run time is
@@ -48,23 +49,53 @@ def kernel_name(tmp_path_factory: pytest.TempPathFactory) -> str:
         os.environ["JUPYTER_PATH"] = old
 
 
-def test_all_seven_lessons_exist() -> None:
+def test_all_nine_lessons_exist() -> None:
     names = [p.stem for p in NOTEBOOKS]
-    assert [n[:2] for n in names] == ["01", "02", "03", "04", "05", "06", "07"], names
+    assert [n[:2] for n in names] == [f"{i:02d}" for i in range(1, 10)], names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_is_stored_without_outputs(path: Path) -> None:
+def test_notebook_is_stored_with_outputs(path: Path) -> None:
+    """Executed top to bottom in one run, no errors, and no tqdm redraw fragments."""
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type == "code":
-            assert not cell.outputs, f"{path.name}: cell {i} has stored outputs"
-            assert cell.execution_count is None, f"{path.name}: cell {i} has an execution count"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    counts = [c.execution_count for c in code]
+    assert counts == list(range(1, len(code) + 1)), \
+        f"{path.name}: not executed top to bottom in one run (execution counts {counts}); " \
+        f"run python docs/execute_lessons.py {path.name[:2]}"
+    assert sum(bool(c.outputs) for c in code) >= len(code) // 2, f"{path.name}: few outputs"
+    for i, cell in enumerate(code):
+        for out in cell.outputs:
+            assert out.get("output_type") != "error", f"{path.name}: cell {i} stored an error"
+            if out.get("output_type") == "stream":
+                assert "\r" not in out["text"], f"{path.name}: cell {i} has redraw fragments"
+
+
+#: lessons that show IR with display() (HTML), and lessons that time contenders
+SHOWS_IR = ("01", "02", "03", "04", "08", "09")
+TIMES = ("01", "02", "03", "04", "06", "08", "09")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_lessons_render_ir_as_html_and_time_fairly(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    source = "\n".join(c.source for c in code)
+    if path.name[:2] in SHOWS_IR:
+        assert any("text/html" in o.get("data", {}) for c in code for o in c.outputs), \
+            f"{path.name}: no IR rendered with display()"
+        assert "print(td.lower" not in source
+    if path.name[:2] in TIMES:
+        assert "benchmark(" in source, f"{path.name}: time contenders with tdsl.testing.benchmark"
+    assert ").min" not in source, f"{path.name}: a best-of-N timing (use medians)"
+    assert "perf_counter() - t0)" not in source, f"{path.name}: a hand-rolled timing loop"
 
 
 #: notebooks that need an optional package beyond the "notebooks" extra
 NEEDS = {"07_embedding": "torch"}
+#: each lesson should execute in about a minute on a quiet laptop (loaded CI machines: more)
+BUDGET_SECONDS = 240
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -82,6 +113,7 @@ def test_notebook_runs(path: Path, kernel_name: str) -> None:
         pytest.fail(f"{path.name} failed:\n{e}", pytrace=False)
     seconds = time.perf_counter() - t0
     print(f"\n{path.name}: {seconds:.1f} s")
+    assert seconds < BUDGET_SECONDS, f"{path.name} took {seconds:.0f} s"
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: error outputs {errors}"
