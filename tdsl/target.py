@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .errors import BuildError
@@ -76,6 +76,18 @@ class Target:
     arch: str = "sm_80"
     num_threads: int = 0
     options: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        # ``Target("llvm -mcpu=...")`` as in TVM: parse the string; explicit fields win.
+        if isinstance(self.kind, str):
+            parsed = as_target(self.kind)
+            for f in fields(self):
+                mine = getattr(self, f.name)
+                if f.name == "kind" or mine == f.default:
+                    object.__setattr__(self, f.name, getattr(parsed, f.name))
+        elif not isinstance(self.kind, TargetKind):
+            raise BuildError(f"Target: kind must be a target string or TargetKind, "
+                             f"got {self.kind!r}")
 
     @property
     def is_host(self) -> bool:
