@@ -200,26 +200,32 @@ class AllReduceEmitter:
         red_tags = [t for t in _AXES if t in s.tags]
         ri, rn = radix(red_tags)
         gi, _ = radix([t for t in _AXES if t not in s.tags])
-        names = {x: r.names.fresh(x) for x in ("rank", "width", "slot", "step")}
+        names = {x: r.names.fresh(x) for x in ("rank", "width", "slot")}
         r.emit(f"const unsigned {names['rank']} = {ri};")
         r.emit(f"const unsigned {names['width']} = {rn};")
         r.emit(f"const unsigned {names['slot']} = {gi} * {names['width']} + {names['rank']};")
         for b, v in zip(bufs, vals):
             r.emit(f"{b}[{names['slot']}] = {v};")
         r.emit("__syncthreads();")
-        step = names["step"]
-        r.emit(f"unsigned {step} = 1u;")
-        r.emit(f"while ({step} < {names['width']}) {step} <<= 1;")
-        with r.block(f"for ({step} >>= 1; {step} > 0u; {step} >>= 1)"):
-            with r.block(f"if ({names['rank']} < {step} && {names['rank']} + {step} < "
-                         f"{names['width']})"):
-                other = [r.names.fresh("o") for _ in vals]
-                for o, b, t in zip(other, bufs, types):
-                    r.emit(f"const {t} {o} = {b}[{names['slot']} + {step}];")
-                self.combine(s, vals, other, types)
-                for b, v in zip(bufs, vals):
-                    r.emit(f"{b}[{names['slot']}] = {v};")
-            r.emit("__syncthreads();")
+        # the steps unrolled from a power of two covering the most threads a block can have
+        # (steps wider than this launch's groups only synchronize): every barrier is its
+        # own statement, reached by all threads
+        step = 1
+        while step < r.kernel.max_threads:
+            step *= 2
+        step //= 2
+        while step >= 1:
+            with self.braces():
+                with r.block(f"if ({names['rank']} + {step}u < {names['width']} && "
+                             f"{names['rank']} < {step}u)"):
+                    other = [r.names.fresh("o") for _ in vals]
+                    for o, b, t in zip(other, bufs, types):
+                        r.emit(f"const {t} {o} = {b}[{names['slot']} + {step}u];")
+                    self.combine(s, vals, other, types)
+                    for b, v in zip(bufs, vals):
+                        r.emit(f"{b}[{names['slot']}] = {v};")
+                r.emit("__syncthreads();")
+            step //= 2
         for b, v in zip(bufs, vals):
             r.emit(f"{v} = {b}[{names['slot']} - {names['rank']}];")
         r.emit("__syncthreads();")

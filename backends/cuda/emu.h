@@ -381,6 +381,15 @@ struct Collective {  // a warp-collective operation: its accesses belong to the 
 __attribute__((noinline)) inline void __syncthreads() {
   emu::wait(emu::AT_BARRIER, __builtin_return_address(0));
 }
+// A barrier is identified by its source line, not by its call's return address: the compiler
+// may duplicate one call (jump threading a chain of thread-dependent ifs between barriers), and
+// threads on the two copies would look divergent.
+namespace emu {
+__attribute__((noinline)) inline void sync_at(long line) {
+  wait(AT_BARRIER, (const void*)(uintptr_t)line);
+}
+}  // namespace emu
+#define __syncthreads() ::emu::sync_at(__LINE__)
 __attribute__((noinline)) inline void __syncwarp(unsigned = 0xffffffffu) {
   emu::wait(emu::AT_WARP, __builtin_return_address(0));
 }

@@ -23,6 +23,7 @@ from ..errors import LoweringError
 from ..expr import BufferLoad, Const, Expr, Reduce
 from ..stmt import AllReduce, Allocate, Buffer, BufferStore, Stmt, StorageScope
 from ..tensor import IterKind
+from ..structural import structural_equal
 from ..visitor import free_vars
 
 if TYPE_CHECKING:
@@ -84,7 +85,8 @@ def cross_thread_nest(nb: "NestBuilder", st: "Stage", b: "StageBounds", guard_do
                         scope=StorageScope.LOCAL) for i, dt in enumerate(dtypes)]
         acc = [BufferLoad(p, zero) for p in parts]
         update = seq([BufferStore(p, v, zero) for p, v in zip(parts, red.combiner.combine(acc, sources))])
-        update = guard(serial_conds + where_conds, update)
+        # every guard: a thread outside the domain must not load past it either
+        update = guard(store_conds + share_conds + serial_conds + where_conds, update)
         nb.building[id(st)] = ext
         try:
             for iv in reversed(serial):
@@ -107,7 +109,11 @@ def cross_thread_nest(nb: "NestBuilder", st: "Stage", b: "StageBounds", guard_do
     heads = [v == Const(0, v.dtype) for v in sorted(thread_vars, key=lambda v: v.seq)]
     idx = nb.out_indices(st, vmap, stor)
     store = seq([BufferStore(buf, BufferLoad(r, zero), idx) for buf, r in zip(stor.buffers, results)])
-    store = guard(store_conds + heads + nb.store_predicate(st, b), store)
+    conds: list[Expr] = []
+    for c in store_conds + heads + nb.store_predicate(st, b):   # the user's tx == 0 again
+        if not any(structural_equal(c, d) for d in conds):
+            conds.append(c)
+    store = guard(conds, store)
     stmt: Stmt = seq(prologue + [reduce_stmt, store])
     for buf in reversed(results + parts):
         stmt = Allocate(buf, stmt)

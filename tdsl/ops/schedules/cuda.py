@@ -15,6 +15,7 @@ from tdsl.target import Target
 from tdsl.tensor import IterVar, thread_axis
 
 from ..tags import Pattern
+from . import cuda_reduction
 from .graph import fusable_anchor, is_inlined, stage_pattern
 
 #: Threads per block for elementwise kernels and for reductions.
@@ -40,11 +41,15 @@ def apply(s: Schedule, target: Target) -> None:
         pat = stage_pattern(st)
         if pat is Pattern.INJECTIVE:
             a = fusable_anchor(s, st, bodies)
+            group = cuda_reduction.try_row_group(s, st, bodies) if a is None else None
+            if group is not None:   # softmax, norms: a warp (or block) per row, one kernel
+                done.update(group)
+                continue
             tx = _bind_flat(st, THREADS_INJECTIVE)
             if a is not None:
                 a.set_scope("local")
                 a.compute_at(st, tx)
                 done.add(a)
-        else:
+        elif not cuda_reduction.schedule_reduction(s, st):   # cross-thread where it pays
             _bind_flat(st, THREADS_REDUCTION if st.op.reduce_axis else THREADS_INJECTIVE)
         done.add(st)
