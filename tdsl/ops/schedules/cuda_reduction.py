@@ -112,21 +112,28 @@ def schedule_row_group(s: Schedule, g: RowGroup) -> bool:
     axes = list(y.op.axis)
     rows = [axes[p] for p in g.row_axes]
     inner = [iv for iv in axes if iv not in rows]
-    if (not inner or not rows or inner[-1] is not axes[-1]
-            or not all(is_row_reduction(r) for r in g.reductions)):
+    if not rows or not all(is_row_reduction(r) for r in g.reductions):
         return False
-    lanes = _lanes(_extent(inner))
+    if inner and inner[-1] is not axes[-1]:
+        return False
+    length = _extent(inner) if inner else _extent(list(g.reductions[0].op.reduce_axis))
+    lanes = _lanes(length)
     rows_per_block = ROWS_PER_BLOCK if lanes == WARP else 1
-    if rows and rows != axes[:len(rows)]:
+    if rows != axes[:len(rows)]:
         y.reorder(*(rows + inner))
-    r = _fuse(y, rows)
-    c = _fuse(y, inner)
-    co, ci = y.split(c, factor=lanes)
-    rb, ry = y.split(r, factor=rows_per_block)
-    y.reorder(rb, ry, ci, co)
+    # one value per row (mean, argmax): every lane of the row computes it from the shared
+    # result and writes the same value (loops bound to one thread axis in a kernel must have
+    # one extent, so no loop of one can pick lane 0)
+    inner_loops = list(y.split(_fuse(y, inner), factor=lanes)) if inner else []
+    # rows of the last row axis share a block (the reductions' regions stay exact boxes);
+    # the other row axes join the block index
+    rlo, ry = y.split(rows[-1], factor=rows_per_block)
+    y.reorder(*rows[:-1], rlo, ry, *inner_loops[::-1])
+    rb = _fuse(y, rows[:-1] + [rlo])
     y.bind(rb, thread_axis("blockIdx.x"))
     y.bind(ry, thread_axis("threadIdx.y"))
-    y.bind(ci, thread_axis("threadIdx.x"))
+    if inner_loops:
+        y.bind(inner_loops[1], thread_axis("threadIdx.x"))
     for st in g.reductions:    # producers first (layernorm's variance reads its mean)
         st.compute_at(y, ry)
         # the block's rows (its region in shared memory), one per threadIdx.y, as in y
