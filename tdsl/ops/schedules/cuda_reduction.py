@@ -31,8 +31,8 @@ ROWS_PER_BLOCK = 4
 #: lanes per row when a block reduces a row (rows of at least BLOCK_ROW_MIN elements)
 BLOCK_LANES = 256
 BLOCK_ROW_MIN = 4096
-#: reductions shorter than this keep one thread per output
-MIN_CROSS_THREAD = 64
+#: reductions along rows shorter than this keep one thread per output
+MIN_CROSS_THREAD = WARP
 
 
 def _const(e: Any) -> "int | None":
@@ -59,28 +59,36 @@ def _lanes(length: "int | None") -> int:
     return BLOCK_LANES if length is not None and length >= BLOCK_ROW_MIN else WARP
 
 
-def _reads_rows(st: Stage) -> bool:
-    """True if some load of the reduction indexes its innermost dimension with a reduction
-    variable (consecutive reduction iterations touch consecutive elements)."""
-    red = {iv.var for iv in st.op.reduce_axis}
-    found = False
+def _row_length(st: Stage) -> "int | None | bool":
+    """How many consecutive elements of a row the reduction reads: the extent of the
+    reduction axes that index the innermost dimension of some load (None: symbolic; False:
+    no load is indexed that way, e.g. a column sum or a pooling window's height)."""
+    red = {iv.var: iv for iv in st.op.reduce_axis}
+    best: "int | None | bool" = False
 
     def fn(n: Any) -> None:
-        nonlocal found
-        if isinstance(n, TensorLoad) and n.indices and free_vars(n.indices[-1]) & red:
-            found = True
+        nonlocal best
+        if not isinstance(n, TensorLoad) or not n.indices:
+            return
+        used = [red[v] for v in free_vars(n.indices[-1]) if v in red]
+        if used:
+            length = _extent(used)
+            if length is None or best is None:
+                best = None
+            elif best is False or length > best:
+                best = length
     for b in st.op.body:
         post_order_visit(b, fn)
-    return found
+    return best
 
 
 def is_row_reduction(st: Stage) -> bool:
-    """A reduction worth reducing across threads: long (or of unknown length) and along
-    the rows of what it reads."""
+    """A reduction worth reducing across threads: it reads rows of at least a warp's
+    length (or of unknown length) -- not pooling windows, not column sums."""
     if not st.op.reduce_axis:
         return False
-    n = _extent(list(st.op.reduce_axis))
-    return (n is None or n >= MIN_CROSS_THREAD) and _reads_rows(st)
+    n = _row_length(st)
+    return n is None or (n is not False and n >= MIN_CROSS_THREAD)
 
 
 def _cross_thread(st: Stage, lanes: int) -> None:
