@@ -2,16 +2,16 @@
 
 Three shapes, chosen from the launch configuration:
 
-* ``warp``: the reduced axis is ``threadIdx.x`` alone with a constant extent ``W`` that is
-  a power of two <= 32.  Groups are aligned runs of ``W`` lanes of one warp: a butterfly of
-  ``__shfl_xor_sync`` (log2 W steps, no shared memory, no barrier) leaves every lane with
-  the group's result.
-* ``warps``: the reduced axis is ``threadIdx.x`` alone with a constant extent ``32*n``
-  (n <= 32): a butterfly inside each warp, lane 0 of each warp posts its warp's result in
-  shared memory, one barrier, every thread combines its group's ``n`` partials (in the
-  same order, so all get the same value), and a barrier before the scratch is reused.
-* ``tree``: anything else (several reduced axes, a reduced y/z axis, symbolic extents,
-  types without shuffles): every thread posts its value in shared memory and a
+* ``warp``: each group is an aligned run of ``W`` consecutive lanes, ``W`` a power of two
+  <= 32 (the reduced axes come first in the linear thread order, x fastest, leaving out
+  axes of extent 1, and have constant extents): a butterfly of ``__shfl_xor_sync``
+  (log2 W steps, no shared memory, no barrier) leaves every lane with the group's result.
+* ``warps``: the same with ``W = 32*n`` (n <= 32): a butterfly inside each warp, lane 0 of
+  each warp posts its warp's result in shared memory, one barrier, every thread combines
+  its group's ``n`` partials (in the same order, so all get the same value), and a barrier
+  before the scratch is reused.
+* ``tree``: anything else (groups that are not runs of lanes, symbolic extents, types
+  without shuffles): every thread posts its value in shared memory and a
   barrier-separated tree halves the live range each step.
 
 Every thread of the block must reach the all-reduce, so one under a thread-dependent
@@ -43,14 +43,22 @@ def _const(e: Expr) -> "int | None":
 
 
 def plan(s: AllReduce, block: "tuple[Expr, Expr, Expr]") -> tuple[str, int]:
-    """(shape, reduced width): the strategy for ``s`` in a block of ``block`` threads."""
-    dx = _const(block[0])
+    """(shape, width): the strategy for ``s`` in a block of ``block`` threads.  Shuffles
+    need each group to be a run of consecutive lanes: the reduced axes come first in the
+    linear thread order (x fastest), once axes of extent 1 are left out, with constant
+    extents; ``width`` is then the group's size in lanes."""
     shuffles = all(v.dtype in _SHUFFLE_TYPES for v in s.values)
-    if shuffles and set(s.tags) == {ThreadTag.THREAD_X} and dx is not None:
-        if dx <= WARP and dx & (dx - 1) == 0:
-            return "warp", dx
-        if dx % WARP == 0 and dx // WARP <= WARP:
-            return "warps", dx // WARP
+    order = [(t, _const(e)) for t, e in zip(_AXES, block) if t in s.tags or _const(e) != 1]
+    n = len(s.tags)
+    if not shuffles or any(t not in s.tags or e is None for t, e in order[:n]):
+        return "tree", 0
+    width = 1
+    for _, e in order[:n]:
+        width *= e   # type: ignore[operator]
+    if width <= WARP and width & (width - 1) == 0:
+        return "warp", width
+    if width % WARP == 0 and width // WARP <= WARP:
+        return "warps", width
     return "tree", 0
 
 
@@ -110,8 +118,22 @@ class AllReduceEmitter:
 
     # ---- pieces ------------------------------------------------------------------------------
     def combine(self, s: AllReduce, acc: list[str], other: list[str], types: list[str]) -> None:
-        """``acc = combiner(acc, other)`` (lhs and rhs copied first: tuples update together)."""
+        """``acc = combiner(acc, other)``.  One value: the combiner's variables name ``acc``
+        and ``other`` directly; a tuple updates together, so its inputs are copied first."""
         r, red = self.r, s.combiner
+        if len(acc) == 1:
+            names = r.names.by_id
+            saved = [names.get(id(v)) for v in (red.lhs[0], red.rhs[0])]
+            names[id(red.lhs[0])], names[id(red.rhs[0])] = acc[0], other[0]
+            try:
+                r.emit(f"{acc[0]} = {r.expr(red.result[0])};")
+            finally:
+                for v, old in zip((red.lhs[0], red.rhs[0]), saved):
+                    if old is None:
+                        names.pop(id(v), None)
+                    else:
+                        names[id(v)] = old
+            return
         with self.braces(), ExitStack() as stack:
             for var, src, t in list(zip(red.lhs, acc, types)) + list(zip(red.rhs, other, types)):
                 name = stack.enter_context(r.names.scoped(var, var.name))
@@ -160,21 +182,23 @@ class AllReduceEmitter:
                           f"  // cross-thread reduction scratch")
         return name
 
-    def across_warps(self, s: AllReduce, vals: list[str], types: list[str], nwarps: int) -> None:
+    def across_warps(self, s: AllReduce, vals: list[str], types: list[str], width: int) -> None:
+        """Lane 0 of each warp posts its warp's result; every thread combines its group's
+        ``width / 32`` partials in the same order (so all get the same value)."""
         r = self.r
         bufs = [self.scratch(t, WARP) for t in types]
         lin = r.names.fresh("lin")
         r.emit(f"const unsigned {lin} = {self.linear()};")
-        with r.block("if ((threadIdx.x & 31u) == 0u)"):
+        with r.block(f"if (({lin} & 31u) == 0u)"):
             for b, v in zip(bufs, vals):
                 r.emit(f"{b}[{lin} >> 5] = {v};")
         r.emit("__syncthreads();")
         base = r.names.fresh("warp0")
-        r.emit(f"const unsigned {base} = ({lin} - threadIdx.x) >> 5;")
+        r.emit(f"const unsigned {base} = ({lin} / {width}u) * {width // WARP}u;")
         for b, v in zip(bufs, vals):
             r.emit(f"{v} = {b}[{base}];")
         w = r.names.fresh("w")
-        with r.block(f"for (unsigned {w} = 1; {w} < {nwarps}u; ++{w})"):
+        with r.block(f"for (unsigned {w} = 1; {w} < {width // WARP}u; ++{w})"):
             other = [r.names.fresh("o") for _ in vals]
             for o, b, t in zip(other, bufs, types):
                 r.emit(f"const {t} {o} = {b}[{base} + {w}];")

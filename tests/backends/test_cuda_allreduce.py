@@ -71,7 +71,7 @@ def row_sum(tag: str, factor: int, reducer: Any = td.sum) -> tuple:
     ("threadIdx.x", 64, 200, "warps"),
     ("threadIdx.x", 256, 1000, "warps"),
     ("threadIdx.x", 24, 100, "tree"),    # not a power of two
-    ("threadIdx.y", 32, 77, "tree"),     # the reduced axis is not threadIdx.x
+    ("threadIdx.y", 32, 77, "warp"),     # threadIdx.x has extent 1: y runs along the lanes
 ])
 def test_reduce_axis_bound_to_a_thread(no_disk_cache, tag: str, factor: int, cols: int,
                                        shape: str) -> None:
@@ -82,6 +82,25 @@ def test_reduce_axis_bound_to_a_thread(no_disk_cache, tag: str, factor: int, col
     assert ("__shfl_xor_sync" in src) == (shape != "tree")
     assert ("red_buf" in src) == (shape != "warp")
     assert f"all-reduce (sum) over {tag}: {shape}" in src
+
+
+def test_reduced_axis_across_lanes_of_other_rows(no_disk_cache) -> None:
+    """Rows on threadIdx.x, the reduction on threadIdx.y: a group's threads are not
+    consecutive lanes, so the shared-memory tree combines them."""
+    n, N = td.var("n"), td.var("N")
+    X = td.placeholder((n, N), name="X")
+    k = td.reduce_axis((0, N), name="k")
+    S = td.compute((n,), lambda i: td.sum(X[i, k], axis=k), name="S")
+    s = td.create_schedule(S.op)
+    io, ii = s[S].split(s[S].op.axis[0], factor=4)
+    ko, ki = s[S].split(k, factor=8)
+    s[S].reorder(io, ii, ki, ko)
+    s[S].bind(io, thread("blockIdx.x"))
+    s[S].bind(ii, thread("threadIdx.x"))
+    s[S].bind(ki, thread("threadIdx.y"))
+    x = np.random.default_rng(5).standard_normal((7, 45)).astype("float32")
+    mod = check(s, [X, S], [x, np.empty(7, "float32")], x.sum(1), rtol=1e-4)
+    assert "over threadIdx.y: tree" in mod.get_source()
 
 
 @pytest.mark.parametrize("reducer,ref", [(td.max, np.max), (td.min, np.min)])
@@ -336,3 +355,29 @@ def test_emulator_checks_shuffle_masks(no_disk_cache) -> None:
     x = np.random.default_rng(0).standard_normal((2, 64)).astype("float32")
     with pytest.raises(EmulationError, match="outside the (shuffle's )?mask"):
         mod.emulate(x, np.empty(2, "float32"), source=bad)
+
+
+def _wrap_all_reduce(func: Any, wrap: Callable[[AllReduce], Any]) -> Any:
+    from tdsl.stmt import PrimFunc
+    from tdsl.visitor import transform
+    body = transform(func.body, pre=lambda n: wrap(n) if isinstance(n, AllReduce) else None)
+    return PrimFunc(func.name, func.params, body, func.size_vars, func.bindings, func.attrs)
+
+
+def test_divergent_all_reduce_refused() -> None:
+    """Under a thread-dependent condition some threads would skip the collective: the CUDA
+    build refuses it (as it refuses a divergent barrier) and the interpreter reports it."""
+    from tdsl.expr import Var
+    from tdsl.stmt import IfThenElse
+    s, args = row_sum("threadIdx.x", 32)
+    func = td.lower(s, args)
+    loops = [n for n in _stmts(func.body) if getattr(n, "thread_tag", None) is not None
+             and n.thread_tag.value == "threadIdx.x"]
+    tx: Var = loops[0].var
+    bad = _wrap_all_reduce(func, lambda r: IfThenElse(tx < 16, r))
+    with pytest.raises(BuildError, match="cross-thread reduction .* under a condition that "
+                                         "differs between threads"):
+        td.build(bad, target="cuda")
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype("float32")
+    with pytest.raises(LoweringError, match="barrier not reached by all threads"):
+        interpreter.run(bad, x, np.empty(2, "float32"))
