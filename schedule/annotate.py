@@ -94,7 +94,7 @@ def check_cross_thread(stage: Stage, var: IterVar, tag: ThreadTag) -> None:
 def set_store_predicate(stage: Stage, predicate: Any) -> tuple:
     """The predicate as ``((tag, value), ...)``: a conjunction of ``thread_axis.var == c``
     (TVM's ``s[B].set_store_predicate(tx.var.equal(0))``, the form its tutorials use)."""
-    from tdsl.expr import And, Const, EQ, Var
+    from tdsl.expr import EQ, And, Const
     out: list = []
 
     def walk(e: Any) -> None:

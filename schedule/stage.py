@@ -91,7 +91,7 @@ class Stage:
     def is_scheduled(self) -> bool:
         return bool(self.relations) or self.leaf_iter_vars != list(self.root_iter_vars) \
             or any(a.kind is not ForKind.SERIAL or a.pragmas or a.tensor_intrin is not None
-                   for a in self.iter_attrs.values())
+                   for a in self.iter_attrs.values()) or bool(self.store_predicate)
 
     def find_leaf(self, primitive: str, iv: Any) -> IterVar:
         """Check that ``iv`` is a current loop of this stage; return it."""
