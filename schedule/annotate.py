@@ -111,7 +111,8 @@ def set_store_predicate(stage: Stage, predicate: Any) -> tuple:
         raise ScheduleError("set_store_predicate", stage.name, f"unsupported predicate {e!r}: "
                             "use a conjunction of thread_axis.var == constant, e.g. "
                             "tx.var.equal(0)")
-    if isinstance(predicate, Const) and predicate.dtype.is_bool and predicate.value:
+    if predicate is True or (isinstance(predicate, Const) and predicate.dtype.is_bool
+                             and predicate.value):
         return ()
     walk(predicate)
     return tuple(out)

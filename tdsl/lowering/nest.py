@@ -191,7 +191,10 @@ class NestBuilder:
         init_pos = min(qpos, tpos)
         kernel = self.in_kernel(st)
 
-        if is_reduce and tpos == m and any(is_thread_reduce(st, iv) for iv in leaves):
+        if is_reduce and any(is_thread_reduce(st, iv) for iv in leaves):
+            if tpos < m:
+                raise LoweringError(f"stage '{st.name}': a reduction loop bound to a thread axis "
+                                    f"cannot be combined with tensorize")
             from .allreduce import cross_thread_nest
             return cross_thread_nest(self, st, b, guard_domain)
         ext, preds = self.tail_predicates(st, b, tpos, guard_domain)

@@ -381,3 +381,11 @@ def test_divergent_all_reduce_refused() -> None:
     x = np.random.default_rng(0).standard_normal((2, 64)).astype("float32")
     with pytest.raises(LoweringError, match="barrier not reached by all threads"):
         interpreter.run(bad, x, np.empty(2, "float32"))
+
+
+def test_trivial_store_predicate_replays() -> None:
+    s, X, S, k = _unbound_row_sum()
+    s[S].set_store_predicate(True)
+    from tdsl.schedule.trace import Trace
+    s2 = Trace.from_json(s.trace.to_json()).apply(td.create_schedule(S.op))
+    assert s2[S].store_predicate == ()

@@ -1,7 +1,8 @@
 """Default CUDA schedules: simple, correct, one kernel per non-inlined stage.
 
 Each root stage's output loops are fused and split into blocks of threads
-(``blockIdx.x`` x ``threadIdx.x``); a reduction runs serially per thread.  An anchor
+(``blockIdx.x`` x ``threadIdx.x``); a reduction along rows (and softmax, the norms) is
+reduced across a warp or block per row (``cuda_reduction.py``), others serially per thread.  An anchor
 (matmul, conv2d) whose only consumer is an elementwise stage is computed per thread
 inside that stage's kernel (its epilogue, one kernel); every other stage is its own
 kernel.  Injective producers are inlined (packing and padding stages included).
