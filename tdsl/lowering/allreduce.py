@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import LoweringError
-from ..expr import BufferLoad, Const, Expr, Reduce
+from ..expr import BufferLoad, Const, Expr, Reduce, Select
 from ..stmt import AllReduce, Allocate, Buffer, BufferStore, Stmt, StorageScope
 from ..tensor import IterKind
 from ..structural import structural_equal
@@ -86,7 +86,8 @@ def cross_thread_nest(nb: "NestBuilder", st: "Stage", b: "StageBounds", guard_do
         acc = [BufferLoad(p, zero) for p in parts]
         update = seq([BufferStore(p, v, zero) for p, v in zip(parts, red.combiner.combine(acc, sources))])
         # every guard: a thread outside the domain must not load past it either
-        update = guard(store_conds + share_conds + serial_conds + where_conds, update)
+        # (the where= condition inside: it may load, and only in bounds)
+        update = guard(store_conds + share_conds + serial_conds, guard(where_conds, update))
         nb.building[id(st)] = ext
         try:
             for iv in reversed(serial):
@@ -102,7 +103,10 @@ def cross_thread_nest(nb: "NestBuilder", st: "Stage", b: "StageBounds", guard_do
         prologue: list[Stmt] = [init, update]
     else:
         parts, values, prologue = [], sources, []
-        cond = _conj(share_conds + store_conds + where_conds)
+        cond = _conj(share_conds + store_conds)
+        if where_conds:   # evaluated only in bounds (Select is lazy; & need not be)
+            cond = where_conds[0] if isinstance(cond, Const) else \
+                Select(cond, where_conds[0], Const(False, "bool"))
 
     reduce_stmt = AllReduce(red.combiner, values, cond, results,
                             [st.iter_attrs[iv].thread_tag for iv in threads])

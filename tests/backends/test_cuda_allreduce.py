@@ -389,3 +389,65 @@ def test_trivial_store_predicate_replays() -> None:
     from tdsl.schedule.trace import Trace
     s2 = Trace.from_json(s.trace.to_json()).apply(td.create_schedule(S.op))
     assert s2[S].store_predicate == ()
+
+
+def test_tensorize_under_a_cross_thread_reduction_refused() -> None:
+    a = td.placeholder((16,), name="a")
+    b = td.placeholder((4, 16), name="b")
+    kk = td.reduce_axis((0, 16), name="kk")
+    c = td.compute((4,), lambda i: td.sum(a[kk] * b[i, kk], axis=kk), name="c")
+    gemv = td.decl_tensor_intrin(c.op, name="gemv")
+    A = td.placeholder((64,), name="A")
+    B = td.placeholder((8, 64), name="B")
+    k = td.reduce_axis((0, 64), name="k")
+    C = td.compute((8,), lambda i: td.sum(A[k] * B[i, k], axis=k), name="C")
+    s = td.create_schedule(C.op)
+    io, ii = s[C].split(s[C].op.axis[0], factor=4)
+    ko, ki = s[C].split(k, factor=16)
+    s[C].reorder(io, ko, ii, ki)
+    s[C].bind(io, thread("blockIdx.x"))
+    s[C].bind(ko, thread("threadIdx.x"))
+    s[C].tensorize(ii, gemv)
+    with pytest.raises(LoweringError, match="bound to a thread axis cannot be combined with "
+                                            "tensorize"):
+        td.lower(s, [A, B, C])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_cross_thread_schedules(no_disk_cache, seed: int) -> None:
+    """Random factor, thread axis, sizes, reducer and a where= condition."""
+    rng = np.random.default_rng(seed)
+    factor = int(rng.choice([4, 8, 12, 16, 32, 48, 64, 128]))
+    tag = str(rng.choice(["threadIdx.x", "threadIdx.y", "threadIdx.z"]))
+    reducer, ref = [(td.sum, np.sum), (td.max, np.max), (td.min, np.min)][seed % 3]
+    rows, cols = int(rng.integers(1, 6)), int(rng.integers(1, 300))
+    n, N = td.var("n"), td.var("N")
+    X = td.placeholder((n, N), name="X")
+    k = td.reduce_axis((0, N), name="k")
+    S = td.compute((n,), lambda i: reducer(X[i, k], axis=k, where=X[i, k] > -1.0), name="S")
+    s = td.create_schedule(S.op)
+    ko, ki = s[S].split(k, factor=factor)
+    s[S].bind(s[S].op.axis[0], thread("blockIdx.x"))
+    s[S].bind(ki, thread(tag))
+    x = rng.standard_normal((rows, cols)).astype("float32")
+    masked = np.where(x > -1.0, x, {np.sum: 0.0, np.max: -np.inf, np.min: np.inf}[ref])
+    expect = ref(masked, axis=1).astype("float32")
+    check(s, [X, S], [x, np.empty(rows, "float32")], expect, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,cols", [(3, 50), (2, 300)])
+def test_where_with_the_whole_reduction_on_threads(no_disk_cache, rows: int, cols: int) -> None:
+    """No serial share: the where= condition (a load) joins the all-reduce's condition and
+    is evaluated only for rows in bounds."""
+    n, N = td.var("n"), td.var("N")
+    X = td.placeholder((n, N), name="X")
+    k = td.reduce_axis((0, N), name="k")
+    S = td.compute((n,), lambda i: td.sum(X[i, k], axis=k, where=X[i, k] > 0.0), name="S")
+    s = td.create_schedule(S.op)
+    io, ii = s[S].split(s[S].op.axis[0], factor=2)   # a row tail when rows is odd
+    s[S].bind(io, thread("blockIdx.x"))
+    s[S].bind(ii, thread("threadIdx.y"))
+    s[S].bind(k, thread("threadIdx.x"))
+    x = np.random.default_rng(cols).standard_normal((rows, cols)).astype("float32")
+    check(s, [X, S], [x, np.empty(rows, "float32")], np.where(x > 0, x, 0).sum(1), rtol=1e-4,
+          atol=1e-5)
