@@ -451,3 +451,16 @@ def test_where_with_the_whole_reduction_on_threads(no_disk_cache, rows: int, col
     x = np.random.default_rng(cols).standard_normal((rows, cols)).astype("float32")
     check(s, [X, S], [x, np.empty(rows, "float32")], np.where(x > 0, x, 0).sum(1), rtol=1e-4,
           atol=1e-5)
+
+
+@pytest.mark.parametrize("op,ref", [(ops.softmax, _softmax),
+                                    (ops.layernorm, lambda x: (x - x.mean(-1, keepdims=True))
+                                     / np.sqrt(x.var(-1, keepdims=True) + 1e-5))])
+def test_ops_defaults_symbolic_sizes(no_disk_cache, op: Callable, ref: Callable) -> None:
+    n, m = td.var("n"), td.var("m")
+    X = td.placeholder((n, m), name="X")
+    Y = op(X)
+    s = ops.schedule(Y, target="cuda")
+    for shape in ((5, 37), (1, 200)):
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype("float32")
+        check(s, [X, Y], [x, np.empty(shape, "float32")], ref(x), rtol=1e-4, atol=1e-5)
