@@ -33,15 +33,14 @@ __device__ __forceinline__ void tdsl_wmma_load_a_row(tdsl_wmma_a& f, const tdsl_
 __device__ __forceinline__ void tdsl_wmma_load_b_row(tdsl_wmma_b& f, const tdsl_half* p, unsigned ld) {
   asm volatile("wmma.load.b.sync.aligned.row.m16n16k16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8], %9;"
     : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3]), "=r"(f.x[4]), "=r"(f.x[5]), "=r"(f.x[6]), "=r"(f.x[7]) : "l"(p), "r"(ld) : "memory"); }
-__device__ __forceinline__ void tdsl_wmma_load_acc_row(tdsl_wmma_acc& f, const float* p, unsigned ld) {
-  asm volatile("wmma.load.c.sync.aligned.row.m16n16k16.f32 {%0, %1, %2, %3, %4, %5, %6, %7}, [%8], %9;"
-    : "=f"(f.x[0]), "=f"(f.x[1]), "=f"(f.x[2]), "=f"(f.x[3]), "=f"(f.x[4]), "=f"(f.x[5]), "=f"(f.x[6]), "=f"(f.x[7]) : "l"(p), "r"(ld) : "memory"); }
 __device__ __forceinline__ void tdsl_wmma_store_acc_row(float* p, const tdsl_wmma_acc& f, unsigned ld) {
   asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {%1, %2, %3, %4, %5, %6, %7, %8}, %9;"
     :: "l"(p), "f"(f.x[0]), "f"(f.x[1]), "f"(f.x[2]), "f"(f.x[3]), "f"(f.x[4]), "f"(f.x[5]), "f"(f.x[6]), "f"(f.x[7]), "r"(ld) : "memory"); }
 __device__ __forceinline__ void tdsl_wmma_mma_row_row(tdsl_wmma_acc& d, const tdsl_wmma_a& a, const tdsl_wmma_b& b, const tdsl_wmma_acc& c) {
   asm volatile("wmma.mma.sync.aligned.row.row.m16n16k16.f32.f32 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19, %20, %21, %22, %23}, {%24, %25, %26, %27, %28, %29, %30, %31};"
     : "=f"(d.x[0]), "=f"(d.x[1]), "=f"(d.x[2]), "=f"(d.x[3]), "=f"(d.x[4]), "=f"(d.x[5]), "=f"(d.x[6]), "=f"(d.x[7]) : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(a.x[4]), "r"(a.x[5]), "r"(a.x[6]), "r"(a.x[7]), "r"(b.x[0]), "r"(b.x[1]), "r"(b.x[2]), "r"(b.x[3]), "r"(b.x[4]), "r"(b.x[5]), "r"(b.x[6]), "r"(b.x[7]), "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]), "f"(c.x[3]), "f"(c.x[4]), "f"(c.x[5]), "f"(c.x[6]), "f"(c.x[7])); }
+__device__ __forceinline__ void tdsl_wmma_fill_acc(tdsl_wmma_acc& f, float v) {
+  for (int i = 0; i < 8; ++i) f.x[i] = v; }
 #endif
 
 extern "C" __global__ void __launch_bounds__(128) default_function_kernel(const tdsl_half* __restrict__ A, const tdsl_half* __restrict__ B, float* __restrict__ C) {
@@ -52,11 +51,8 @@ extern "C" __global__ void __launch_bounds__(128) default_function_kernel(const 
   const long long j_outer = (long long)blockIdx.x;  // blockIdx.x
   const long long i_c_outer = (long long)threadIdx.z;  // threadIdx.z
   const long long j_c_outer = (long long)threadIdx.y;  // threadIdx.y
-  for (long long i_c_inner = 0; i_c_inner < 16; ++i_c_inner) {
-    for (long long j_c_inner = 0; j_c_inner < 16; ++j_c_inner) {
-      C_shared[i_c_outer * 512 + i_c_inner * 32 + j_c_outer * 16 + j_c_inner] = 0.0f;
-    }
-  }
+  tdsl_wmma_acc wmma_acc;  // the accumulator tile, in registers across 'k.outer'
+  tdsl_wmma_fill_acc(wmma_acc, 0.0f);
   for (long long k_outer = 0; k_outer < 16; ++k_outer) {
     __syncthreads();
     for (long long ax0_ax1_fused_outer_outer_outer = 0; ax0_ax1_fused_outer_outer_outer < 4; ++ax0_ax1_fused_outer_outer_outer) {
@@ -77,14 +73,13 @@ extern "C" __global__ void __launch_bounds__(128) default_function_kernel(const 
       __syncwarp();  // the warp's earlier stores to the tiles are visible to all lanes
       tdsl_wmma_a wmma_a;
       tdsl_wmma_b wmma_b;
-      tdsl_wmma_acc wmma_c;
       tdsl_wmma_load_a_row(wmma_a, A_shared.ptr(i_c_outer * 256), 16);
       tdsl_wmma_load_b_row(wmma_b, B_shared.ptr(j_c_outer * 16), 32);
-      tdsl_wmma_load_acc_row(wmma_c, C_shared.ptr(i_c_outer * 512 + j_c_outer * 16), 32);
-      tdsl_wmma_mma_row_row(wmma_c, wmma_a, wmma_b, wmma_c);
-      tdsl_wmma_store_acc_row(C_shared.ptr(i_c_outer * 512 + j_c_outer * 16), wmma_c, 32);
+      tdsl_wmma_mma_row_row(wmma_acc, wmma_a, wmma_b, wmma_acc);
     }
   }
+  __syncwarp();
+  tdsl_wmma_store_acc_row(C_shared.ptr(i_c_outer * 512 + j_c_outer * 16), wmma_acc, 32);
   __syncthreads();
   for (long long i_inner_j_inner_fused_outer_outer_outer = 0; i_inner_j_inner_fused_outer_outer_outer < 8; ++i_inner_j_inner_fused_outer_outer_outer) {
     const long long i_inner_j_inner_fused_outer_outer_inner = (long long)threadIdx.z;  // threadIdx.z

@@ -16,9 +16,10 @@ from typing import Any, Callable, Iterator
 from tdsl.errors import BuildError, InternalError
 from tdsl.expr import And, BufferLoad, Const, Expr, Var
 from tdsl.stmt import (Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
-                       IntrinCall, LetStmt, Stmt, StorageScope, ThreadTag)
+                       IntrinCall, LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
 from tdsl.target import Target
 
+from . import wmma_acc
 from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type
 from .kernels import KernelInfo, const_span, same_extent, walk
 from .prelude import prelude
@@ -38,6 +39,7 @@ class KernelRenderer(CStyleRenderer):
         self.enclosing_tags: list[ThreadTag] = []
         self.align_flags: dict[tuple[str, int], str] = {}   # (pointer, bytes) -> flag name
         self.local_align: dict[int, int] = {}               # id(local buffer) -> bytes
+        self.wmma_acc: dict[int, str] = {}    # id(WMMA call) -> its register accumulator
 
     # ---- the function ----------------------------------------------------------------------
     def render(self) -> str:
@@ -78,8 +80,22 @@ class KernelRenderer(CStyleRenderer):
 
     def stmt_handlers(self) -> dict[type, Callable[[Any], None]]:
         h = super().stmt_handlers()
-        h.update({Allocate: self.allocate, Barrier: self.barrier, IntrinCall: self.intrin_call})
+        h.update({Allocate: self.allocate, Barrier: self.barrier, IntrinCall: self.intrin_call,
+                  SeqStmt: self.seq})
         return h
+
+    def seq(self, s: SeqStmt) -> None:
+        """Statements in order; a WMMA tile's zero-init followed by its k loop keeps the
+        accumulator in registers (wmma_acc.py)."""
+        items, i = list(s.stmts), 0
+        while i < len(items):
+            p = wmma_acc.plan(self, items[i], items[i + 1]) if i + 1 < len(items) else None
+            if p is not None:
+                wmma_acc.render(self, p)
+                i += 2
+                continue
+            self.stmt(items[i])
+            i += 1
 
     # ---- thread structure -----------------------------------------------------------------------
     def loop(self, s: For) -> None:

@@ -727,6 +727,11 @@ TDSL_EMU_WMMA(row, true)
 TDSL_EMU_WMMA(col, false)
 #undef TDSL_EMU_WMMA
 
+// a fragment is the warp's: filling it writes no memory, so it needs no ordering
+inline void tdsl_wmma_fill_acc(tdsl_wmma_acc& f, float v) {
+  for (int i = 0; i < 256; ++i) f.v[i] = v;
+}
+
 #define TDSL_EMU_MMA(al, bl)                                                               \
   inline void tdsl_wmma_mma_##al##_##bl(tdsl_wmma_acc& d, const tdsl_wmma_a& a,           \
                                         const tdsl_wmma_b& b, const tdsl_wmma_acc& c) { \

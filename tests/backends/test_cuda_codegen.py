@@ -144,12 +144,17 @@ def test_global_buffer_allocated_inside_a_kernel_is_hoisted_to_the_host() -> Non
     s[D].bind(j, td.thread_axis("threadIdx.x"))
     s[B].set_scope("global")      # unset, a stage attached in a kernel is local/shared
     s[B].compute_at(s[D], i)
+    s[B].bind(s[B].op.axis[1], td.thread_axis("threadIdx.x"))  # one element per thread
     f = td.build(s, [A, D], target="cuda")
     (k,) = f.kernels
     assert [b.name for b in k.hoisted] == ["B"]
     a = np.random.default_rng(1).random((3, 64)).astype("float32")
     d = np.empty_like(a)
-    f.emulate(a, d)
+    # a global stage under the block loop covers every block's rows (its bound is relaxed
+    # over blockIdx, as in TVM): every block writes all of B, a cross-block race
+    with pytest.raises(cuda.GlobalMemoryRaceError, match="another block"):
+        f.emulate(a, d)
+    f.emulate(a, d, check_races=False)
     np.testing.assert_allclose(d, a * 2 + 1, rtol=1e-6)
 
 

@@ -88,7 +88,8 @@ class FakeCU:
         self.launches.append((f, (gx, gy, gz), (bx, by, bz)))
         dims = (ctypes.c_longlong * 7)(gx, gy, gz, bx, by, bz, 256 * 1024)
         msg = ctypes.create_string_buffer(4096)
-        rc = getattr(lib, f"tdsl_emu_{f}")(dims, args, 3, msg, 4096)
+        sizes = (ctypes.c_longlong * max(1, len(k.params)))(*([-1] * max(1, len(k.params))))
+        rc = getattr(lib, f"tdsl_emu_{f}")(dims, args, sizes, 3, msg, 4096)
         assert rc == 0, msg.value
         return (0,)
 
