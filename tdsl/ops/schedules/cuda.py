@@ -15,6 +15,7 @@ from tdsl.target import Target
 from tdsl.tensor import IterVar, thread_axis
 
 from ..tags import Pattern
+from . import cuda_gemm
 from .graph import fusable_anchor, is_inlined, stage_pattern
 
 #: Threads per block for elementwise kernels and for reductions.
@@ -38,6 +39,12 @@ def apply(s: Schedule, target: Target) -> None:
         if st.is_placeholder or is_inlined(st) or st in done or st.attach_type is AttachType.SCOPE:
             continue
         pat = stage_pattern(st)
+        gemm = cuda_gemm.gemm_anchor(s, st, bodies)   # matmul family: 2-level tiles
+        if gemm is not None and gemm[0] not in done:
+            got = cuda_gemm.schedule_gemm(s, *gemm)
+            if got:
+                done |= got
+                continue
         if pat is Pattern.INJECTIVE:
             a = fusable_anchor(s, st, bodies)
             tx = _bind_flat(st, THREADS_INJECTIVE)
