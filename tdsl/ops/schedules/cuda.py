@@ -32,6 +32,24 @@ def _bind_flat(st: Stage, threads: int) -> IterVar:
     return tx
 
 
+#: Consecutive elements per thread of an elementwise kernel (one float4 where aligned).
+VECTOR = 4
+
+
+def _bind_vector(st: Stage, threads: int) -> IterVar:
+    """Elementwise: ``VECTOR`` consecutive outputs per thread as one vector loop (float4
+    loads and stores where the analyzer proves them aligned and contiguous, the scalar
+    loop for tails, gathers and misaligned arrays)."""
+    axes = list(st.op.axis)
+    f = axes[0] if len(axes) == 1 else st.fuse(*axes)
+    bx, rest = st.split(f, factor=threads * VECTOR)
+    tx, vi = st.split(rest, factor=VECTOR)
+    st.bind(bx, thread_axis("blockIdx.x"))
+    st.bind(tx, thread_axis("threadIdx.x"))
+    st.vectorize(vi)
+    return tx
+
+
 def apply(s: Schedule, target: Target) -> None:
     bodies = inlined_bodies(s)
     done: set = set()
@@ -47,7 +65,8 @@ def apply(s: Schedule, target: Target) -> None:
                 continue
         if pat is Pattern.INJECTIVE:
             a = fusable_anchor(s, st, bodies)
-            tx = _bind_flat(st, THREADS_INJECTIVE)
+            tx = _bind_flat(st, THREADS_INJECTIVE) if a is not None else \
+                _bind_vector(st, THREADS_INJECTIVE)
             if a is not None:
                 a.set_scope("local")
                 a.compute_at(st, tx)
