@@ -107,7 +107,7 @@ class CUDAModule(Module):
 
     def sync(self) -> None:
         from .driver import get_driver
-        get_driver().synchronize()
+        get_driver().synchronize()   # the whole context of device 0, current in this thread
 
     @check_keywords
     def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,

@@ -195,7 +195,8 @@ def test_time_evaluator_with_events(fake) -> None:
     res = f.time_evaluator(number=2, repeat=3)(a, d)
     assert len(res.results) == 3 and all(r > 0 for r in res.results)
     np.testing.assert_allclose(d, a * 2 + 1, rtol=1e-6)
-    assert len(fake.launches) == 2 * (1 + 2 * 3)   # warm-up + number * repeat, two kernels
+    # warm-up, the recorded run, then number * repeat replays; two kernels each
+    assert len(fake.launches) == 2 * (2 + 2 * 3)
     assert not fake.memory
 
 
