@@ -131,3 +131,20 @@ def test_elementwise_default_is_vectorized_and_handles_tails_and_gathers():
         out = np.full(arrays[0].shape, np.nan, "float32")
         f_.emulate(*arrays, out)
         np.testing.assert_allclose(out, ref(arrays), rtol=1e-6)
+
+
+needs_gpu = pytest.mark.skipif(not __import__("tdsl.backends.cuda", fromlist=["x"]).has_device(),
+                               reason="GPU tests: no CUDA device here (scripts/gpu_check.sh)")
+
+
+@needs_gpu
+@pytest.mark.parametrize("M,N,K", [(256, 256, 64), (300, 260, 70), (1024, 1024, 1024)])
+def test_gpu_matmul_default_matches_numpy(M, N, K):
+    args, _ = _matmul(M, N, K)
+    f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda")
+    g = np.random.default_rng(0)
+    a = g.standard_normal((M, K)).astype("float32")
+    b = g.standard_normal((K, N)).astype("float32")
+    c = np.full((M, N), np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
