@@ -23,7 +23,7 @@ from typing import Any, Callable
 import tdsl as td
 from tdsl import ops
 from tdsl.expr import Add, BufferLoad, Const, Mul
-from tdsl.stmt import Allocate, BufferStore, For, ForKind, IfThenElse, StorageScope
+from tdsl.stmt import Allocate, BufferStore, For, ForKind, IntrinCall, StorageScope
 from tdsl.visitor import children
 
 
@@ -45,6 +45,11 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
     def matmul():
         A, B = td.placeholder((1024, 1024), name="A"), td.placeholder((1024, 1024), name="B")
         return [A, B], ops.matmul(A, B)
+
+    def matmul_fp16():
+        A = td.placeholder((1024, 1024), "float16", name="A")
+        B = td.placeholder((1024, 1024), "float16", name="B")
+        return [A, B], ops.matmul(A, B, out_dtype="float32")
 
     def dense():
         X, W = td.placeholder((1024, 1024), name="X"), td.placeholder((1024, 1024), name="W")
@@ -73,7 +78,7 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
         X, Y = td.placeholder((4096, 1024), name="X"), td.placeholder((4096, 1024), name="Y")
         return [X, Y], ops.gelu(ops.add(X, Y))
 
-    return {"matmul": matmul, "dense": dense, "batch_matmul": batch_matmul, "conv2d": conv2d,
+    return {"matmul": matmul, "matmul_fp16": matmul_fp16, "dense": dense, "batch_matmul": batch_matmul, "conv2d": conv2d,
             "softmax": softmax, "layernorm": layernorm, "elementwise": elementwise}
 
 
@@ -84,6 +89,19 @@ def _count(node: Any, weight: int, acc: dict) -> None:
         ext = int(node.extent.value) if isinstance(node.extent, Const) else 1
         for c in children(node):
             _count(c, weight * (ext if serial else 1), acc)
+        return
+    if isinstance(node, IntrinCall):      # warp-collective (WMMA): a lane's share
+        total = 1
+        for e in node.intrin.extents:       # the intrinsic's loop extents (ints)
+            total *= int(e)
+        acc["fma"] += weight * total // 32
+        acc["frag"] = max(acc.get("frag", 1), 256 // 32)
+        for r in node.inputs:
+            if r.buffer.scope in (None, StorageScope.GLOBAL):
+                size = 1
+                for e in r.extents:
+                    size *= int(e.value)
+                acc["loads"] += weight * size // 32
         return
     if isinstance(node, BufferLoad) and node.buffer.scope in (None, StorageScope.GLOBAL):
         acc["loads"] += weight
@@ -118,7 +136,8 @@ def report(arch: str = "sm_90") -> list[Row]:
                            for dims in (k.grid, k.block))
             rows.append(Row(f"{name}:{k.name}", f"grid {grid} block {block}", r.registers,
                             r.frame_bytes, r.spill_stores + r.spill_loads, k.shared_bytes,
-                            k.threads_per_block or k.max_threads, max(outs, default=1),
+                            k.threads_per_block or k.max_threads,
+                            max(outs + [acc.get("frag", 1)]),
                             acc["loads"],
                             round(acc["loads"] / acc["fma"], 4) if acc["fma"] else float("nan")))
     return rows

@@ -41,7 +41,9 @@ def main(argv: "list[str] | None" = None) -> int:
     def case_matmul(n, dtype):
         A = td.placeholder((n, n), dtype, name="A")
         B = td.placeholder((n, n), dtype, name="B")
-        C = ops.matmul(A, B)
+        # fp16: tdsl accumulates and stores fp32 (its tensor-core default); PyTorch's fp16
+        # matmul accumulates in fp32 and stores fp16
+        C = ops.matmul(A, B, out_dtype="float32" if dtype == "float16" else None)
         x, y = (torch.randn(n, n, device=dev, dtype=getattr(torch, dtype)) for _ in range(2))
         return [A, B], C, [x, y], lambda x, y: x @ y, 2 * n ** 3
 

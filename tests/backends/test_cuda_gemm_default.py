@@ -148,3 +148,47 @@ def test_gpu_matmul_default_matches_numpy(M, N, K):
     c = np.full((M, N), np.nan, "float32")
     f(a, b, c)
     np.testing.assert_allclose(c, a @ b, rtol=1e-3, atol=1e-3)
+
+
+def _fp16_matmul(M, N, K):
+    A = td.placeholder((M, K), "float16", name="A")
+    B = td.placeholder((K, N), "float16", name="B")
+    return [A, B, ops.matmul(A, B, out_dtype="float32")]
+
+
+@needs_gxx
+@pytest.mark.parametrize("M,N,K", [(64, 64, 32), (96, 48, 80)])
+def test_fp16_matmul_default_uses_wmma_with_register_accumulators(M, N, K):
+    args = _fp16_matmul(M, N, K)
+    f = _build(args)
+    body = f.get_source()[f.get_source().index('extern "C"'):]
+    assert "tdsl_wmma_mma_row_row(wmma_acc" in body and "tdsl_wmma_load_acc" not in body
+    g = np.random.default_rng(K)
+    a = (g.random((M, K)) - .5).astype("float16")
+    b = (g.random((K, N)) - .5).astype("float16")
+    c = np.full((M, N), np.nan, "float32")
+    f.emulate(a, b, c)
+    np.testing.assert_allclose(c, a.astype("float32") @ b.astype("float32"), rtol=1e-3, atol=1e-3)
+
+
+@needs_gxx
+def test_fp16_matmul_not_multiple_of_16_uses_simt_tiles():
+    args = _fp16_matmul(40, 24, 20)
+    f = _build(args)
+    assert "wmma" not in f.get_source()
+    g = np.random.default_rng(0)
+    a = (g.random((40, 20)) - .5).astype("float16")
+    b = (g.random((20, 24)) - .5).astype("float16")
+    c = np.full((40, 24), np.nan, "float32")
+    f.emulate(a, b, c)
+    np.testing.assert_allclose(c, a.astype("float32") @ b.astype("float32"), rtol=1e-3, atol=1e-3)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_fp16_matmul_assembles_to_tensor_core_instructions(arch):
+    f = _build(_fp16_matmul(1024, 1024, 1024), arch)
+    ptx = f.ptx(arch)
+    assert "wmma.mma.sync" in ptx and ptx.count("wmma.store") == 1
+    (res,) = kernel_resources(f.cubin(arch)).values()
+    assert res.frame_bytes == 0

@@ -89,6 +89,61 @@ def gemm_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage | N
     return (st, None) if stage_kind(st) in GEMM_KINDS else None
 
 
+def _wmma_block(extent: int) -> int:
+    for b in (64, 32, 16):
+        if extent % b == 0:
+            return b
+    return 0
+
+
+def schedule_wmma(s: Schedule, anchor: Stage, pack: Stage, a_t: object) -> set:
+    """fp16 x fp16 -> fp32 on tensor cores: per block a (<=64) x (<=64) tile, one warp per
+    16 x 16 output tile (threadIdx.z rows, threadIdx.y columns), the A and B k-slices (16
+    deep) fetched into shared memory by all threads, the inner 16x16x16 tensorized to WMMA
+    with the accumulator fragment in registers across k (codegen: wmma_acc.py).  Needs
+    constant M, N, K that are multiples of 16 (else the SIMT tiles are used)."""
+    from tdsl.backends.cuda import wmma_intrin
+    axes = list(anchor.op.axis)
+    dims = [_const(ax.dom.extent) for ax in axes[-2:]] + [_const(anchor.op.reduce_axis[0].dom.extent)]
+    if any(d is None or d % 16 for d in dims):
+        return set()
+    bm, bn = _wmma_block(dims[0]), _wmma_block(dims[1])
+    wz, wy = bm // 16, bn // 16
+    i, j = axes[-2], axes[-1]
+    io, ii = anchor.split(i, factor=16)     # the intrinsic's loops: inner parts of one split
+    jo, jj = anchor.split(j, factor=16)
+    bi, wi = anchor.split(io, factor=wz)
+    bj, wj = anchor.split(jo, factor=wy)
+    ko, ki = anchor.split(anchor.op.reduce_axis[0], factor=16)
+    lead = axes[:-2]
+    anchor.reorder(*lead, bi, bj, wi, wj, ko, ii, jj, ki)
+    if lead:
+        anchor.bind(lead[0], thread_axis("blockIdx.z"))
+    anchor.bind(bi, thread_axis("blockIdx.y"))
+    anchor.bind(bj, thread_axis("blockIdx.x"))
+    anchor.bind(wi, thread_axis("threadIdx.z"))
+    anchor.bind(wj, thread_axis("threadIdx.y"))
+    a_sh = s[s.cache_read(a_t, "shared", [anchor])]
+    pack.set_scope("shared")
+    for st in (a_sh, pack):
+        st.compute_at(anchor, ko)
+        fused = st.fuse(*st.op.axis[-2:])
+        rest, tx = st.split(fused, factor=32)
+        rest, ty = st.split(rest, factor=wy)
+        _, tz = st.split(rest, factor=wz)
+        st.bind(tx, thread_axis("threadIdx.x"))
+        st.bind(ty, thread_axis("threadIdx.y"))
+        st.bind(tz, thread_axis("threadIdx.z"))
+    anchor.tensorize(ii, wmma_intrin())
+    return {anchor, pack}
+
+
+def _is_fp16_to_fp32(anchor: Stage, a_t: object, pack: Stage) -> bool:
+    return str(anchor.op.output(0).dtype) == "float32" and \
+        str(getattr(a_t, "dtype", "")) == "float16" and \
+        str(pack.op.output(0).dtype) == "float16"
+
+
 def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
     """Tile ``anchor`` (its epilogue ``out`` when there is one); returns the stages done."""
     a_t = anchor.op.input_tensors[0] if anchor.op.input_tensors else None
@@ -99,6 +154,10 @@ def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
     a_t = reads[0]
     if anchor.op.attrs.get("transpose_a"):
         return set()          # the A tile's rows would be strided: the simple schedule
+    if out is None and _is_fp16_to_fp32(anchor, a_t, pack):
+        done = schedule_wmma(s, anchor, pack, a_t)
+        if done:
+            return done
     o = out if out is not None else anchor
     if out is not None:
         anchor.set_scope("local")
