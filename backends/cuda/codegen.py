@@ -17,7 +17,9 @@ from tdsl.errors import BuildError, InternalError
 from tdsl.expr import And, BufferLoad, Const, Expr, Var
 from tdsl.stmt import (Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
                        IntrinCall, LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
+from tdsl.dtype import DType
 from tdsl.target import Target
+from tdsl.visitor import post_order_visit
 
 from . import wmma_acc
 from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type
@@ -40,6 +42,7 @@ class KernelRenderer(CStyleRenderer):
         self.align_flags: dict[tuple[str, int], str] = {}   # (pointer, bytes) -> flag name
         self.local_align: dict[int, int] = {}               # id(local buffer) -> bytes
         self.wmma_acc: dict[int, str] = {}    # id(WMMA call) -> its register accumulator
+        self.narrow = fits_int32(kernel)      # loop indices as 32-bit ints (see fits_int32)
 
     # ---- the function ----------------------------------------------------------------------
     def render(self) -> str:
@@ -117,7 +120,8 @@ class KernelRenderer(CStyleRenderer):
             return
         tag = s.thread_tag
         assert tag is not None
-        hw = f"(long long){'blockIdx' if tag.is_block else 'threadIdx'}.{tag.value[-1]}"
+        ity = "int" if self.narrow else "long long"
+        hw = f"({ity}){'blockIdx' if tag.is_block else 'threadIdx'}.{tag.value[-1]}"
         launch = self.kernel.launch_extent[tag]
         guarded = not same_extent(s.extent, launch)
         value = hw if isinstance(s.min, Const) and s.min.value == 0 else \
@@ -129,7 +133,7 @@ class KernelRenderer(CStyleRenderer):
         try:
             with self.names.scoped(s.var, s.var.name) as name:
                 if not guarded:
-                    self.emit(f"const long long {name} = {value};  // {tag}")
+                    self.emit(f"const {ity} {name} = {value};  // {tag}")
                     self.stmt(s.body)
                     return
                 ext = self.expr(s.extent)
@@ -139,11 +143,22 @@ class KernelRenderer(CStyleRenderer):
                     self.emit(f"if ({ext} > {self.expr(launch)}) __trap();")
                 self.divergent += 1
                 with self.block(f"if ({hw} < {ext})"):
-                    self.emit(f"const long long {name} = {value};  // {tag}")
+                    self.emit(f"const {ity} {name} = {value};  // {tag}")
                     self.stmt(s.body)
                 self.divergent -= 1
         finally:
             self.enclosing_tags.pop()
+
+    def serial_loop(self, s: For) -> None:
+        """A C loop; its index is an ``int`` in a kernel whose index arithmetic provably
+        fits 32 bits (64-bit multiplies and adds are two instructions each on a GPU)."""
+        at = len(self.lines)
+        super().serial_loop(s)
+        if self.narrow and s.var.dtype is DType.INT64:
+            for n in range(at, min(at + 2, len(self.lines))):
+                if "for (long long " in self.lines[n]:
+                    self.lines[n] = self.lines[n].replace("for (long long ", "for (int ", 1)
+                    break
 
     # ---- vector accesses (see vectorize.py) --------------------------------------------------
     def vector_loop(self, p: VectorPlan) -> None:
@@ -362,6 +377,40 @@ class IntrinContext:
         if region.buffer.scope is StorageScope.LOCAL:
             raise BuildError(f"{why}: '{region.buffer.name}' is a per-thread (local) buffer; "
                              f"use a shared or global one")
+
+
+#: Index arithmetic is 32-bit where every buffer has fewer elements than this (a margin
+#: below 2^31 for the intermediate terms of an index).
+INT32_ELEMENTS = 1 << 30
+
+
+def fits_int32(kernel: KernelInfo) -> bool:
+    """True if the kernel's index arithmetic provably fits ``int``: no symbolic sizes
+    (every parameter a buffer of constant shape, every buffer fewer than 2^30 elements)
+    and every loop of constant bounds; then every loop and thread index and every index
+    expression built from them and constant strides is below 2^31 in magnitude."""
+    if any(p.buffer is None for p in kernel.params):
+        return False
+    for p in kernel.params:
+        total = 1
+        for d in p.buffer.shape:
+            if not isinstance(d, Const):
+                return False
+            total *= int(d.value)
+        if total >= INT32_ELEMENTS:
+            return False
+    ok = True
+
+    def fn(n: Any) -> None:
+        nonlocal ok
+        if isinstance(n, For) and not (isinstance(n.min, Const) and isinstance(n.extent, Const)
+                                       and abs(int(n.min.value)) + int(n.extent.value)
+                                       < INT32_ELEMENTS):
+            ok = False
+        if isinstance(n, LetStmt) and n.var.dtype is DType.INT64:
+            ok = False                    # a let may hold anything: keep 64-bit
+    post_order_visit(kernel.root, fn)
+    return ok
 
 
 def divisible(e: Expr, k: int, ana: Any) -> bool:

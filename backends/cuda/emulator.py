@@ -351,10 +351,10 @@ def _global_race(kernel: Any, info: dict, bdim: tuple, more: str) -> GlobalMemor
     buf, off = info.get("gname", "?"), int(info.get("byte", "0"))
     ir = next((p.buffer.name for p in kernel.params if p.buffer is not None and p.name == buf),
               buf)
-    buf = buf if ir == buf else f"{buf}' (buffer '{ir}"
+    name = f"'{buf}'" if ir == buf else f"'{buf}' (buffer '{ir}')"
     why = ("another block of the same launch (blocks run in no fixed order and cannot wait "
            "for each other)" if b1 != b2 else "with no __syncthreads() between them")
-    text = (f"global-memory race in kernel '{kernel.name}': '{buf}' at byte {off} was "
+    text = (f"global-memory race in kernel '{kernel.name}': {name} at byte {off} was "
             f"{verb[0]} by block {b1} {_fmt_thread(t1)} and then {verb[1]} by block {b2} "
             f"{_fmt_thread(t2)}, {why} ({race}){more}")
     return GlobalMemoryRaceError(text, buffer=buf, offset=off, kind=race, first=(b1, t1),

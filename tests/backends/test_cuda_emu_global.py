@@ -120,7 +120,7 @@ def test_wmma_accumulator_stays_in_registers_across_k() -> None:
     assert "tdsl_wmma_load_acc" not in body
     assert body.count("tdsl_wmma_store_acc_row(") == 1
     assert "tdsl_wmma_fill_acc(" in body
-    loop = body[body.index("for (long long k_outer"):body.index("tdsl_wmma_store_acc_row(")]
+    loop = body[re.search(r"for \((?:int|long long) k_outer", body).start():body.index("tdsl_wmma_store_acc_row(")]
     assert "C[" not in loop and "C + " not in loop      # no C traffic inside the k loop
     arrays = w.inputs(np.random.default_rng(3))
     w.module.emulate(*arrays)

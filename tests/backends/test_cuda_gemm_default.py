@@ -97,7 +97,7 @@ def test_large_matmul_is_two_level_tiled():
     assert len(names) == 2 and k.shared_bytes <= 48 * 1024
     src = f.get_source()
     assert "tdsl_vload<float4>(B" in src and "tdsl_vload<float2>(A" in src
-    body = src[src.index("for (long long k_outer"):]
+    body = src[src.index("for (int k_outer"):]
     assert body.count("__syncthreads();") == 1      # one barrier per k slice
 
 
@@ -192,3 +192,22 @@ def test_fp16_matmul_assembles_to_tensor_core_instructions(arch):
     assert "wmma.mma.sync" in ptx and ptx.count("wmma.store") == 1
     (res,) = kernel_resources(f.cubin(arch)).values()
     assert res.frame_bytes == 0
+
+
+def test_index_arithmetic_is_32_bit_where_it_provably_fits():
+    args, _ = _matmul(1024, 1024, 1024)
+    src = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda").get_source()
+    body = src[src.index('extern "C"'):]
+    assert "long long" not in body.replace("(unsigned long long)", "")
+    assert "const int i_outer = (int)blockIdx.y;" in body and "for (int k_outer = 0;" in body
+    # symbolic sizes, or a buffer of 2^30 elements or more: 64-bit indices
+    n = td.var("n")
+    X = td.placeholder((n, 20), name="X")
+    W = td.placeholder((36, 20), name="W")
+    Y = ops.dense(X, W)
+    src = td.build(ops.schedule(Y, "cuda"), [X, W, Y], target="cuda").get_source()
+    assert "for (long long " in src and "(int)threadIdx" not in src
+    big = td.placeholder((1 << 15, 1 << 15), name="big")
+    out = ops.relu(big)
+    src = td.build(ops.schedule(out, "cuda"), [big, out], target="cuda").get_source()
+    assert "(long long)blockIdx.x" in src
