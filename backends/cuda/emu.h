@@ -321,6 +321,11 @@ template <typename T> struct GlobalRef {
     return *this;
   }
   GlobalRef& operator=(const GlobalRef& o) { V v = o; return *this = v; }
+  // &X[i] for atomics: the element's address, bounds-checked; atomics are not races
+  T* operator&() const {
+    static V dummy;
+    return g->in_bounds(off, sizeof(T)) ? p : &dummy;
+  }
 };
 
 // what a kernel's global-buffer parameter is under emulation: a pointer with its region

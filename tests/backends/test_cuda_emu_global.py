@@ -175,3 +175,15 @@ def test_tensorized_shared_accumulator_compiles_and_emulates() -> None:
     f.emulate(a, b, c)
     np.testing.assert_allclose(c, a.astype("float32") @ b.astype("float32"), rtol=1e-3,
                                atol=1e-3)
+
+
+def test_atomics_on_global_memory_compile_and_run() -> None:
+    """``atomicAdd(&B[i], 1.0f)`` (the address of a tracked global element) after each
+    thread's store to ``B[i]``."""
+    f = stencil()
+    src = f.get_source()
+    m = re.search(r"B\[([^\]]+)\] = [^;]*;", src)
+    edited = src[:m.end()] + f" atomicAdd(&B[{m.group(1)}], 1.0f);" + src[m.end():]
+    a, b = data()
+    f.emulate(a, b, source=edited)
+    np.testing.assert_allclose(b, a[:-1] + a[1:] + 1, rtol=1e-6)

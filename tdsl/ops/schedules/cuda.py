@@ -1,7 +1,10 @@
-"""Default CUDA schedules: simple, correct, one kernel per non-inlined stage.
+"""Default CUDA schedules: one kernel per non-inlined stage.
 
-Each root stage's output loops are fused and split into blocks of threads
-(``blockIdx.x`` x ``threadIdx.x``); a reduction runs serially per thread.  An anchor
+matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tiles, and
+fp16 x fp16 -> fp32 products tensor cores (``cuda_gemm.py``).  Elementwise stages run
+4 consecutive outputs per thread as a vector loop (float4 where aligned).  Other root
+stages' output loops are fused and split into blocks of threads (``blockIdx.x`` x
+``threadIdx.x``); a reduction runs serially per thread.  An anchor
 (matmul, conv2d) whose only consumer is an elementwise stage is computed per thread
 inside that stage's kernel (its epilogue, one kernel); every other stage is its own
 kernel.  Injective producers are inlined (packing and padding stages included).
