@@ -21,7 +21,7 @@ from tdsl.dtype import DType
 from tdsl.target import Target
 from tdsl.visitor import post_order_visit
 
-from . import wmma_acc
+from . import barriers, wmma_acc
 from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type
 from .kernels import KernelInfo, const_span, same_extent, walk
 from .prelude import prelude
@@ -89,8 +89,14 @@ class KernelRenderer(CStyleRenderer):
 
     def seq(self, s: SeqStmt) -> None:
         """Statements in order; a WMMA tile's zero-init followed by its k loop keeps the
-        accumulator in registers (wmma_acc.py)."""
-        items, i = list(s.stmts), 0
+        accumulator in registers (wmma_acc.py); barriers that order nothing are dropped
+        (barriers.py)."""
+        items = list(s.stmts)
+        drop = barriers.redundant(items)
+        if drop:
+            self.emit(f"// {len(drop)} barrier(s) between independent fetches merged")
+            items = [x for n, x in enumerate(items) if n not in drop]
+        i = 0
         while i < len(items):
             p = wmma_acc.plan(self, items[i], items[i + 1]) if i + 1 < len(items) else None
             if p is not None:
