@@ -62,7 +62,8 @@ class KernelRenderer(CStyleRenderer):
         # always: without it ptxas may give a thread more registers than a block of the
         # most threads the launch can have leaves it (threads_per_block == max_threads when
         # the block size is constant)
-        launch_bounds = f"__launch_bounds__({k.max_threads}) "
+        blocks = min_blocks_per_sm(k)
+        launch_bounds = f"__launch_bounds__({k.max_threads}{f', {blocks}' if blocks else ''}) "
         self.depth = 1
         for buf in k.shared:
             self.helpers.add("shared")
@@ -383,6 +384,22 @@ class IntrinContext:
         if region.buffer.scope is StorageScope.LOCAL:
             raise BuildError(f"{why}: '{region.buffer.name}' is a per-thread (local) buffer; "
                              f"use a shared or global one")
+
+
+def min_blocks_per_sm(kernel: KernelInfo) -> int:
+    """The ``pragma(loop, "min_blocks_per_sm", n)`` of the kernel's loops (0: none): the
+    second ``__launch_bounds__`` argument, so ptxas budgets registers for n resident
+    blocks."""
+    found = 0
+
+    def fn(n: Any) -> None:
+        nonlocal found
+        if isinstance(n, For):
+            v = n.annotations.get("pragma_min_blocks_per_sm")
+            if v is not None:
+                found = max(found, int(getattr(v, "value", v)))
+    post_order_visit(kernel.root, fn)
+    return found
 
 
 #: Index arithmetic is 32-bit where every buffer has fewer elements than this (a margin

@@ -32,8 +32,8 @@ from .graph import fusable_anchor, stage_kind, stage_pattern
 THREADS = 16
 #: Depth of a shared-memory k slice.
 BK = 8
-#: Virtual threads per dimension: a thread's outputs are VT interleaved sub-tiles.
-VT = 2
+#: Resident blocks per SM the register budget is planned for (``__launch_bounds__``).
+MIN_BLOCKS = 2
 
 
 def _const(e: object) -> Optional[int]:
@@ -179,6 +179,9 @@ def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
         o.bind(o.fuse(*lead) if len(lead) > 1 else lead[0], thread_axis("blockIdx.z"))
     o.bind(bi_, thread_axis("blockIdx.y"))
     o.bind(bj_, thread_axis("blockIdx.x"))
+    # two blocks per SM: ptxas keeps a thread at <= 128 registers (one block of 256
+    # threads at 160+ registers leaves the SM 8 warps to hide latency with)
+    o.pragma(bj_, "min_blocks_per_sm", MIN_BLOCKS)
     o.bind(ty, thread_axis("threadIdx.y"))
     o.bind(tx, thread_axis("threadIdx.x"))
     o.unroll(ii)
