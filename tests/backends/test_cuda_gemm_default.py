@@ -99,6 +99,8 @@ def test_large_matmul_is_two_level_tiled():
     assert "tdsl_vload<float4>(B" in src and "tdsl_vload<float2>(A" in src
     body = src[src.index("for (int k_outer"):]
     assert body.count("__syncthreads();") == 1      # one barrier per k slice
+    inner = body[body.index("for (int k_inner"):]
+    assert "if (" not in inner[:inner.index("__syncthreads();")]   # no guard on the FMAs
 
 
 @needs_nvrtc
