@@ -18,12 +18,12 @@ from . import nvrtc
 from .codegen import generate
 from .cubin import check_assembled
 from .errors import (CUDADriverError, EmulationError, NoCUDADeviceError, NVRTCError,
-                     SharedMemoryRaceError)
+                     GlobalMemoryRaceError, SharedMemoryRaceError)
 from .kernels import split_kernels
 from .module import CUDAModule
 
 __all__ = ["build", "CUDAModule", "NoCUDADeviceError", "CUDADriverError", "NVRTCError",
-           "EmulationError", "SharedMemoryRaceError", "has_device", "wmma_intrin"]
+           "EmulationError", "SharedMemoryRaceError", "GlobalMemoryRaceError", "has_device", "wmma_intrin"]
 
 
 def build(func: PrimFunc, target: "Target | str" = "cuda") -> CUDAModule:

@@ -16,9 +16,12 @@ from typing import Any, Callable, Iterator
 from tdsl.errors import BuildError, InternalError
 from tdsl.expr import And, BufferLoad, Const, Expr, Var
 from tdsl.stmt import (AllReduce, Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
-                       IntrinCall, LetStmt, Stmt, StorageScope, ThreadTag)
+                       IntrinCall, LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
+from tdsl.dtype import DType
 from tdsl.target import Target
+from tdsl.visitor import post_order_visit
 
+from . import barriers, wmma_acc
 from .allreduce import AllReduceEmitter
 from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type
 from .kernels import KernelInfo, const_span, same_extent, walk
@@ -40,6 +43,8 @@ class KernelRenderer(CStyleRenderer):
         self.align_flags: dict[tuple[str, int], str] = {}   # (pointer, bytes) -> flag name
         self.local_align: dict[int, int] = {}               # id(local buffer) -> bytes
         self.allreduce = AllReduceEmitter(self)
+        self.wmma_acc: dict[int, str] = {}    # id(WMMA call) -> its register accumulator
+        self.narrow = fits_int32(kernel)      # loop indices as 32-bit ints (see fits_int32)
 
     # ---- the function ----------------------------------------------------------------------
     def render(self) -> str:
@@ -59,7 +64,8 @@ class KernelRenderer(CStyleRenderer):
         # always: without it ptxas may give a thread more registers than a block of the
         # most threads the launch can have leaves it (threads_per_block == max_threads when
         # the block size is constant)
-        launch_bounds = f"__launch_bounds__({k.max_threads}) "
+        blocks = min_blocks_per_sm(k)
+        launch_bounds = f"__launch_bounds__({k.max_threads}{f', {blocks}' if blocks else ''}) "
         self.depth = 1
         for buf in k.shared:
             self.helpers.add("shared")
@@ -81,8 +87,27 @@ class KernelRenderer(CStyleRenderer):
     def stmt_handlers(self) -> dict[type, Callable[[Any], None]]:
         h = super().stmt_handlers()
         h.update({Allocate: self.allocate, Barrier: self.barrier, IntrinCall: self.intrin_call,
-                  AllReduce: self.allreduce.emit})
+                  AllReduce: self.allreduce.emit, SeqStmt: self.seq})
         return h
+
+    def seq(self, s: SeqStmt) -> None:
+        """Statements in order; a WMMA tile's zero-init followed by its k loop keeps the
+        accumulator in registers (wmma_acc.py); barriers that order nothing are dropped
+        (barriers.py)."""
+        items = list(s.stmts)
+        drop = barriers.redundant(items)
+        if drop:
+            self.emit(f"// {len(drop)} barrier(s) between independent fetches merged")
+            items = [x for n, x in enumerate(items) if n not in drop]
+        i = 0
+        while i < len(items):
+            p = wmma_acc.plan(self, items[i], items[i + 1]) if i + 1 < len(items) else None
+            if p is not None:
+                wmma_acc.render(self, p)
+                i += 2
+                continue
+            self.stmt(items[i])
+            i += 1
 
     # ---- thread structure -----------------------------------------------------------------------
     def loop(self, s: For) -> None:
@@ -104,7 +129,8 @@ class KernelRenderer(CStyleRenderer):
             return
         tag = s.thread_tag
         assert tag is not None
-        hw = f"(long long){'blockIdx' if tag.is_block else 'threadIdx'}.{tag.value[-1]}"
+        ity = "int" if self.narrow else "long long"
+        hw = f"({ity}){'blockIdx' if tag.is_block else 'threadIdx'}.{tag.value[-1]}"
         launch = self.kernel.launch_extent[tag]
         guarded = not same_extent(s.extent, launch)
         value = hw if isinstance(s.min, Const) and s.min.value == 0 else \
@@ -116,7 +142,7 @@ class KernelRenderer(CStyleRenderer):
         try:
             with self.names.scoped(s.var, s.var.name) as name:
                 if not guarded:
-                    self.emit(f"const long long {name} = {value};  // {tag}")
+                    self.emit(f"const {ity} {name} = {value};  // {tag}")
                     self.stmt(s.body)
                     return
                 ext = self.expr(s.extent)
@@ -126,11 +152,22 @@ class KernelRenderer(CStyleRenderer):
                     self.emit(f"if ({ext} > {self.expr(launch)}) __trap();")
                 self.divergent += 1
                 with self.block(f"if ({hw} < {ext})"):
-                    self.emit(f"const long long {name} = {value};  // {tag}")
+                    self.emit(f"const {ity} {name} = {value};  // {tag}")
                     self.stmt(s.body)
                 self.divergent -= 1
         finally:
             self.enclosing_tags.pop()
+
+    def serial_loop(self, s: For) -> None:
+        """A C loop; its index is an ``int`` in a kernel whose index arithmetic provably
+        fits 32 bits (64-bit multiplies and adds are two instructions each on a GPU)."""
+        at = len(self.lines)
+        super().serial_loop(s)
+        if self.narrow and s.var.dtype is DType.INT64:
+            for n in range(at, min(at + 2, len(self.lines))):
+                if "for (long long " in self.lines[n]:
+                    self.lines[n] = self.lines[n].replace("for (long long ", "for (int ", 1)
+                    break
 
     # ---- vector accesses (see vectorize.py) --------------------------------------------------
     def vector_loop(self, p: VectorPlan) -> None:
@@ -349,6 +386,56 @@ class IntrinContext:
         if region.buffer.scope is StorageScope.LOCAL:
             raise BuildError(f"{why}: '{region.buffer.name}' is a per-thread (local) buffer; "
                              f"use a shared or global one")
+
+
+def min_blocks_per_sm(kernel: KernelInfo) -> int:
+    """The ``pragma(loop, "min_blocks_per_sm", n)`` of the kernel's loops (0: none): the
+    second ``__launch_bounds__`` argument, so ptxas budgets registers for n resident
+    blocks."""
+    found = 0
+
+    def fn(n: Any) -> None:
+        nonlocal found
+        if isinstance(n, For):
+            v = n.annotations.get("pragma_min_blocks_per_sm")
+            if v is not None:
+                found = max(found, int(getattr(v, "value", v)))
+    post_order_visit(kernel.root, fn)
+    return found
+
+
+#: Index arithmetic is 32-bit where every buffer has fewer elements than this (a margin
+#: below 2^31 for the intermediate terms of an index).
+INT32_ELEMENTS = 1 << 30
+
+
+def fits_int32(kernel: KernelInfo) -> bool:
+    """True if the kernel's index arithmetic provably fits ``int``: no symbolic sizes
+    (every parameter a buffer of constant shape, every buffer fewer than 2^30 elements)
+    and every loop of constant bounds; then every loop and thread index and every index
+    expression built from them and constant strides is below 2^31 in magnitude."""
+    if any(p.buffer is None for p in kernel.params):
+        return False
+    for p in kernel.params:
+        total = 1
+        for d in p.buffer.shape:
+            if not isinstance(d, Const):
+                return False
+            total *= int(d.value)
+        if total >= INT32_ELEMENTS:
+            return False
+    ok = True
+
+    def fn(n: Any) -> None:
+        nonlocal ok
+        if isinstance(n, For) and not (isinstance(n.min, Const) and isinstance(n.extent, Const)
+                                       and abs(int(n.min.value)) + int(n.extent.value)
+                                       < INT32_ELEMENTS):
+            ok = False
+        if isinstance(n, LetStmt) and n.var.dtype is DType.INT64:
+            ok = False                    # a let may hold anything: keep 64-bit
+    post_order_visit(kernel.root, fn)
+    return ok
 
 
 def divisible(e: Expr, k: int, ana: Any) -> bool:

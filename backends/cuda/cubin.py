@@ -108,3 +108,56 @@ def check_assembled(kernels: list, source: str, target: Any) -> None:
                              f"for kernel '{k.name}' (kernels found: {sorted(found)})")
         k.registers = res.registers
         check_registers(k.name, res.registers, k.max_threads, target.gpu)
+
+
+@dataclass(frozen=True)
+class PtxasReport:
+    """What ptxas says of one kernel (``-v``): registers, stack frame and spills."""
+
+    name: str
+    registers: int
+    frame_bytes: int
+    spill_stores: int
+    spill_loads: int
+
+
+def ptxas_report(source: str, arch: str) -> dict[str, PtxasReport]:
+    """Assemble ``source`` for ``arch`` with ``--ptxas-options=-v`` and read the log: the
+    spill counts are not in the cubin's attributes."""
+    import re
+
+    from . import nvrtc
+    nv = nvrtc._nvrtc()
+    prog = nvrtc._check(nv.nvrtcCreateProgram(source.encode(), b"tdsl_kernels.cu", 0, [], []),
+                        "nvrtcCreateProgram")
+    try:
+        opts = [f"--gpu-architecture=sm_{nvrtc.arch_number(arch)}".encode(),
+                b"--ptxas-options=-v", *(o.encode() for o in nvrtc._OPTIONS)]
+        result = nv.nvrtcCompileProgram(prog, len(opts), opts)
+        size = nvrtc._check(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        log = b" " * size
+        nv.nvrtcGetProgramLog(prog, log)
+        text = log.decode(errors="replace")
+        err = result[0] if isinstance(result, tuple) else result
+        if int(err) != 0:
+            raise NVRTCError(f"NVRTC could not compile the source for {arch}:\n{text.strip()}")
+    finally:
+        nv.nvrtcDestroyProgram(prog)
+    out: dict[str, PtxasReport] = {}
+    name = None
+    frame = stores = loads = 0
+    for line in text.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            name = m.group(1)
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                      line)
+        if m:
+            frame, stores, loads = (int(x) for x in m.groups())
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if m and name is not None:
+            out[name] = PtxasReport(name, int(m.group(1)), frame, stores, loads)
+            name = None
+    return out

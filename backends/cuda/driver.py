@@ -3,11 +3,24 @@
 Nothing here runs at import: ``get_driver()`` initializes the driver on first use
 and raises ``NoCUDADeviceError`` (with the reason) when cuda-python, the NVIDIA
 driver or a device is missing.  Kernels are loaded per module from a CUBIN built
-by NVRTC for the device's own architecture (PTX for the target's arch as a
-fallback, which the driver compiles).  Arguments may be NumPy arrays (copied to
-the device and back) or CUDA arrays exposing ``__cuda_array_interface__`` (CuPy,
-PyTorch, Numba: used in place).  Work goes to the default stream; a call returns
-when the device is done.
+by NVRTC for the device's own architecture (PTX for the target's arch only when
+this NVRTC cannot emit code for the device's arch; a compile error is raised).
+Arguments may be NumPy arrays (copied to the device and back) or CUDA arrays exposing
+``__cuda_array_interface__`` (CuPy, PyTorch, Numba: used in place).
+
+* Device: the one holding the device arrays (all must be on one device; device 0 for
+  NumPy-only calls).  Each device has its primary context, made current in the calling
+  thread by every entry point (contexts are per thread in the driver API).
+* Stream: the arrays' stream (``__cuda_array_interface__["stream"]``, else PyTorch's
+  current stream for torch tensors, else the legacy default stream); copies of NumPy
+  arguments are asynchronous on it, and a call returns when that stream is done.
+* Errors: a sticky error (illegal address, trap, launch failure...) is reported first;
+  the dead context is reset (the next call gets a fresh one) and freeing the run's
+  buffers does not mask it.
+* Modules are unloaded when their ``CUDAModule`` is collected.
+* ``time_evaluator``: the launches of one run are recorded once and replayed as a CUDA
+  graph (no Python between the timed kernels); where graphs are unavailable the recorded
+  launches are replayed directly (no host plan evaluation per run).
 """
 from __future__ import annotations
 
@@ -15,7 +28,8 @@ import ctypes
 import hashlib
 import math
 import threading
-from typing import Any
+import weakref
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -60,18 +74,35 @@ def device_status() -> tuple[bool, str]:
             return False, str(e)
 
 
-def get_driver() -> "Driver":
+def get_driver(ordinal: int = 0) -> "Driver":
+    """The driver of device ``ordinal`` (its primary context current in this thread)."""
     ok, reason = device_status()
     if not ok:
         raise NoCUDADeviceError(reason)
-    return _STATE["driver"]
+    first: Driver = _STATE["driver"]
+    if ordinal == first.ordinal:
+        drv = first
+    else:
+        with _LOCK:
+            drivers = _STATE.setdefault("drivers", {})
+            drv = drivers.get(ordinal)
+            if drv is None:
+                drv = drivers[ordinal] = Driver(first.cu, ordinal)
+    drv.make_current()
+    return drv
+
+
+#: Driver error codes after which the context is unusable (CUDA's "sticky" errors).
+STICKY = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
 
 
 class Driver:
-    """The process's CUDA context on device 0, with loaded modules."""
+    """The primary CUDA context of one device, with loaded modules."""
 
-    def __init__(self, cu: Any):
+    def __init__(self, cu: Any, ordinal: int = 0):
         self.cu = cu
+        self.ordinal = ordinal
+        self.generation = 0          # bumped when a sticky error resets the context
         try:
             result = cu.cuInit(0)
         except (RuntimeError, OSError) as e:  # libcuda missing: cuda-python raises, no code
@@ -86,7 +117,9 @@ class Driver:
         if count < 1:
             raise NoCUDADeviceError("no CUDA device found: the driver reports 0 devices; use "
                                     "emulate() to run the kernels on the CPU")
-        self.device = self.check(cu.cuDeviceGet(0), "cuDeviceGet")
+        if not 0 <= ordinal < count:
+            raise CUDADriverError(f"CUDA device {ordinal} does not exist ({count} device(s))")
+        self.device = self.check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
         self.context = self.check(cu.cuDevicePrimaryCtxRetain(self.device),
                                   "cuDevicePrimaryCtxRetain")
         self.make_current()
@@ -96,7 +129,7 @@ class Driver:
         minor = self.check(cu.cuDeviceGetAttribute(
             attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device), "cuDeviceGetAttribute")
         self.arch = f"sm_{major}{minor}"
-        self.modules: dict[tuple, dict[str, Any]] = {}
+        self.modules: dict[tuple, tuple[Any, dict[str, Any], int]] = {}  # key -> (mod, fns, refs)
 
     # ---- errors -------------------------------------------------------------------------
     def _name(self, err: Any) -> str:
@@ -109,27 +142,99 @@ class Driver:
     def check(self, result: Any, what: str) -> Any:
         err = result[0] if isinstance(result, tuple) else result
         if int(err) != 0:
-            raise CUDADriverError(f"CUDA driver call {what} failed: {self._name(err)}")
+            text = f"CUDA driver call {what} failed on device {self.ordinal}: {self._name(err)}"
+            if int(err) in STICKY:
+                self.reset()
+                text += ("; this error leaves the CUDA context unusable, so it was reset "
+                         "(its memory and modules are gone; the next call starts a fresh one)")
+            raise CUDADriverError(text)
         if isinstance(result, tuple) and len(result) > 1:
             return result[1] if len(result) == 2 else result[1:]
         return None
 
     def make_current(self) -> None:
+        """Make this device's context current in the calling thread (per-thread state)."""
         self.check(self.cu.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def reset(self) -> None:
+        """After a sticky error: drop the modules, reset the primary context, retain a
+        fresh one.  Buffers of the old context are not freed (they are gone)."""
+        self.generation += 1
+        self.modules.clear()
+        cu = self.cu
+        for call in (lambda: cu.cuDevicePrimaryCtxReset(self.device),
+                     lambda: cu.cuDevicePrimaryCtxRetain(self.device)):
+            try:
+                result = call()
+            except Exception:  # noqa: BLE001 - best effort: the original error is raised
+                continue
+            if isinstance(result, tuple) and len(result) > 1 and int(result[0]) == 0:
+                self.context = result[1]
+        try:
+            cu.cuCtxSetCurrent(self.context)
+        except Exception:  # noqa: BLE001
+            pass
+
+    def pointer_device(self, ptr: int) -> int:
+        """The ordinal of the device holding ``ptr`` (unified addressing)."""
+        attr = getattr(self.cu, "CUpointer_attribute", None)
+        get = getattr(self.cu, "cuPointerGetAttribute", None)
+        if attr is None or get is None:
+            return self.ordinal
+        try:
+            result = get(attr.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr)
+        except Exception:  # noqa: BLE001 - not a CUDA pointer: judged by the launch
+            return self.ordinal
+        if int(result[0]) != 0:
+            return self.ordinal
+        return int(result[1])
 
     # ---- modules ------------------------------------------------------------------------
     def functions(self, module: Any) -> dict[str, Any]:
-        """The CUfunction of each kernel of a CUDAModule (its image loaded once)."""
+        """The CUfunction of each kernel of a CUDAModule (its image loaded once per
+        context, unloaded when the last CUDAModule with that source is collected)."""
         key = (hashlib.sha256(module.source.encode()).hexdigest(), module.target.arch)
-        funcs = self.modules.get(key)
-        if funcs is not None:
-            return funcs
-        image = self._image(module)
-        mod = self.check(self.cu.cuModuleLoadData(image), "cuModuleLoadData")
-        funcs = {k.name: self.check(self.cu.cuModuleGetFunction(mod, k.name.encode()),
-                                    f"cuModuleGetFunction({k.name})") for k in module.kernels}
-        self.modules[key] = funcs
-        return funcs
+        loaded = getattr(module, "_tdsl_loaded", None)
+        if loaded is None:
+            loaded = set()
+            try:
+                module._tdsl_loaded = loaded
+            except AttributeError:
+                pass
+        have = self.modules.get(key)
+        if have is not None and (id(self), self.generation) in loaded:
+            return have[1]
+        if have is None:
+            image = self._image(module)
+            mod = self.check(self.cu.cuModuleLoadData(image), "cuModuleLoadData")
+            funcs = {k.name: self.check(self.cu.cuModuleGetFunction(mod, k.name.encode()),
+                                        f"cuModuleGetFunction({k.name})") for k in module.kernels}
+            have = (mod, funcs, 0)
+        self.modules[key] = (have[0], have[1], have[2] + 1)
+        loaded.add((id(self), self.generation))
+        try:
+            weakref.finalize(module, self._release_module, key, self.generation)
+        except TypeError:
+            pass
+        return have[1]
+
+    def _release_module(self, key: tuple, generation: int) -> None:
+        if generation != self.generation:
+            return                       # that context was reset: nothing to unload
+        have = self.modules.get(key)
+        if have is None:
+            return
+        if have[2] > 1:
+            self.modules[key] = (have[0], have[1], have[2] - 1)
+            return
+        del self.modules[key]
+        unload = getattr(self.cu, "cuModuleUnload", None)
+        if unload is not None:
+            try:
+                self.cu.cuCtxSetCurrent(self.context)
+                unload(have[0])
+            except Exception:  # noqa: BLE001 - at garbage collection: never raise
+                pass
 
     def _image(self, module: Any) -> bytes:
         want = nvrtc.arch_number(module.target.arch)
@@ -139,7 +244,10 @@ class Driver:
                                   f"{self.arch}; build with target='cuda -arch={self.arch}'")
         try:  # native code for this device: no driver-side PTX JIT (or PTX version limits)
             return nvrtc.compile_cuda(module.source, self.arch, "cubin")
-        except NVRTCError:
+        except NVRTCError as e:
+            if "gpu-architecture" not in str(e) and "arch" not in str(e).lower():
+                raise                     # the source does not compile: say so
+            # this NVRTC is older than the device: PTX for the target, JIT-compiled by the driver
             return nvrtc.compile_cuda(module.source, module.target.arch, "ptx") + b"\0"
 
     # ---- memory and launches ----------------------------------------------------------------
@@ -149,29 +257,44 @@ class Driver:
     def free(self, ptr: int) -> None:
         self.check(self.cu.cuMemFree(ptr), "cuMemFree")
 
-    def htod(self, ptr: int, array: np.ndarray) -> None:
+    def htod(self, ptr: int, array: np.ndarray, stream: int = 0) -> None:
+        if stream and hasattr(self.cu, "cuMemcpyHtoDAsync"):
+            self.check(self.cu.cuMemcpyHtoDAsync(ptr, array.ctypes.data, array.nbytes, stream),
+                       "cuMemcpyHtoDAsync")
+            return
         self.check(self.cu.cuMemcpyHtoD(ptr, array.ctypes.data, array.nbytes), "cuMemcpyHtoD")
 
-    def dtoh(self, array: np.ndarray, ptr: int) -> None:
+    def dtoh(self, array: np.ndarray, ptr: int, stream: int = 0) -> None:
+        if stream and hasattr(self.cu, "cuMemcpyDtoHAsync"):
+            self.check(self.cu.cuMemcpyDtoHAsync(array.ctypes.data, ptr, array.nbytes, stream),
+                       "cuMemcpyDtoHAsync")
+            return
         self.check(self.cu.cuMemcpyDtoH(array.ctypes.data, ptr, array.nbytes), "cuMemcpyDtoH")
 
-    def launch(self, function: Any, cfg: LaunchConfig, kinds: list[bool]) -> None:
+    def launch(self, function: Any, cfg: LaunchConfig, kinds: list[bool],
+               stream: int = 0) -> None:
         """Launch with ``cfg.args``; ``kinds[i]`` is True for a pointer argument."""
-        holders = [ctypes.c_void_p(v) if is_ptr else ctypes.c_longlong(v)
-                   for v, is_ptr in zip(cfg.args, kinds)]
-        slots = (ctypes.c_void_p * max(1, len(holders)))(
-            *[ctypes.addressof(h) for h in holders])
-        self.check(self.cu.cuLaunchKernel(function, *cfg.grid, *cfg.block, 0, 0,
-                                          ctypes.addressof(slots), 0), "cuLaunchKernel")
+        packed = pack_params(cfg.args, kinds)
+        self.launch_packed(function, cfg.grid, cfg.block, packed, stream)
 
-    def synchronize(self) -> None:
+    def launch_packed(self, function: Any, grid: tuple, block: tuple, packed: tuple,
+                      stream: int = 0) -> None:
+        self.check(self.cu.cuLaunchKernel(function, *grid, *block, 0, stream,
+                                          ctypes.addressof(packed[0]), 0), "cuLaunchKernel")
+
+    def synchronize(self, stream: int = 0) -> None:
+        """Wait for ``stream`` (0: the whole context); a failed kernel is raised here."""
+        if stream and hasattr(self.cu, "cuStreamSynchronize"):
+            self.check(self.cu.cuStreamSynchronize(stream),
+                       "cuStreamSynchronize (a kernel failed)")
+            return
         self.check(self.cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed)")
 
     def event(self) -> Any:
         return self.check(self.cu.cuEventCreate(0), "cuEventCreate")
 
-    def record(self, event: Any) -> None:
-        self.check(self.cu.cuEventRecord(event, 0), "cuEventRecord")
+    def record(self, event: Any, stream: int = 0) -> None:
+        self.check(self.cu.cuEventRecord(event, stream), "cuEventRecord")
 
     def elapsed_ms(self, start: Any, end: Any) -> float:
         self.check(self.cu.cuEventSynchronize(end), "cuEventSynchronize")
@@ -181,13 +304,26 @@ class Driver:
         self.check(self.cu.cuEventDestroy(event), "cuEventDestroy")
 
 
-class _Backend:
-    """``host.execute`` on the device: intermediate buffers kept for the run's lifetime."""
+def pack_params(args: list, kinds: list[bool]) -> tuple:
+    """cuLaunchKernel's ``kernelParams``: (array of pointers, the values they point to)."""
+    holders = [ctypes.c_void_p(v) if is_ptr else ctypes.c_longlong(v)
+               for v, is_ptr in zip(args, kinds)]
+    slots = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])
+    return (slots, holders)
 
-    def __init__(self, drv: Driver, functions: dict[str, Any]):
+
+class _Backend:
+    """``host.execute`` on the device: intermediate buffers kept for the run's lifetime;
+    with ``record`` set, each launch is also kept (function, sizes, packed parameters) so a
+    timing loop can replay them without evaluating the host plan."""
+
+    def __init__(self, drv: Driver, functions: dict[str, Any], stream: int = 0):
         self.drv = drv
         self.functions = functions
+        self.stream = stream
         self.pool: dict[int, tuple[int, int]] = {}
+        self.record: Optional[list] = None
+        self.generation = drv.generation
 
     def alloc(self, buffer: Buffer, nbytes: int) -> int:
         have = self.pool.get(id(buffer))
@@ -203,12 +339,58 @@ class _Backend:
         """Kept until ``release``: timing loops do not pay for cuMemAlloc."""
 
     def launch(self, kernel: Any, cfg: LaunchConfig) -> None:
-        self.drv.launch(self.functions[kernel.name], cfg, [p.buffer is not None for p in kernel.params])
+        packed = pack_params(cfg.args, [p.buffer is not None for p in kernel.params])
+        fn = self.functions[kernel.name]
+        self.drv.launch_packed(fn, cfg.grid, cfg.block, packed, self.stream)
+        if self.record is not None:
+            self.record.append((fn, cfg.grid, cfg.block, packed))
 
     def release(self) -> None:
-        for ptr, _ in self.pool.values():
-            self.drv.free(ptr)
+        if self.generation == self.drv.generation:   # else the context (and memory) is gone
+            for ptr, _ in self.pool.values():
+                try:
+                    self.drv.free(ptr)
+                except CUDADriverError:
+                    break                 # a dead context: the error that killed it is raised
         self.pool.clear()
+
+
+def _torch_stream(obj: Any) -> "int | None":
+    """PyTorch's current stream on the tensor's device, for a torch CUDA tensor."""
+    mod = type(obj).__module__ or ""
+    if not mod.startswith("torch"):
+        return None
+    try:
+        import torch
+        return int(torch.cuda.current_stream(obj.device).cuda_stream)
+    except Exception:  # noqa: BLE001 - not a usable torch tensor: the interface decides
+        return None
+
+
+def arrays_stream(arrays: tuple) -> int:
+    """The stream the arrays' producer works on: ``__cuda_array_interface__["stream"]``
+    (1 and 2 are the legacy and per-thread default streams, valid driver handles), else
+    PyTorch's current stream for torch tensors, else 0 (the legacy default stream)."""
+    for a in arrays:
+        cai = getattr(a, "__cuda_array_interface__", None)
+        if cai is None:
+            continue
+        stream = cai.get("stream") if isinstance(cai, dict) else None
+        if stream:
+            return int(stream)
+        ts = _torch_stream(a)
+        if ts is not None:
+            return ts
+    return 0
+
+
+def arrays_device(probe: Driver, devs: list) -> int:
+    """The device of the arguments' device arrays (all on one device), else device 0."""
+    found = {probe.pointer_device(d.ptr) for d in devs if d is not None and d.ptr}
+    if len(found) > 1:
+        raise ShapeError(f"the CUDA array arguments live on different devices {sorted(found)}; "
+                         f"copy them to one device")
+    return found.pop() if found else probe.ordinal
 
 
 class GPURun:
@@ -216,10 +398,13 @@ class GPURun:
 
     def __init__(self, drv: Driver, module: Any, arrays: tuple):
         from .module import bind_any
+        arrs, self.sizes, devs = bind_any(module, arrays)
+        drv = get_driver(arrays_device(drv, devs)) if any(d is not None for d in devs) else drv
         drv.make_current()
         self.drv = drv
+        self.generation = drv.generation
         self.module = module
-        arrs, self.sizes, devs = bind_any(module, arrays)
+        self.stream = arrays_stream(arrays)
         self.pointers: dict[int, int] = {}
         self.copies: list[tuple[np.ndarray, int, bool]] = []
         align = _param_alignment(module)
@@ -236,29 +421,50 @@ class GPURun:
                 else:
                     ptr = drv.alloc(a.nbytes)
                     self.copies.append((a, ptr, i in written))
-                    drv.htod(ptr, a)
+                    drv.htod(ptr, a, self.stream)
                     self.pointers[id(buf)] = ptr
-            self.backend = _Backend(drv, drv.functions(module))
+            self.backend = _Backend(drv, drv.functions(module), self.stream)
         except BaseException:
             self.release()
             raise
 
     def __call__(self) -> None:
+        self.drv.make_current()
         execute(self.module.plan, dict(self.sizes), dict(self.pointers), self.backend)
 
+    def record(self) -> list:
+        """Run once, keeping the launches (function, grid, block, packed parameters)."""
+        self.backend.record = []
+        try:
+            self()
+            return self.backend.record
+        finally:
+            self.backend.record = None
+
     def finish(self) -> None:
-        """Wait for the device and copy written NumPy arguments back."""
-        self.drv.synchronize()
-        for array, ptr, written in self.copies:
-            if written:
-                self.drv.dtoh(array, ptr)
+        """Wait for the stream (a failed kernel is raised here, before anything else) and
+        copy written NumPy arguments back."""
+        self.drv.make_current()
+        self.drv.synchronize(self.stream)
+        back = [(array, ptr) for array, ptr, written in self.copies if written]
+        for array, ptr in back:
+            self.drv.dtoh(array, ptr, self.stream)
+        if back and self.stream:
+            self.drv.synchronize(self.stream)   # the asynchronous copies have landed
 
     def release(self) -> None:
+        """Free the run's buffers; after a sticky error (the context was reset) there is
+        nothing to free, and a failing free never hides the error being raised."""
         backend = getattr(self, "backend", None)
         if backend is not None:
             backend.release()
-        for _, ptr, _ in self.copies:
-            self.drv.free(ptr)
+        if self.generation == self.drv.generation:
+            try:
+                self.drv.make_current()
+                for _, ptr, _ in self.copies:
+                    self.drv.free(ptr)
+            except CUDADriverError:
+                pass
         self.copies = []
 
 
@@ -271,27 +477,80 @@ def _param_alignment(module: Any) -> dict[int, int]:
     return out
 
 
+def _graph_replay(drv: Driver, launches: list, number: int, stream: int, keep: list
+                  ) -> "Callable[[], None] | None":
+    """``number`` replays of ``launches`` captured into one CUDA graph on ``stream`` (a
+    launch function; the graph objects are appended to ``keep`` for destruction), or None
+    where graphs are unavailable (then the caller replays the launches itself)."""
+    cu = drv.cu
+    needed = ("cuStreamBeginCapture", "cuStreamEndCapture", "cuGraphInstantiate",
+              "cuGraphLaunch")
+    if not stream or not all(hasattr(cu, n) for n in needed):
+        return None
+    try:
+        mode = cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        drv.check(cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+        try:
+            for _ in range(number):
+                for fn, grid, block, packed in launches:
+                    drv.launch_packed(fn, grid, block, packed, stream)
+        finally:
+            graph = drv.check(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
+        keep.append(("cuGraphDestroy", graph))
+        exe = drv.check(cu.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        keep.append(("cuGraphExecDestroy", exe))
+    except (CUDADriverError, AttributeError, TypeError):
+        return None
+    return lambda: drv.check(cu.cuGraphLaunch(exe, stream), "cuGraphLaunch")
+
+
 def measure_events(drv: Driver, run: GPURun, number: int = 1, repeat: int = 1,
                    min_repeat_ms: float = 0) -> ProfileResult:
-    """TVM's time_evaluator semantics (see ``tdsl.runtime.measure``), timed with CUDA events."""
+    """TVM's time_evaluator semantics (see ``tdsl.runtime.measure``), timed with CUDA events
+    around ``number`` runs.  The launches of one run are recorded (after a warm-up, so the
+    intermediate buffers exist) and replayed: as a CUDA graph where possible, so the timed
+    region holds no Python, else launch by launch (no host plan per run)."""
     from tdsl.errors import BuildError
     if number < 1 or repeat < 1:
         raise BuildError(f"time_evaluator: number and repeat must be >= 1, got "
                          f"number={number}, repeat={repeat}")
+    drv = run.drv
+    drv.make_current()
+    stream = run.stream
+    own = None
+    if not stream and hasattr(drv.cu, "cuStreamCreate"):
+        try:   # graphs are captured on a stream of our own
+            own = drv.check(drv.cu.cuStreamCreate(1), "cuStreamCreate")  # non-blocking
+            stream = int(own) if isinstance(own, int) else own
+        except (CUDADriverError, TypeError):
+            own = None
+    run.backend.stream = stream
+    keep: list = []
     start, end = drv.event(), drv.event()
     try:
         run()
-        drv.synchronize()
+        drv.synchronize(stream)
+        launches = run.record()
+        drv.synchronize(stream)
+
+        def replay_once() -> None:
+            for fn, grid, block, packed in launches:
+                drv.launch_packed(fn, grid, block, packed, stream)
+        graphs: dict[int, Callable[[], None]] = {}
         results = []
         for _ in range(repeat):
             ms = 0.0
             while True:
                 if ms > 0.0:
                     number = int(max(min_repeat_ms / (ms / number) + 1, number * 1.618))
-                drv.record(start)
-                for _ in range(number):
-                    run()
-                drv.record(end)
+                if number not in graphs:
+                    g = _graph_replay(drv, launches, number, stream, keep)
+                    graphs[number] = g if g is not None else \
+                        (lambda n=number: [replay_once() for _ in range(n)] and None)
+                timed = graphs[number]
+                drv.record(start, stream)
+                timed()
+                drv.record(end, stream)
                 ms = drv.elapsed_ms(start, end)
                 if ms >= min_repeat_ms:
                     break
@@ -299,5 +558,16 @@ def measure_events(drv: Driver, run: GPURun, number: int = 1, repeat: int = 1,
             results.append(ms / 1e3 / number)
         return ProfileResult(math.fsum(results) / len(results), tuple(results))
     finally:
+        run.backend.stream = run.stream
         drv.destroy(start)
         drv.destroy(end)
+        for name, obj in reversed(keep):
+            try:
+                getattr(drv.cu, name)(obj)
+            except Exception:  # noqa: BLE001 - cleanup after timing
+                pass
+        if own is not None and hasattr(drv.cu, "cuStreamDestroy"):
+            try:
+                drv.cu.cuStreamDestroy(own)
+            except Exception:  # noqa: BLE001
+                pass

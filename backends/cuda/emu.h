@@ -9,7 +9,13 @@
 // element: who wrote it and who read it in the current barrier interval.  A location
 // written by one thread and read or written by another between two barriers is reported
 // as a race; so are out-of-bounds shared indices and reads of shared memory no thread of
-// the block has written.  Only the first problem of a launch is described (with a count).
+// the block has written.  Global buffers reach the kernel as emu::Global pointers (the
+// emulator's launcher wraps them) with shadow state per element for the launch: a location
+// written by one block and read or written by another block of the same launch, or by two
+// threads of a block between two barriers, is a race; an index outside the buffer is
+// reported.  __syncwarp orders the lanes of a warp: a warp-collective operation (WMMA)
+// touching what a lane of its warp touched with no __syncwarp between is a race.  Only the
+// first problem of a launch is described (with a count).
 #pragma once
 #define TDSL_EMULATION 1
 
@@ -25,6 +31,7 @@
 #include <functional>
 #include <source_location>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #define __global__
@@ -56,6 +63,7 @@ struct Fiber {
   ucontext_t ctx;
   State state;
   const void* site;
+  bool syncwarp;  // waits at __syncwarp (orders its warp's lanes), not at a WMMA operation
 };
 
 constexpr int kNoActor = -1;
@@ -65,6 +73,7 @@ struct Shadow {
   uint64_t w_block;   // block serial of the last write (initialized-ness)
   uint32_t w_epoch;   // barrier interval of the last write
   uint32_t r_epoch;   // barrier interval of the reads below
+  uint32_t w_wep, r_wep, o_wep;  // __syncwarp interval of the actor's warp at each access
   int16_t w_actor, r_actor, r_other;
 };
 
@@ -88,23 +97,35 @@ struct Runtime {
   long nerrors = 0;
   std::string report;
   std::vector<SharedBase*> shared;
+  std::vector<uint32_t> warp_epoch;  // per warp of the block: its current __syncwarp interval
+  uint32_t wep_counter = 1;
+  bool reverse = false;               // visit blocks in reverse order
+  uint32_t block_lin = 0;             // 1 + the linear index of the running block
+  std::vector<struct GlobalRegion*> globals;  // this launch's global buffers
 };
 inline Runtime rt;
 
 inline int actor() { return rt.collective ? kWarpActor + rt.cur / 32 : rt.cur; }
+inline int warp_of(int a) { return a >= kWarpActor ? a - kWarpActor : a / 32; }
+inline uint32_t cur_wep() {
+  size_t w = (size_t)(rt.cur / 32);
+  return w < rt.warp_epoch.size() ? rt.warp_epoch[w] : 0;
+}
 
-inline bool conflict(int a, int b) {
+// may actor ``a`` (whose warp was in __syncwarp interval ``a_wep`` then) and the current
+// actor ``b`` touch one location in the same barrier interval?  Lanes of one warp (and the
+// warp's collective operations) are ordered by a __syncwarp between them; nothing else is.
+inline bool conflict(int a, uint32_t a_wep, int b) {
   if (a == b || a == kNoActor || b == kNoActor) return false;
-  if (a >= kWarpActor && b < kWarpActor) return a - kWarpActor != b / 32;
-  if (b >= kWarpActor && a < kWarpActor) return b - kWarpActor != a / 32;
-  return true;
+  if (warp_of(a) != warp_of(b)) return true;
+  return a_wep == cur_wep();
 }
 
 inline std::string where() {
-  char buf[160];
-  snprintf(buf, sizeof buf, "block=%u,%u,%u\nbdim=%u,%u,%u\nthread=%d\n", rt.block_idx.x,
-           rt.block_idx.y, rt.block_idx.z, rt.block_dim.x, rt.block_dim.y, rt.block_dim.z,
-           actor());
+  char buf[200];
+  snprintf(buf, sizeof buf, "block=%u,%u,%u\nbdim=%u,%u,%u\ngrid=%u,%u,%u\nthread=%d\n",
+           rt.block_idx.x, rt.block_idx.y, rt.block_idx.z, rt.block_dim.x, rt.block_dim.y,
+           rt.block_dim.z, rt.grid_dim.x, rt.grid_dim.y, rt.grid_dim.z, actor());
   return buf;
 }
 
@@ -160,12 +181,14 @@ struct SharedBase {
     int a = actor();
     if (s.w_block != rt.block_serial)
       report("uninit", i, "");
-    else if (s.w_epoch == rt.epoch && conflict(s.w_actor, a))
+    else if (s.w_epoch == rt.epoch && conflict(s.w_actor, s.w_wep, a))
       race("read-after-write", i, s.w_actor, a);
     if (s.r_epoch != rt.epoch) {
-      s.r_epoch = rt.epoch; s.r_actor = (int16_t)a; s.r_other = kNoActor;
-    } else if (s.r_actor != a && s.r_other == kNoActor) {
-      s.r_other = (int16_t)a;
+      s.r_epoch = rt.epoch; s.r_actor = (int16_t)a; s.r_wep = cur_wep(); s.r_other = kNoActor;
+    } else if (s.r_actor == a) {
+      s.r_wep = cur_wep();
+    } else {
+      s.r_other = (int16_t)a; s.o_wep = cur_wep();
     }
   }
 
@@ -173,13 +196,15 @@ struct SharedBase {
     if (!rt.check) return;
     Shadow& s = shadow[i];
     int a = actor();
-    if (s.w_block == rt.block_serial && s.w_epoch == rt.epoch && conflict(s.w_actor, a))
+    if (s.w_block == rt.block_serial && s.w_epoch == rt.epoch &&
+        conflict(s.w_actor, s.w_wep, a))
       race("write-after-write", i, s.w_actor, a);
     if (s.r_epoch == rt.epoch) {
-      if (conflict(s.r_actor, a)) race("write-after-read", i, s.r_actor, a);
-      else if (conflict(s.r_other, a)) race("write-after-read", i, s.r_other, a);
+      if (conflict(s.r_actor, s.r_wep, a)) race("write-after-read", i, s.r_actor, a);
+      else if (conflict(s.r_other, s.o_wep, a)) race("write-after-read", i, s.r_other, a);
     }
     s.w_block = rt.block_serial; s.w_epoch = rt.epoch; s.w_actor = (int16_t)a;
+    s.w_wep = cur_wep();
   }
 };
 
@@ -210,8 +235,136 @@ template <typename T> struct SharedPtr {
   }
 };
 
+
+// ---- global memory: buffers of a launch with shadow state per element -----------------------------
+struct GAccess {          // one access of a launch: 0 block = none
+  uint32_t block;         // 1 + linear block index
+  uint32_t epoch;         // barrier interval (unique per block and interval)
+  uint32_t wep;           // __syncwarp interval of the actor's warp
+  int16_t actor;
+};
+struct GShadow { GAccess w, r, o; };
+
+struct GlobalRegion {
+  const char* name;
+  unsigned char* base;
+  long long nbytes;       // < 0: unknown (no bounds check)
+  std::vector<GShadow> shadow;
+
+  void report(const char* kind, long long byte_off, const std::string& more) {
+    rt.nerrors++;
+    int priority = strcmp(kind, "grace") == 0 ? 2 : 1;
+    if (rt.error && priority <= rt.priority) return;
+    rt.error = true;
+    rt.priority = priority;
+    char buf[200];
+    snprintf(buf, sizeof buf, "gname=%s\nbyte=%lld\nnbytes=%lld\n", name, byte_off, nbytes);
+    rt.report = std::string("kind=") + kind + "\n" + where() + buf + more;
+  }
+  bool in_bounds(long long byte_off, size_t size) {
+    if (nbytes < 0 || (byte_off >= 0 && byte_off + (long long)size <= nbytes)) return true;
+    report("goob", byte_off, "");
+    return false;
+  }
+  static bool clash(const GAccess& p, int a) {
+    if (p.block == 0) return false;
+    if (p.block != rt.block_lin) return true;                 // another block, same launch
+    return p.epoch == rt.epoch && conflict(p.actor, p.wep, a);  // same block, no barrier
+  }
+  void race(const char* what, long long byte_off, const GAccess& p, int a) {
+    char buf[160];
+    snprintf(buf, sizeof buf, "race=%s\nfirst=%d\nfirst_block=%u\nsecond=%d\nsecond_block=%u\n",
+             what, p.actor, p.block - 1, a, rt.block_lin - 1);
+    report("grace", byte_off, buf);
+  }
+  GShadow* cell(long long byte_off, size_t size) {
+    if (!rt.check || shadow.empty()) return nullptr;
+    long long e = byte_off / (long long)size;
+    return e >= 0 && e < (long long)shadow.size() ? &shadow[e] : nullptr;
+  }
+  GAccess now(int a) { return GAccess{rt.block_lin, rt.epoch, cur_wep(), (int16_t)a}; }
+  void on_read(long long byte_off, size_t size) {
+    GShadow* s = cell(byte_off, size);
+    if (!s) return;
+    int a = actor();
+    if (clash(s->w, a)) race("read-after-write", byte_off, s->w, a);
+    if (s->r.block == 0 || (s->r.block == rt.block_lin && s->r.actor == a)) s->r = now(a);
+    else s->o = now(a);
+  }
+  void on_write(long long byte_off, size_t size) {
+    GShadow* s = cell(byte_off, size);
+    if (!s) return;
+    int a = actor();
+    if (clash(s->w, a)) race("write-after-write", byte_off, s->w, a);
+    else if (clash(s->r, a)) race("write-after-read", byte_off, s->r, a);
+    else if (clash(s->o, a)) race("write-after-read", byte_off, s->o, a);
+    s->w = now(a);
+    s->r = s->o = GAccess{0, 0, 0, 0};
+  }
+};
+
+// a global buffer's element, read and written through the shadow
+template <typename T> struct GlobalRef {
+  using V = std::remove_const_t<T>;
+  GlobalRegion* g;
+  T* p;
+  long long off;  // bytes from the region's start
+  operator V() const {
+    if (!g->in_bounds(off, sizeof(T))) return V{};
+    g->on_read(off, sizeof(T));
+    return *p;
+  }
+  GlobalRef& operator=(const V& v) {
+    static_assert(!std::is_const_v<T>, "store to a read-only buffer");
+    if (!g->in_bounds(off, sizeof(T))) return *this;
+    g->on_write(off, sizeof(T));
+    *p = v;
+    return *this;
+  }
+  GlobalRef& operator=(const GlobalRef& o) { V v = o; return *this = v; }
+  // &X[i] for atomics: the element's address, bounds-checked; atomics are not races
+  T* operator&() const {
+    static V dummy;
+    return g->in_bounds(off, sizeof(T)) ? p : &dummy;
+  }
+};
+
+// what a kernel's global-buffer parameter is under emulation: a pointer with its region
+template <typename T> struct Global {
+  GlobalRegion* g;
+  T* p;
+  GlobalRef<T> operator[](long long i) const {
+    return {g, p + i, (long long)((const unsigned char*)(p + i) - g->base)};
+  }
+  Global operator+(long long i) const { return {g, p + i}; }
+  Global operator-(long long i) const { return {g, p - i}; }
+  explicit operator unsigned long long() const { return (unsigned long long)(uintptr_t)p; }
+  explicit operator uintptr_t() const requires (!std::is_same_v<uintptr_t, unsigned long long>)
+  { return (uintptr_t)p; }
+  std::remove_const_t<T> read(long long j) const { return (*this)[j]; }
+  void write(long long j, std::remove_const_t<T> v) const { (*this)[j] = v; }
+};
+
+// the launcher's wrapping of argument ``ptr`` (``nbytes`` of memory from it, -1 unknown)
+inline GlobalRegion* region(void* ptr, long long nbytes, const char* name) {
+  for (GlobalRegion* g : rt.globals)
+    if (g->base == (unsigned char*)ptr) return g;  // an array passed twice shares its shadow
+  GlobalRegion* g = new GlobalRegion{name, (unsigned char*)ptr, nbytes, {}};
+  rt.globals.push_back(g);
+  return g;
+}
+template <typename T> inline Global<T> global(void* ptr, long long nbytes, const char* name) {
+  GlobalRegion* g = region(ptr, nbytes, name);
+  if (nbytes > 0 && g->shadow.empty()) g->shadow.resize((size_t)nbytes / sizeof(T) + 1);
+  return {g, (T*)ptr};
+}
+inline void end_launch() {
+  for (GlobalRegion* g : rt.globals) delete g;
+  rt.globals.clear();
+}
+
 // ---- fibers and the block scheduler ------------------------------------------------------------
-inline void wait(State st, const void* site) {
+inline void wait(State st, const void* site, bool syncwarp = false) {
   if (!rt.use_fibers) {
     fail("internal", "a barrier ran in a launch without fibers (tdsl emulator bug)");
     return;
@@ -219,6 +372,7 @@ inline void wait(State st, const void* site) {
   Fiber& f = rt.fibers[rt.cur];
   f.state = st;
   f.site = site;
+  f.syncwarp = syncwarp;
   swapcontext(&f.ctx, &rt.sched);
 }
 
@@ -252,6 +406,8 @@ inline bool map_stacks(int n) {
 
 inline void run_block() {
   const int n = rt.nthreads;
+  rt.warp_epoch.assign((size_t)(n + 31) / 32, 0);
+  for (auto& w : rt.warp_epoch) w = ++rt.wep_counter;
   if (!rt.use_fibers) {
     for (int t = 0; t < n && !rt.abort; ++t) { set_thread(t); (*rt.body)(); }
     return;
@@ -283,15 +439,16 @@ inline void run_block() {
     bool released = false;
     for (int lo = 0; lo < n; lo += 32) {
       int hi = lo + 32 < n ? lo + 32 : n;
-      bool any = false, all = true;
+      bool any = false, all = true, sync = true;
       for (int t = lo; t < hi; ++t) {
         State s = rt.fibers[t].state;
-        if (s == AT_WARP) any = true;
+        if (s == AT_WARP) { any = true; sync = sync && rt.fibers[t].syncwarp; }
         else if (s != DONE) all = false;
       }
       if (any && all) {
         for (int t = lo; t < hi; ++t)
           if (rt.fibers[t].state == AT_WARP) rt.fibers[t].state = RUNNABLE;
+        if (sync) rt.warp_epoch[lo / 32] = ++rt.wep_counter;  // __syncwarp orders the lanes
         released = true;
       }
     }
@@ -325,7 +482,7 @@ inline void run_block() {
 }
 
 // dims: grid x, y, z, block x, y, z, fiber stack bytes.  flags: 1 = run threads as fibers,
-// 2 = check races.
+// 2 = check races, 4 = visit the blocks in reverse order.
 inline int launch(const long long* dims, int flags, char* msg, int msglen,
                   const std::function<void()>& body) {
   rt.grid_dim = {(unsigned)dims[0], (unsigned)dims[1], (unsigned)dims[2]};
@@ -344,21 +501,29 @@ inline int launch(const long long* dims, int flags, char* msg, int msglen,
   if (rt.use_fibers) {
     if (!map_stacks(rt.nthreads)) {
       snprintf(msg, msglen, "kind=internal\ntext=cannot map %d fiber stacks\n", rt.nthreads);
+      end_launch();
       return 1;
     }
     rt.fibers.resize(rt.nthreads);
   }
-  for (unsigned bz = 0; bz < rt.grid_dim.z && !rt.abort; ++bz)
-    for (unsigned by = 0; by < rt.grid_dim.y && !rt.abort; ++by)
-      for (unsigned bx = 0; bx < rt.grid_dim.x && !rt.abort; ++bx) {
-        rt.block_idx = {bx, by, bz};
-        rt.block_serial++;
-        rt.epoch++;
-        for (SharedBase* s : rt.shared) memset(s->bytes, 0xff, s->count * s->elem);
-        if (tdsl_block_hook) tdsl_block_hook();
-        run_block();
-      }
+  rt.reverse = (flags & 4) != 0;
+  const unsigned long long nblocks =
+      (unsigned long long)rt.grid_dim.x * rt.grid_dim.y * rt.grid_dim.z;
+  for (unsigned long long b = 0; b < nblocks && !rt.abort; ++b) {
+    unsigned long long lin = rt.reverse ? nblocks - 1 - b : b;
+    unsigned bx = (unsigned)(lin % rt.grid_dim.x);
+    unsigned by = (unsigned)(lin / rt.grid_dim.x % rt.grid_dim.y);
+    unsigned bz = (unsigned)(lin / rt.grid_dim.x / rt.grid_dim.y);
+    rt.block_idx = {bx, by, bz};
+    rt.block_lin = (uint32_t)(lin + 1);
+    rt.block_serial++;
+    rt.epoch++;
+    for (SharedBase* s : rt.shared) memset(s->bytes, 0xff, s->count * s->elem);
+    if (tdsl_block_hook) tdsl_block_hook();
+    run_block();
+  }
   rt.body = nullptr;
+  end_launch();
   if (!rt.error) return 0;
   std::string out = rt.report + "count=" + std::to_string(rt.nerrors) + "\n";
   snprintf(msg, msglen, "%s", out.c_str());
@@ -391,7 +556,7 @@ __attribute__((noinline)) inline void sync_at(long line) {
 }  // namespace emu
 #define __syncthreads() ::emu::sync_at(__LINE__)
 __attribute__((noinline)) inline void __syncwarp(unsigned = 0xffffffffu) {
-  emu::wait(emu::AT_WARP, __builtin_return_address(0));
+  emu::wait(emu::AT_WARP, __builtin_return_address(0), true);
 }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
@@ -541,6 +706,23 @@ template <typename V, typename T> inline void tdsl_vstore(T* p, const V& v) {
   emu::check_vector_align(p, alignof(V));
   memcpy(p, &v, sizeof v);
 }
+template <typename V, typename T> inline V tdsl_vload(const emu::Global<T>& p) {
+  using U = std::remove_const_t<T>;
+  constexpr int n = sizeof(V) / sizeof(T);
+  emu::check_vector_align(p.p, alignof(V));
+  U lanes[n];
+  for (int j = 0; j < n; ++j) lanes[j] = p.read(j);
+  V v;
+  memcpy(&v, lanes, sizeof v);
+  return v;
+}
+template <typename V, typename T> inline void tdsl_vstore(const emu::Global<T>& p, const V& v) {
+  constexpr int n = sizeof(V) / sizeof(T);
+  emu::check_vector_align(p.p, alignof(V));
+  T lanes[n];
+  memcpy(lanes, &v, sizeof v);
+  for (int j = 0; j < n; ++j) p.write(j, lanes[j]);
+}
 template <typename V, typename T> inline V tdsl_vload(const emu::SharedPtr<T>& p) {
   constexpr int n = sizeof(V) / sizeof(T);
   emu::check_vector_align(p.base + p.off, alignof(V));
@@ -570,6 +752,11 @@ inline float ld(const SharedPtr<tdsl_half>& p, long long i) { return tdsl_h2f(p.
 inline float ld(const SharedPtr<float>& p, long long i) { return p.read(i); }
 inline void st(float* p, long long i, float v) { p[i] = v; }
 inline void st(const SharedPtr<float>& p, long long i, float v) { p.write(i, v); }
+inline float ld(const Global<const tdsl_half>& p, long long i) { return tdsl_h2f(p.read(i)); }
+inline float ld(const Global<tdsl_half>& p, long long i) { return tdsl_h2f(p.read(i)); }
+inline float ld(const Global<const float>& p, long long i) { return p.read(i); }
+inline float ld(const Global<float>& p, long long i) { return p.read(i); }
+inline void st(const Global<float>& p, long long i, float v) { p.write(i, v); }
 
 __attribute__((noinline)) inline void warp_op() { wait(AT_WARP, __builtin_return_address(0)); }
 
@@ -616,6 +803,11 @@ inline void mma(tdsl_wmma_acc& d, const tdsl_wmma_a& a, const tdsl_wmma_b& b,
 TDSL_EMU_WMMA(row, true)
 TDSL_EMU_WMMA(col, false)
 #undef TDSL_EMU_WMMA
+
+// a fragment is the warp's: filling it writes no memory, so it needs no ordering
+inline void tdsl_wmma_fill_acc(tdsl_wmma_acc& f, float v) {
+  for (int i = 0; i < 256; ++i) f.v[i] = v;
+}
 
 #define TDSL_EMU_MMA(al, bl)                                                               \
   inline void tdsl_wmma_mma_##al##_##bl(tdsl_wmma_acc& d, const tdsl_wmma_a& a,           \

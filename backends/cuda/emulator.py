@@ -29,7 +29,7 @@ from tdsl import disk_cache
 from tdsl.errors import BuildError
 from tdsl.stmt import Buffer
 
-from .errors import EmulationError, SharedMemoryRaceError
+from .errors import EmulationError, GlobalMemoryRaceError, SharedMemoryRaceError
 from .host import LaunchConfig, execute
 
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emu.h")
@@ -61,20 +61,42 @@ def _compiler() -> str:
     return cxx
 
 
-def translation_unit(source: str, kernels: Sequence[Any], header: str = HEADER) -> str:
-    """The C++ that g++ compiles: harness, unchanged kernel source, launchers."""
-    parts = [f'#include "{header}"', '#line 1 "tdsl_kernels.cu"', source, "",
-             "// ---- launchers (tdsl emulator) ----"]
+def _global_params(source: str, kernels: Sequence[Any]) -> str:
+    """``source`` with each kernel's global-buffer parameters declared ``emu::Global<T>``
+    (a pointer that goes through the harness's shadow tracking) instead of ``T*``; the
+    body is unchanged (it indexes, offsets and aligns them as pointers)."""
     for k in kernels:
-        args = []
+        old = ", ".join(f"{p.c_decl} {p.name}" for p in k.params)
+        new = ", ".join(
+            f"emu::Global<{p.c_decl.replace('__restrict__', '').replace('*', '').strip()}> {p.name}"
+            if p.buffer is not None else f"{p.c_decl} {p.name}" for p in k.params)
+        head = f"{k.name}({old})"
+        if head not in source:
+            raise BuildError(f"CUDA emulation: the signature of kernel '{k.name}' is not in the "
+                             f"given source")
+        source = source.replace(head, f"{k.name}({new})", 1)
+    return source
+
+
+def translation_unit(source: str, kernels: Sequence[Any], header: str = HEADER) -> str:
+    """The C++ that g++ compiles: harness, the kernel source (global-buffer parameters as
+    tracked ``emu::Global`` pointers, the body unchanged), launchers."""
+    parts = [f'#include "{header}"', '#line 1 "tdsl_kernels.cu"', _global_params(source, kernels),
+             "", "// ---- launchers (tdsl emulator) ----"]
+    for k in kernels:
+        wrap, args = [], []
         for i, p in enumerate(k.params):
             if p.buffer is not None:
-                args.append(f"({p.c_decl.replace('__restrict__', '').strip()})args[{i}]")
+                elem = p.c_decl.replace('__restrict__', '').replace('*', '').strip()
+                wrap.append(f"  auto g{i} = emu::global<{elem}>(args[{i}], nbytes[{i}], "
+                            f'"{p.name}");')
+                args.append(f"g{i}")
             else:
                 args.append(f"*(const long long*)args[{i}]")
         parts.append(
             f'extern "C" __attribute__((visibility("default"))) int tdsl_emu_{k.name}('
-            f"const long long* dims, void** args, int flags, char* msg, int msglen) {{\n"
+            f"const long long* dims, void** args, const long long* nbytes, int flags, char* msg, "
+            f"int msglen) {{\n" + "".join(w + "\n" for w in wrap) +
             f"  return emu::launch(dims, flags, msg, msglen, [&]() {{ {k.name}({', '.join(args)}); }});\n"
             f"}}")
     return "\n".join(parts) + "\n"
@@ -143,7 +165,8 @@ def load(source: str, kernels: Sequence[Any]) -> ctypes.CDLL:
     for k in kernels:
         fn = getattr(lib, f"tdsl_emu_{k.name}")
         fn.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_void_p),
-                       ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+                       ctypes.POINTER(ctypes.c_longlong), ctypes.c_int, ctypes.c_char_p,
+                       ctypes.c_int]
         fn.restype = ctypes.c_int
     _LIBS[key] = lib
     return lib
@@ -159,30 +182,45 @@ def kernel_text(source: str, name: str) -> str:
 
 
 class _Backend:
-    """Host memory and launches for ``host.execute`` under emulation."""
+    """Host memory and launches for ``host.execute`` under emulation.
 
-    def __init__(self, lib: ctypes.CDLL, source: str, check_races: bool):
+    ``regions`` maps the start address of every buffer a kernel can reach (the caller's
+    arrays and the plan's allocations) to its bytes: a launch gets each buffer's size (for
+    the bounds check), and with ``check_races`` a launch of more than one block runs twice,
+    blocks in order and in reverse order from the same memory, and the two results must
+    agree (blocks of a launch run in no fixed order on a GPU)."""
+
+    def __init__(self, lib: ctypes.CDLL, source: str, check_races: bool,
+                 regions: "dict[int, np.ndarray]"):
         self.lib = lib
         self.source = source
         self.check = check_races
         self.memory: dict[int, np.ndarray] = {}
+        self.regions = regions
 
     def alloc(self, buffer: Buffer, nbytes: int) -> int:
         raw = np.full(nbytes + 256, 0xFF, dtype=np.uint8)  # garbage: NaN floats, -1 ints
         ptr = raw.ctypes.data
-        ptr += (-ptr) % 256
+        start = (-ptr) % 256
+        ptr += start
         self.memory[ptr] = raw
+        self.regions[ptr] = raw[start:start + nbytes]
         return ptr
 
     def free(self, ptr: int) -> None:
         self.memory.pop(ptr, None)
+        self.regions.pop(ptr, None)
 
     def launch(self, kernel: Any, cfg: LaunchConfig) -> None:
         holders: list[Any] = []
-        slots = (ctypes.c_void_p * max(1, len(kernel.params)))()
+        n = max(1, len(kernel.params))
+        slots = (ctypes.c_void_p * n)()
+        nbytes = (ctypes.c_longlong * n)()
         for i, (p, value) in enumerate(zip(kernel.params, cfg.args)):
             if p.buffer is not None:
                 slots[i] = value
+                region = self.regions.get(value)
+                nbytes[i] = -1 if region is None else region.nbytes
             else:
                 h = ctypes.c_longlong(value)
                 holders.append(h)
@@ -191,8 +229,31 @@ class _Backend:
         dims = (ctypes.c_longlong * 7)(*cfg.grid, *cfg.block, stack)
         fibers = bool(_SYNC_WORDS.search(kernel_text(self.source, kernel.name)))
         flags = int(fibers) | (2 if self.check else 0)
+        blocks = cfg.grid[0] * cfg.grid[1] * cfg.grid[2]
+        before = {p: r.copy() for p, r in self.regions.items()} \
+            if self.check and blocks > 1 else None
+        self._run(kernel, dims, slots, nbytes, flags)
+        if before is None:
+            return
+        forward = {p: r.copy() for p, r in self.regions.items()}
+        for p, r in self.regions.items():
+            r[...] = before[p]
+        self._run(kernel, dims, slots, nbytes, flags | 4)
+        for p, r in self.regions.items():
+            if not np.array_equal(r, forward[p]):
+                bad = int(np.flatnonzero(r != forward[p])[0])
+                name = next((q.name for q, v in zip(kernel.params, cfg.args)
+                             if q.buffer is not None and v == p), "a buffer")
+                raise EmulationError(
+                    f"kernel '{kernel.name}': the result depends on the order the blocks run "
+                    f"in (blocks in order and in reverse order leave '{name}' different at "
+                    f"byte {bad}): blocks of one launch run in no fixed order on a GPU, so one "
+                    f"block reads or overwrites what another writes (a cross-block race)")
+
+    def _run(self, kernel: Any, dims: Any, slots: Any, nbytes: Any, flags: int) -> None:
         msg = ctypes.create_string_buffer(_MSG_LEN)
-        rc = getattr(self.lib, f"tdsl_emu_{kernel.name}")(dims, slots, flags, msg, _MSG_LEN)
+        rc = getattr(self.lib, f"tdsl_emu_{kernel.name}")(dims, slots, nbytes, flags, msg,
+                                                          _MSG_LEN)
         if rc != 0:
             raise _error(kernel, self.source, msg.value.decode(errors="replace"))
 
@@ -202,8 +263,10 @@ def run(plan: Any, kernels: Sequence[Any], source: str, params: Sequence[Buffer]
     """Run ``plan`` on ``arrays`` (checked NumPy arrays, written in place)."""
     lib = load(source, kernels)
     pointers = {id(b): a.ctypes.data for b, a in zip(params, arrays)}
+    regions = {a.ctypes.data: a.reshape(-1).view(np.uint8) for a in arrays
+               if a.flags.c_contiguous and a.size}
     with _LOCK:
-        execute(plan, dict(sizes), pointers, _Backend(lib, source, check_races))
+        execute(plan, dict(sizes), pointers, _Backend(lib, source, check_races, regions))
 
 
 # ---- reports ------------------------------------------------------------------------------------
@@ -251,7 +314,13 @@ def _error(kernel: Any, source: str, msg: str) -> EmulationError:
                 f"__syncthreads() between them ({race}){more}")
         return SharedMemoryRaceError(text, buffer=buf, offset=offset, kind=race, first=first,
                                      second=second, block=block, kernel=kernel.name)
+    if kind == "grace":
+        return _global_race(kernel, info, bdim, more)
     who = _fmt_thread(_thread(int(info.get("thread", "0")), bdim))
+    if kind == "goob":
+        return EmulationError(
+            f"{where}: {who} accessed global buffer '{info.get('gname')}' at byte "
+            f"{info.get('byte')}, outside its {info.get('nbytes')} bytes (out of bounds){more}")
     if kind in ("oob", "uninit"):
         buf = _shared_name(kernel, source, int(info["line"]))
         offset = int(info["offset"])
@@ -263,3 +332,30 @@ def _error(kernel: Any, source: str, msg: str) -> EmulationError:
                     f"written (uninitialized shared memory){more}")
         return EmulationError(text)
     return EmulationError(f"{where}: {info.get('text', msg)}{more}")
+
+
+def _block(lin: int, grid: tuple) -> tuple:
+    gx, gy = grid[0], grid[1]
+    return (lin % gx, lin // gx % gy, lin // (gx * gy))
+
+
+def _global_race(kernel: Any, info: dict, bdim: tuple, more: str) -> GlobalMemoryRaceError:
+    grid = tuple(int(x) for x in info.get("grid", "1,1,1").split(","))
+    b1 = _block(int(info["first_block"]), grid)
+    b2 = _block(int(info["second_block"]), grid)
+    t1 = _thread(int(info["first"]), bdim)
+    t2 = _thread(int(info["second"]), bdim)
+    race = info["race"]
+    verb = {"read-after-write": ("written", "read"), "write-after-read": ("read", "written"),
+            "write-after-write": ("written", "written again")}[race]
+    buf, off = info.get("gname", "?"), int(info.get("byte", "0"))
+    ir = next((p.buffer.name for p in kernel.params if p.buffer is not None and p.name == buf),
+              buf)
+    name = f"'{buf}'" if ir == buf else f"'{buf}' (buffer '{ir}')"
+    why = ("another block of the same launch (blocks run in no fixed order and cannot wait "
+           "for each other)" if b1 != b2 else "with no __syncthreads() between them")
+    text = (f"global-memory race in kernel '{kernel.name}': {name} at byte {off} was "
+            f"{verb[0]} by block {b1} {_fmt_thread(t1)} and then {verb[1]} by block {b2} "
+            f"{_fmt_thread(t2)}, {why} ({race}){more}")
+    return GlobalMemoryRaceError(text, buffer=buf, offset=off, kind=race, first=(b1, t1),
+                                 second=(b2, t2), kernel=kernel.name)

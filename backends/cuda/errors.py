@@ -45,3 +45,24 @@ class SharedMemoryRaceError(EmulationError):
         self.second = second
         self.block = block
         self.kernel = kernel
+
+
+class GlobalMemoryRaceError(EmulationError):
+    """One global-memory location touched, at least once writing, by two blocks of one
+    launch (blocks run in no fixed order and cannot wait for each other) or by two threads
+    of a block between two barriers.
+
+    ``buffer`` is the kernel parameter, ``offset`` the byte offset, ``kind`` as for
+    ``SharedMemoryRaceError``; ``first``/``second`` are (blockIdx, thread) pairs in the
+    order the emulator saw them.
+    """
+
+    def __init__(self, message: str, *, buffer: str, offset: int, kind: str,
+                 first: tuple, second: tuple, kernel: str):
+        super().__init__(message)
+        self.buffer = buffer
+        self.offset = offset
+        self.kind = kind
+        self.first = first
+        self.second = second
+        self.kernel = kernel

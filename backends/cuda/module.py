@@ -78,8 +78,11 @@ class CUDAModule(Module):
         ``arrays`` are NumPy arrays (or CPU DLPack tensors), checked exactly as for a call.
         ``source`` emulates another CUDA text with the same kernels and signatures (e.g. an
         edited ``get_source()``).  Raises ``SharedMemoryRaceError`` when two threads of a block
-        touch one shared location between barriers (``check_races=False`` turns the shadow
-        tracking off), and ``EmulationError`` for other kernel bugs.
+        touch one shared location between barriers, ``GlobalMemoryRaceError`` when two blocks
+        of a launch (or two threads of a block between barriers) touch one global location,
+        one of them writing, and ``EmulationError`` for other kernel bugs (out-of-bounds
+        indices, a result that differs when the blocks run in reverse order, ...).
+        ``check_races=False`` turns the shadow tracking and the second block order off.
         """
         for i, a in enumerate(arrays):
             if hasattr(a, "__cuda_array_interface__"):
@@ -107,7 +110,7 @@ class CUDAModule(Module):
 
     def sync(self) -> None:
         from .driver import get_driver
-        get_driver().synchronize()
+        get_driver().synchronize()   # the whole context of device 0, current in this thread
 
     @check_keywords
     def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,

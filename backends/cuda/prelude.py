@@ -128,6 +128,9 @@ def wmma_prelude(functions: set[str]) -> str:
         for bl in ("row", "col"):
             if f"tdsl_wmma_mma_{al}_{bl}" in functions:
                 parts.append(_wmma_mma(al, bl))
+    if "tdsl_wmma_fill_acc" in functions:  # a fragment's registers: the lane's 8 elements
+        parts.append("__device__ __forceinline__ void tdsl_wmma_fill_acc(tdsl_wmma_acc& f, "
+                     "float v) {\n  for (int i = 0; i < 8; ++i) f.x[i] = v; }")
     parts.append("#endif")
     return "\n".join(parts)
 

@@ -98,14 +98,31 @@ def emit_wmma(call: IntrinCall, ctx: Any) -> None:
     fa, fb, fc = ctx.fresh("wmma_a"), ctx.fresh("wmma_b"), ctx.fresh("wmma_c")
     funcs = {f"tdsl_wmma_load_a_{la}", f"tdsl_wmma_load_b_{lb}", f"tdsl_wmma_load_acc_{lc}",
              f"tdsl_wmma_mma_{la}_{lb}", f"tdsl_wmma_store_acc_{lc}"}
-    ctx.use("wmma", funcs)
     pc = ctx.pointer(rc)
+    acc = getattr(ctx.r, "wmma_acc", {}).get(id(call))   # held in registers (wmma_acc.py)
+    if acc is not None:
+        funcs -= {f"tdsl_wmma_load_acc_{lc}", f"tdsl_wmma_store_acc_{lc}"}
+    ctx.use("wmma", funcs)
     ctx.emit("__syncwarp();  // the warp's earlier stores to the tiles are visible to all lanes")
     ctx.emit(f"tdsl_wmma_a {fa};")
     ctx.emit(f"tdsl_wmma_b {fb};")
-    ctx.emit(f"tdsl_wmma_acc {fc};")
     ctx.emit(f"tdsl_wmma_load_a_{la}({fa}, {ctx.pointer(ra)}, {lda});")
     ctx.emit(f"tdsl_wmma_load_b_{lb}({fb}, {ctx.pointer(rb)}, {ldb});")
+    if acc is not None:
+        ctx.emit(f"tdsl_wmma_mma_{la}_{lb}({acc}, {fa}, {fb}, {acc});")
+        return
+    ctx.emit(f"tdsl_wmma_acc {fc};")
     ctx.emit(f"tdsl_wmma_load_acc_{lc}({fc}, {pc}, {ldc});")
     ctx.emit(f"tdsl_wmma_mma_{la}_{lb}({fc}, {fa}, {fb}, {fc});")
     ctx.emit(f"tdsl_wmma_store_acc_{lc}({pc}, {fc}, {ldc});")
+
+
+def store_accumulator(call: IntrinCall, ctx: Any, acc: str) -> None:
+    """After the loop of a register-held accumulator: the one store of its tile."""
+    _check_warp(ctx)
+    (rc,) = call.outputs
+    ctx.require_align(rc, 32, "wmma (WMMA tiles must start 32-byte aligned)")
+    lc, ldc = _layout(ctx, rc, "accumulator", 4)
+    ctx.use("wmma", {f"tdsl_wmma_store_acc_{lc}"})
+    ctx.emit("__syncwarp();")
+    ctx.emit(f"tdsl_wmma_store_acc_{lc}({ctx.pointer(rc)}, {acc}, {ldc});")

@@ -88,7 +88,8 @@ class FakeCU:
         self.launches.append((f, (gx, gy, gz), (bx, by, bz)))
         dims = (ctypes.c_longlong * 7)(gx, gy, gz, bx, by, bz, 256 * 1024)
         msg = ctypes.create_string_buffer(4096)
-        rc = getattr(lib, f"tdsl_emu_{f}")(dims, args, 3, msg, 4096)
+        sizes = (ctypes.c_longlong * max(1, len(k.params)))(*([-1] * max(1, len(k.params))))
+        rc = getattr(lib, f"tdsl_emu_{f}")(dims, args, sizes, 3, msg, 4096)
         assert rc == 0, msg.value
         return (0,)
 
@@ -194,7 +195,8 @@ def test_time_evaluator_with_events(fake) -> None:
     res = f.time_evaluator(number=2, repeat=3)(a, d)
     assert len(res.results) == 3 and all(r > 0 for r in res.results)
     np.testing.assert_allclose(d, a * 2 + 1, rtol=1e-6)
-    assert len(fake.launches) == 2 * (1 + 2 * 3)   # warm-up + number * repeat, two kernels
+    # warm-up, the recorded run, then number * repeat replays; two kernels each
+    assert len(fake.launches) == 2 * (2 + 2 * 3)
     assert not fake.memory
 
 

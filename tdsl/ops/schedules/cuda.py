@@ -1,8 +1,11 @@
-"""Default CUDA schedules: simple, correct, one kernel per non-inlined stage.
+"""Default CUDA schedules: one kernel per non-inlined stage.
 
-Each root stage's output loops are fused and split into blocks of threads
-(``blockIdx.x`` x ``threadIdx.x``); a reduction along rows (and softmax, the norms) is
-reduced across a warp or block per row (``cuda_reduction.py``), others serially per thread.  An anchor
+matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tiles, and
+fp16 x fp16 -> fp32 products tensor cores (``cuda_gemm.py``).  Elementwise stages run
+4 consecutive outputs per thread as a vector loop (float4 where aligned).  Other root
+stages' output loops are fused and split into blocks of threads (``blockIdx.x`` x
+``threadIdx.x``); a reduction along rows (and softmax, the norms) is reduced across a
+warp or block per row (``cuda_reduction.py``), others serially per thread.  An anchor
 (matmul, conv2d) whose only consumer is an elementwise stage is computed per thread
 inside that stage's kernel (its epilogue, one kernel); every other stage is its own
 kernel.  Injective producers are inlined (packing and padding stages included).
@@ -16,7 +19,7 @@ from tdsl.target import Target
 from tdsl.tensor import IterVar, thread_axis
 
 from ..tags import Pattern
-from . import cuda_reduction
+from . import cuda_gemm, cuda_reduction
 from .graph import fusable_anchor, is_inlined, stage_pattern
 
 #: Threads per block for elementwise kernels and for reductions.
@@ -33,6 +36,24 @@ def _bind_flat(st: Stage, threads: int) -> IterVar:
     return tx
 
 
+#: Consecutive elements per thread of an elementwise kernel (one float4 where aligned).
+VECTOR = 4
+
+
+def _bind_vector(st: Stage, threads: int) -> IterVar:
+    """Elementwise: ``VECTOR`` consecutive outputs per thread as one vector loop (float4
+    loads and stores where the analyzer proves them aligned and contiguous, the scalar
+    loop for tails, gathers and misaligned arrays)."""
+    axes = list(st.op.axis)
+    f = axes[0] if len(axes) == 1 else st.fuse(*axes)
+    bx, rest = st.split(f, factor=threads * VECTOR)
+    tx, vi = st.split(rest, factor=VECTOR)
+    st.bind(bx, thread_axis("blockIdx.x"))
+    st.bind(tx, thread_axis("threadIdx.x"))
+    st.vectorize(vi)
+    return tx
+
+
 def apply(s: Schedule, target: Target) -> None:
     bodies = inlined_bodies(s)
     done: set = set()
@@ -40,13 +61,20 @@ def apply(s: Schedule, target: Target) -> None:
         if st.is_placeholder or is_inlined(st) or st in done or st.attach_type is AttachType.SCOPE:
             continue
         pat = stage_pattern(st)
+        gemm = cuda_gemm.gemm_anchor(s, st, bodies)   # matmul family: 2-level tiles
+        if gemm is not None and gemm[0] not in done:
+            got = cuda_gemm.schedule_gemm(s, *gemm)
+            if got:
+                done |= got
+                continue
         if pat is Pattern.INJECTIVE:
             a = fusable_anchor(s, st, bodies)
             group = cuda_reduction.try_row_group(s, st, bodies) if a is None else None
             if group is not None:   # softmax, norms: a warp (or block) per row, one kernel
                 done.update(group)
                 continue
-            tx = _bind_flat(st, THREADS_INJECTIVE)
+            tx = _bind_flat(st, THREADS_INJECTIVE) if a is not None else \
+                _bind_vector(st, THREADS_INJECTIVE)
             if a is not None:
                 a.set_scope("local")
                 a.compute_at(st, tx)

@@ -1,0 +1,171 @@
+"""Static report of tdsl's default CUDA kernels (no GPU needed).
+
+For each default kernel (``tdsl.ops`` + ``ops.schedule(..., "cuda")``): registers per thread,
+stack frame and spill bytes (ptxas ``-v`` through NVRTC), shared memory per block, threads
+per block, outputs per thread (the local accumulator), global loads per thread and per FMA
+(elements, a float4 counting 4; counted in
+the lowered IR per thread: loads of global buffers and multiply-adds, each weighted by the
+trip counts of the serial loops around it; thread- and block-bound loops count once).
+
+    python benchmarks/cuda_static.py [--arch sm_90] [--json]
+
+It exits non-zero when the matmul default computes fewer than 16 outputs per thread, has
+no shared-memory tiles, or spills (the "done when" of issue 13).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import tdsl as td
+from tdsl import ops
+from tdsl.expr import Add, BufferLoad, Const, Mul
+from tdsl.stmt import Allocate, BufferStore, For, ForKind, IntrinCall, StorageScope
+from tdsl.visitor import children
+
+
+@dataclass
+class Row:
+    kernel: str
+    launch: str
+    registers: int
+    frame_bytes: int
+    spill_bytes: int
+    shared_bytes: int
+    threads: int
+    outputs_per_thread: int
+    loads_per_thread: int
+    loads_per_fma: float
+
+
+def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
+    def matmul():
+        A, B = td.placeholder((1024, 1024), name="A"), td.placeholder((1024, 1024), name="B")
+        return [A, B], ops.matmul(A, B)
+
+    def matmul_fp16():
+        A = td.placeholder((1024, 1024), "float16", name="A")
+        B = td.placeholder((1024, 1024), "float16", name="B")
+        return [A, B], ops.matmul(A, B, out_dtype="float32")
+
+    def dense():
+        X, W = td.placeholder((1024, 1024), name="X"), td.placeholder((1024, 1024), name="W")
+        b = td.placeholder((1024,), name="b")
+        return [X, W, b], ops.dense(X, W, b, activation="relu")
+
+    def batch_matmul():
+        P, Q = td.placeholder((8, 512, 512), name="P"), td.placeholder((8, 512, 512), name="Q")
+        return [P, Q], ops.batch_matmul(P, Q)
+
+    def conv2d():
+        D = td.placeholder((1, 64, 56, 56), name="D")
+        K = td.placeholder((64, 64, 3, 3), name="K")
+        return [D, K], ops.conv2d(D, K, padding=1)
+
+    def softmax():
+        X = td.placeholder((4096, 1024), name="X")
+        return [X], ops.softmax(X)
+
+    def layernorm():
+        X = td.placeholder((4096, 1024), name="X")
+        g, b = td.placeholder((1024,), name="g"), td.placeholder((1024,), name="b")
+        return [X, g, b], ops.layernorm(X, g, b)
+
+    def elementwise():
+        X, Y = td.placeholder((4096, 1024), name="X"), td.placeholder((4096, 1024), name="Y")
+        return [X, Y], ops.gelu(ops.add(X, Y))
+
+    return {"matmul": matmul, "matmul_fp16": matmul_fp16, "dense": dense, "batch_matmul": batch_matmul, "conv2d": conv2d,
+            "softmax": softmax, "layernorm": layernorm, "elementwise": elementwise}
+
+
+def _count(node: Any, weight: int, acc: dict) -> None:
+    """Global loads and multiply-adds per thread under ``node`` (``weight`` = trips)."""
+    if isinstance(node, For):
+        serial = node.kind is not ForKind.THREAD_BINDING
+        ext = int(node.extent.value) if isinstance(node.extent, Const) else 1
+        for c in children(node):
+            _count(c, weight * (ext if serial else 1), acc)
+        return
+    if isinstance(node, IntrinCall):      # warp-collective (WMMA): a lane's share
+        total = 1
+        for e in node.intrin.extents:       # the intrinsic's loop extents (ints)
+            total *= int(e)
+        acc["fma"] += weight * total // 32
+        acc["frag"] = max(acc.get("frag", 1), 256 // 32)
+        for r in node.inputs:
+            if r.buffer.scope in (None, StorageScope.GLOBAL):
+                size = 1
+                for e in r.extents:
+                    size *= int(e.value)
+                acc["loads"] += weight * size // 32
+        return
+    if isinstance(node, BufferLoad) and node.buffer.scope in (None, StorageScope.GLOBAL):
+        acc["loads"] += weight
+    if isinstance(node, BufferStore) and isinstance(node.value, Add) and \
+            (isinstance(node.value.a, Mul) or isinstance(node.value.b, Mul)):
+        acc["fma"] += weight
+    if isinstance(node, Allocate) and node.buffer.scope is StorageScope.LOCAL and \
+            all(isinstance(d, Const) for d in node.buffer.shape):
+        total = 1
+        for d in node.buffer.shape:
+            total *= int(d.value)
+        acc["local"].append((node.buffer.name, total))
+    for c in children(node):
+        if not isinstance(c, (str, int, float)):
+            _count(c, weight, acc)
+
+
+def report(arch: str = "sm_90") -> list[Row]:
+    from tdsl.backends.cuda.cubin import ptxas_report
+    rows = []
+    for name, make in _workloads().items():
+        ins, out = make()
+        f = td.build(ops.schedule(out, "cuda"), [*ins, out], target=f"cuda -arch={arch}")
+        info = ptxas_report(f.get_source(), arch)
+        for k in f.kernels:
+            acc: dict = {"loads": 0, "fma": 0, "local": []}
+            _count(k.root, 1, acc)
+            outs = [n for b, n in acc["local"] if not b.endswith("shared.local") and
+                    "pack.local" not in b]
+            r = info[k.name]
+            grid, block = (tuple(int(x.value) if isinstance(x, Const) else str(x) for x in dims)
+                           for dims in (k.grid, k.block))
+            rows.append(Row(f"{name}:{k.name}", f"grid {grid} block {block}", r.registers,
+                            r.frame_bytes, r.spill_stores + r.spill_loads, k.shared_bytes,
+                            k.threads_per_block or k.max_threads,
+                            max(outs + [acc.get("frag", 1)]),
+                            acc["loads"],
+                            round(acc["loads"] / acc["fma"], 4) if acc["fma"] else float("nan")))
+    return rows
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--arch", default="sm_90")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    rows = report(a.arch)
+    if a.json:
+        print(json.dumps([asdict(r) for r in rows], indent=1))
+    else:
+        head = ("kernel", "regs", "frame B", "spill B", "shared B", "threads", "outs/thr",
+                "gld/thr", "gld/FMA", "launch")
+        print(f"{head[0]:<42}" + "".join(f"{h:>9}" for h in head[1:-1]) + f"  {head[-1]}")
+        for r in rows:
+            print(f"{r.kernel:<42}{r.registers:>9}{r.frame_bytes:>9}{r.spill_bytes:>9}"
+                  f"{r.shared_bytes:>9}{r.threads:>9}{r.outputs_per_thread:>9}"
+                  f"{r.loads_per_thread:>9}"
+                  f"{r.loads_per_fma:>9}  {r.launch}")
+    mm = next(r for r in rows if r.kernel.startswith("matmul:"))
+    ok = mm.outputs_per_thread >= 16 and mm.shared_bytes > 0 and mm.spill_bytes == 0
+    print(f"\nmatmul default: {mm.outputs_per_thread} outputs per thread, {mm.shared_bytes} B "
+          f"shared tiles, {mm.spill_bytes} B spilled: {'OK' if ok else 'NOT DONE'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Default CUDA schedule of the matmul family (matmul, dense, batch_matmul): 2-level tiles.
+
+Per block a ``BM x BN`` output tile (128 x 128 where the problem is that large, smaller
+tiles for small problems so the grid still fills the GPU); 16 x 16 threads, each computing
+a contiguous ``BM/16 x BN/16`` block of outputs (8 x 8 at full size) in registers.  Per
+``BK`` = 8 slice of k, the block fetches an A tile (``BM x BK``, float2 per thread) and a
+B tile (``BK x BN``, float4 per thread; vector accesses where the analyzer proves the
+alignment, with the scalar loop for tails and misaligned arrays) cooperatively into shared
+memory, double buffered (the next slice is fetched before the current one is used: one
+barrier per slice).  The A tile's rows are padded to a stride of 10 so the two rows a warp
+reads per step fall on different banks (the B row is read as float4s and the A column is a
+broadcast across threadIdx.x).  Each k step copies the thread's A column and B row into
+registers and does ``(BM/16)*(BN/16)`` FMAs from them; the elementwise epilogue (bias,
+activation) runs on the accumulators before the one (float4) store per output.
+
+The B operand is read through the declaration's PACK stage (``b_pack[k, j]``, columns
+innermost): that stage becomes the shared B tile, so ``dense``'s transposed weight is
+re-laid out by the fetch.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from tdsl.schedule import Schedule, Stage
+from tdsl.tensor import thread_axis
+
+from ..tags import OpKind
+from ..tags import Pattern
+from .graph import fusable_anchor, stage_kind, stage_pattern
+
+#: Threads per block along each of the two output dimensions.
+THREADS = 16
+#: Depth of a shared-memory k slice.
+BK = 8
+#: Resident blocks per SM the register budget is planned for (``__launch_bounds__``).
+MIN_BLOCKS = 2
+
+
+def _const(e: object) -> Optional[int]:
+    v = getattr(e, "value", None)
+    return int(v) if isinstance(v, (int,)) or (v is not None and float(v).is_integer()) else None
+
+
+def _per_thread(extent: Optional[int]) -> int:
+    """Outputs per thread along a dimension of ``extent``: 8 (128-wide block tiles), 4 or
+    2 for small sizes; symbolic sizes get the full tile."""
+    if extent is None:
+        return 8
+    for t in (8, 4, 2):
+        if extent >= THREADS * t * 2 or t == 2:
+            if extent >= THREADS * t or t == 2:
+                return t
+    return 2
+
+
+def _pack_of(s: Schedule, st: Stage) -> "Stage | None":
+    """The PACK stage ``st`` reads (inlined by the default fusion, or not)."""
+    inputs = list(st.op.input_tensors)
+    for p in s.stages:
+        if not p.is_placeholder and stage_kind(p) is OpKind.PACK and not p.is_output and \
+                any(t.op is p.op for t in inputs):
+            return p
+    return None
+
+
+def _fetch(s: Schedule, st: Stage, at: Stage, ko: object, vec: int) -> None:
+    """``st`` computed at ``ko`` of ``at``, its elements fetched by all 256 threads,
+    ``vec`` consecutive ones each (the vector loop)."""
+    st.compute_at(at, ko)
+    fused = st.fuse(*st.op.axis[-2:])
+    rest, vi = st.split(fused, factor=vec)
+    rest, tx = st.split(rest, factor=THREADS)
+    _, ty = st.split(rest, factor=THREADS)
+    st.bind(tx, thread_axis("threadIdx.x"))
+    st.bind(ty, thread_axis("threadIdx.y"))
+    if vec > 1:
+        st.vectorize(vi)
+    st.double_buffer()
+
+
+GEMM_KINDS = (OpKind.MATMUL, OpKind.BATCH_MATMUL)
+
+
+def gemm_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage | None] | None":
+    """(anchor, epilogue) when ``st`` is a matmul-family stage or its elementwise epilogue."""
+    if stage_pattern(st) is Pattern.INJECTIVE:
+        a = fusable_anchor(s, st, bodies)
+        return (a, st) if a is not None and stage_kind(a) in GEMM_KINDS else None
+    return (st, None) if stage_kind(st) in GEMM_KINDS else None
+
+
+def _wmma_block(extent: int) -> int:
+    for b in (64, 32, 16):
+        if extent % b == 0:
+            return b
+    return 0
+
+
+def schedule_wmma(s: Schedule, anchor: Stage, pack: Stage, a_t: object) -> set:
+    """fp16 x fp16 -> fp32 on tensor cores: per block a (<=64) x (<=64) tile, one warp per
+    16 x 16 output tile (threadIdx.z rows, threadIdx.y columns), the A and B k-slices (16
+    deep) fetched into shared memory by all threads, the inner 16x16x16 tensorized to WMMA
+    with the accumulator fragment in registers across k (codegen: wmma_acc.py).  Needs
+    constant M, N, K that are multiples of 16 (else the SIMT tiles are used)."""
+    from tdsl.backends.cuda import wmma_intrin
+    axes = list(anchor.op.axis)
+    dims = [_const(ax.dom.extent) for ax in axes[-2:]] + [_const(anchor.op.reduce_axis[0].dom.extent)]
+    if any(d is None or d % 16 for d in dims):
+        return set()
+    bm, bn = _wmma_block(dims[0]), _wmma_block(dims[1])
+    wz, wy = bm // 16, bn // 16
+    i, j = axes[-2], axes[-1]
+    io, ii = anchor.split(i, factor=16)     # the intrinsic's loops: inner parts of one split
+    jo, jj = anchor.split(j, factor=16)
+    bi, wi = anchor.split(io, factor=wz)
+    bj, wj = anchor.split(jo, factor=wy)
+    ko, ki = anchor.split(anchor.op.reduce_axis[0], factor=16)
+    lead = axes[:-2]
+    anchor.reorder(*lead, bi, bj, wi, wj, ko, ii, jj, ki)
+    if lead:
+        anchor.bind(lead[0], thread_axis("blockIdx.z"))
+    anchor.bind(bi, thread_axis("blockIdx.y"))
+    anchor.bind(bj, thread_axis("blockIdx.x"))
+    anchor.bind(wi, thread_axis("threadIdx.z"))
+    anchor.bind(wj, thread_axis("threadIdx.y"))
+    a_sh = s[s.cache_read(a_t, "shared", [anchor])]
+    pack.set_scope("shared")
+    for st in (a_sh, pack):
+        st.compute_at(anchor, ko)
+        fused = st.fuse(*st.op.axis[-2:])
+        rest, tx = st.split(fused, factor=32)
+        rest, ty = st.split(rest, factor=wy)
+        _, tz = st.split(rest, factor=wz)
+        st.bind(tx, thread_axis("threadIdx.x"))
+        st.bind(ty, thread_axis("threadIdx.y"))
+        st.bind(tz, thread_axis("threadIdx.z"))
+    anchor.tensorize(ii, wmma_intrin())
+    return {anchor, pack}
+
+
+def _is_fp16_to_fp32(anchor: Stage, a_t: object, pack: Stage) -> bool:
+    return str(anchor.op.output(0).dtype) == "float32" and \
+        str(getattr(a_t, "dtype", "")) == "float16" and \
+        str(pack.op.output(0).dtype) == "float16"
+
+
+def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
+    """Tile ``anchor`` (its epilogue ``out`` when there is one); returns the stages done."""
+    a_t = anchor.op.input_tensors[0] if anchor.op.input_tensors else None
+    pack = _pack_of(s, anchor)
+    reads = [t for t in anchor.op.input_tensors if pack is None or t.op is not pack.op]
+    if pack is None or not reads:
+        return set()
+    a_t = reads[0]
+    if anchor.op.attrs.get("transpose_a"):
+        return set()          # the A tile's rows would be strided: the simple schedule
+    if out is None and _is_fp16_to_fp32(anchor, a_t, pack):
+        done = schedule_wmma(s, anchor, pack, a_t)
+        if done:
+            return done
+    o = out if out is not None else anchor
+    if out is not None:
+        anchor.set_scope("local")
+        acc = anchor
+    else:
+        acc = s.cache_write(anchor.op.output(0), "local")
+        acc = s[acc]
+    axes = list(o.op.axis)
+    i, j = axes[-2], axes[-1]
+    ti = _per_thread(_const(o.op.axis[-2].dom.extent))
+    tj = _per_thread(_const(o.op.axis[-1].dom.extent))
+    bi_, ii = o.split(i, factor=THREADS * ti)
+    bj_, jj = o.split(j, factor=THREADS * tj)
+    ty, ii = o.split(ii, factor=ti)
+    tx, jj = o.split(jj, factor=tj)
+    lead = axes[:-2]
+    o.reorder(*lead, bi_, bj_, ty, tx, ii, jj)
+    if lead:
+        o.bind(o.fuse(*lead) if len(lead) > 1 else lead[0], thread_axis("blockIdx.z"))
+    o.bind(bi_, thread_axis("blockIdx.y"))
+    o.bind(bj_, thread_axis("blockIdx.x"))
+    # two blocks per SM: ptxas keeps a thread at <= 128 registers (one block of 256
+    # threads at 160+ registers leaves the SM 8 warps to hide latency with)
+    o.pragma(bj_, "min_blocks_per_sm", MIN_BLOCKS)
+    o.bind(ty, thread_axis("threadIdx.y"))
+    o.bind(tx, thread_axis("threadIdx.x"))
+    o.unroll(ii)
+    if tj % 4 == 0:
+        o.vectorize(o.split(jj, factor=4)[1])       # float4 stores of the outputs
+    acc.compute_at(o, tx)
+    (k,) = acc.op.reduce_axis
+    ko, ki = acc.split(k, factor=BK)
+    acc.reorder(ko, ki, *acc.op.axis)
+    for ax in (ki, *acc.op.axis[-2:]):             # registers: every index a constant
+        acc.unroll(ax)
+    # shared tiles: A through a cache stage (rows padded), B through the PACK stage
+    a_sh = s[s.cache_read(a_t, "shared", [acc])]
+    pack.set_scope("shared")
+    # registers: per k step the thread's A column and B row (float4 reads of B)
+    a_reg = s[s.cache_read(a_sh.op.output(0), "local", [acc])]
+    b_reg = s[s.cache_read(pack.op.output(0), "local", [acc])]
+    a_reg.compute_at(acc, ki)
+    b_reg.compute_at(acc, ki)
+    a_reg.unroll(a_reg.op.axis[-2])
+    if tj % 4 == 0:
+        bo, bv = b_reg.split(b_reg.op.axis[-1], factor=4)
+        b_reg.unroll(bo)
+        b_reg.vectorize(bv)
+    _fetch(s, a_sh, acc, ko, 2)
+    _fetch(s, pack, acc, ko, 4)
+    # A tile row stride 10: the two rows a warp reads per step (8 apart) sit on
+    # different banks; 8-byte aligned rows keep the float2 fetch
+    a_sh.storage_align(a_sh.op.axis[-2], 16, BK + 2)
+    return {st for st in (anchor, out, pack) if st is not None}
