@@ -2,16 +2,22 @@
 
 ``CostModel`` is the interface the search uses (``fit`` on measured records,
 ``predict`` a score per candidate, higher is faster).  ``XGBoostCostModel``
-implements it with ``xgboost.train`` and one of two objectives:
+implements it with ``xgboost.train`` and one of four objectives:
 
-* ``"rank"`` — ``rank:pairwise`` within each task (a record's label is its
-  throughput; only the order inside a task matters);
-* ``"reg"`` — ``reg:squarederror`` on throughput normalized by the task's best.
+* ``"pack-sum"`` (default) — Ansor's pack-sum: the trees score each *store
+  statement* (a row of ``features.unpack``) and a program's score is the sum over
+  its stores, fitted by squared error to its throughput normalized by the best of
+  its task (in [0, 1]), each program weighted by that normalized throughput (the
+  fast ones, which the search cares about, are fitted best);
+* ``"pack-rank"`` — the same sum over stores, trained with a pairwise logistic loss
+  on the programs of each task (only the order inside a task matters);
+* ``"rank"`` — ``rank:pairwise`` on the packed vector (no sum over stores);
+* ``"reg"`` — ``reg:squarederror`` on the packed vector and normalized throughput.
 
-Both are compared on held-out records by ``benchmarks/bench_tuning.py`` and by
-``tests/autotune/test_cost_model.py``; ``DEFAULT_OBJECTIVE`` is the better one.
-``RandomModel`` is the baseline.  XGBoost runs with one thread by default: two
-threads contend with measurement on a small machine.
+``benchmarks/eval_cost_model.py`` compares them on held-out records of several
+operators.  ``fit`` takes per-record ``weights`` (the tuner weights recent batches
+up: online adaptation).  ``RandomModel`` is the baseline.  XGBoost runs with one
+thread by default: two threads contend with measurement on a small machine.
 """
 from __future__ import annotations
 
@@ -23,12 +29,15 @@ import numpy as np
 
 from tdsl.errors import TuningError
 
-DEFAULT_OBJECTIVE = "rank"
+DEFAULT_OBJECTIVE = "pack-sum"
+OBJECTIVES = ("pack-sum", "pack-rank", "rank", "reg")
 
 
 class CostModel(Protocol):
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> None:
-        """Train on features ``X``, throughputs ``y`` (0: invalid), task ids ``groups``."""
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
+            weights: "np.ndarray | None" = None) -> None:
+        """Train on features ``X``, throughputs ``y`` (0: invalid), task ids ``groups``,
+        optional per-record ``weights``."""
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         """A score per row; higher means faster."""
@@ -48,60 +57,126 @@ def normalize(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return out
 
 
+def _pack_sum_objective(prog: np.ndarray, label: np.ndarray, weight: np.ndarray):
+    """Squared error of per-program sums of row scores (gradient per row = its program's)."""
+    n = len(label)
+
+    def obj(preds: np.ndarray, _dtrain) -> tuple[np.ndarray, np.ndarray]:
+        s = np.bincount(prog, weights=preds, minlength=n)
+        g = weight * (s - label)
+        return g[prog], weight[prog]
+    return obj
+
+
+def _pack_rank_objective(prog: np.ndarray, label: np.ndarray, gid: np.ndarray,
+                         weight: np.ndarray):
+    """Pairwise logistic loss on per-program sums, over pairs of programs of one task."""
+    n = len(label)
+    groups = [np.nonzero(gid == g)[0] for g in np.unique(gid)]
+
+    def obj(preds: np.ndarray, _dtrain) -> tuple[np.ndarray, np.ndarray]:
+        s = np.bincount(prog, weights=preds, minlength=n)
+        grad = np.zeros(n)
+        hess = np.zeros(n)
+        for idx in groups:
+            if len(idx) < 2:
+                continue
+            d = s[idx, None] - s[None, idx]                       # s_i - s_j
+            better = (label[idx, None] > label[None, idx]).astype(np.float64)
+            pw = weight[idx, None] * weight[None, idx] * better    # pairs i better than j
+            p = 1.0 / (1.0 + np.exp(np.clip(d, -30, 30)))           # sigmoid(-(s_i - s_j))
+            gi = -(pw * p)
+            h = pw * p * (1.0 - p)
+            npairs = max(1.0, pw.sum())
+            grad[idx] += (gi.sum(1) - gi.sum(0)) / npairs * len(idx)
+            hess[idx] += (h.sum(1) + h.sum(0)) / npairs * len(idx)
+        hess = np.maximum(hess, 1e-6)
+        return grad[prog], hess[prog]
+    return obj
+
+
 @dataclass
 class XGBoostCostModel:
     """A gradient-boosted tree model over candidate features."""
 
     objective: str = DEFAULT_OBJECTIVE
-    num_rounds: int = 40
-    max_depth: int = 4
+    num_rounds: int = 60
+    max_depth: int = 6
     eta: float = 0.2
     nthread: int = 1
     seed: int = 0
+    min_weight: float = 0.05
 
     def __post_init__(self) -> None:
-        if self.objective not in ("rank", "reg"):
-            raise TuningError(f"cost model objective must be 'rank' or 'reg', got {self.objective!r}")
+        if self.objective not in OBJECTIVES:
+            raise TuningError(f"cost model objective must be one of {OBJECTIVES}, got "
+                              f"{self.objective!r}")
         self._booster = None
 
     @property
     def trained(self) -> bool:
         return self._booster is not None
 
+    @property
+    def packed(self) -> bool:
+        return self.objective.startswith("pack-")
+
     def params(self) -> dict:
         p = {"max_depth": self.max_depth, "eta": self.eta, "nthread": self.nthread,
              "seed": self.seed, "verbosity": 0, "subsample": 1.0, "min_child_weight": 1,
-             "gamma": 1e-4 if self.objective == "reg" else 0.0, "tree_method": "hist"}
+             "gamma": 1e-4 if self.objective != "rank" else 0.0, "tree_method": "hist"}
         if self.objective == "rank":
             p.update({"objective": "rank:pairwise", "lambdarank_pair_method": "mean",
                       "lambdarank_num_pair_per_sample": 8})
-        else:
+        elif self.objective == "reg":
             p.update({"objective": "reg:squarederror"})
+        else:
+            p.update({"base_score": 0.0, "disable_default_eval_metric": 1,
+                      "min_child_weight": 1e-3})
         return p
 
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> None:
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
+            weights: "np.ndarray | None" = None) -> None:
         import xgboost as xgb
         X = np.asarray(X, dtype=np.float32)
         y = np.asarray(y, dtype=np.float64)
         groups = np.asarray(groups)
+        w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
         if len(X) < 2 or np.all(y <= 0):
             return
         _, gid = np.unique(groups, return_inverse=True)
         order = np.argsort(gid, kind="stable")
-        X, y, gid = X[order], y[order], gid[order]
+        X, y, gid, w = X[order], y[order], gid[order], w[order]
         label = normalize(y, gid)
+        if self.packed:
+            from .features import unpack
+            rows, prog = unpack(X)
+            dm = xgb.DMatrix(rows)
+            if self.objective == "pack-sum":
+                obj = _pack_sum_objective(prog, label, w * np.maximum(label, self.min_weight))
+            else:
+                obj = _pack_rank_objective(prog, label, gid, w)
+            self._booster = xgb.train(self.params(), dm, num_boost_round=self.num_rounds,
+                                      obj=obj)
+            return
         if self.objective == "rank":
             # relevance grades: rank:pairwise only compares labels within a query
-            dm = xgb.DMatrix(X, label=label, qid=gid)
+            dm = xgb.DMatrix(X, label=label, qid=gid, weight=None)
         else:
-            dm = xgb.DMatrix(X, label=label)
+            dm = xgb.DMatrix(X, label=label, weight=w)
         self._booster = xgb.train(self.params(), dm, num_boost_round=self.num_rounds)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float32)
         if self._booster is None:
             return np.zeros(len(X))
         import xgboost as xgb
-        return self._booster.predict(xgb.DMatrix(np.asarray(X, dtype=np.float32)))
+        if self.packed:
+            from .features import unpack
+            rows, prog = unpack(X)
+            p = self._booster.predict(xgb.DMatrix(rows), output_margin=True)
+            return np.bincount(prog, weights=p, minlength=len(X))
+        return self._booster.predict(xgb.DMatrix(X))
 
 
 class RandomModel:
@@ -112,7 +187,8 @@ class RandomModel:
 
     trained = True
 
-    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> None:
+    def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
+            weights: "np.ndarray | None" = None) -> None:
         pass
 
     def predict(self, X: np.ndarray) -> np.ndarray:

@@ -1,0 +1,270 @@
+"""Cost-model evaluation: ranking quality on measured records of several operators.
+
+    python benchmarks/eval_cost_model.py [--db PATH] [--trials 96] [--regenerate]
+                                         [--ops matmul,gemv,...] [--threads 1]
+
+Step 1 (skipped when the database already has the records): tune each operator
+below with ``RandomTuner`` for ``--trials`` trials into ``--db`` (default
+``benchmarks/.cache/cost_model.db``), single-threaded timings, short repeats.
+Step 2: for each operator, compare the old feature set (``features_v3``, kept
+here for the comparison) with the current one (``tdsl.autotune.features``),
+both with the current ``XGBoostCostModel``:
+
+* offline, held-out tasks: the model is trained on the records of the *other*
+  operators and ranks this operator's records (transfer to an unseen operator);
+* offline, held-out records: 4-fold cross-validation within the operator;
+* online: records in measurement order, batches of ``--batch`` (24); before each
+  batch is added the model, trained on the records so far (recent batches
+  weighted up, as ``XGBTuner`` does), ranks the next batch.
+
+Per cell: pairwise accuracy (pairs with throughputs more than 5% apart) and
+top-k recall (best true throughput among the model's top ``k``=5 / best in the
+held-out set).  The table is the last thing printed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import tdsl as td
+from tdsl import autotune
+from tdsl.autotune.cost_model import XGBoostCostModel, pairwise_accuracy, top_k_recall
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+# ---- operators ---------------------------------------------------------------------------------
+def _matmul():
+    A = td.placeholder((256, 256), "float32", name="A")
+    B = td.placeholder((256, 256), "float32", name="B")
+    return [A, B, td.ops.matmul(A, B)]
+
+
+def _batch_matmul():
+    A = td.placeholder((8, 128, 64), "float32", name="A")
+    B = td.placeholder((8, 64, 128), "float32", name="B")
+    return [A, B, td.ops.batch_matmul(A, B)]
+
+
+def _gemv():
+    x = td.placeholder((1, 1024), "float32", name="x")
+    W = td.placeholder((1024, 1024), "float32", name="W")
+    return [x, W, td.ops.dense(x, W)]
+
+
+def _conv2d():
+    X = td.placeholder((1, 32, 28, 28), "float32", name="X")
+    W = td.placeholder((32, 32, 3, 3), "float32", name="W")
+    return [X, W, td.ops.conv2d(X, W, padding=1)]
+
+
+def _softmax():
+    X = td.placeholder((256, 512), "float32", name="X")
+    return [X, td.ops.softmax(X)]
+
+
+def _maxpool():
+    X = td.placeholder((32, 56, 56), "float32", name="X")
+    X4 = td.placeholder((1, 32, 56, 56), "float32", name="X4")
+    del X
+    return [X4, td.ops.max_pool2d(X4, 3, 2, padding=1)]
+
+
+def _rowsum():
+    X = td.placeholder((1024, 512), "float32", name="X")
+    return [X, td.ops.sum(X, axis=1)]
+
+
+OPERATORS: dict[str, Callable[[], list]] = {
+    "matmul": _matmul, "batch_matmul": _batch_matmul, "gemv": _gemv, "conv2d": _conv2d,
+    "softmax": _softmax, "maxpool": _maxpool, "rowsum": _rowsum,
+}
+
+
+def make_task(name: str) -> Any:
+    return autotune.create_auto_task(OPERATORS[name](), name=name)
+
+
+# ---- records -----------------------------------------------------------------------------------
+def generate(db_path: str, names: list[str], trials: int, threads: int, seed: int) -> None:
+    """Measure ``trials`` random candidates of each operator into ``db_path`` (resumes)."""
+    db = autotune.Database(db_path)
+    for name in names:
+        task = make_task(name)
+        have = len(db.records(task.key))
+        if have >= trials:
+            continue
+        t0 = time.perf_counter()
+        runner = autotune.LocalRunner(number=1, repeat=3, min_repeat_ms=5, n_threads=threads,
+                                      timeout=20)
+        opt = autotune.measure_option(autotune.LocalBuilder(n_parallel=2), runner)
+        try:
+            autotune.RandomTuner(task, seed=seed).tune(trials, opt, db=db, remeasure_top=0,
+                                                       measure_default=True)
+        finally:
+            opt.close()
+        print(f"  {name}: {len(db.records(task.key))} records "
+              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def load(db_path: str, names: list[str]) -> dict[str, dict]:
+    """Per operator: valid records in measurement order with old and new features."""
+    import _features_v3 as v3
+    from tdsl.autotune import features as v4
+    cache_path = os.path.join(os.path.dirname(os.path.abspath(db_path)),
+                              f"features_v3_v{v4.FEATURE_VERSION}.npz")
+    cache: dict[str, np.ndarray] = {}
+    if os.path.exists(cache_path):
+        with np.load(cache_path) as z:
+            cache = {k: z[k] for k in z.files}
+    db = autotune.Database(db_path, create=False)
+    out: dict[str, dict] = {}
+    dirty = False
+    for name in names:
+        task = make_task(name)
+        recs = sorted((r for r in db.records(task.key) if r.valid), key=lambda r: r.id)
+        old, new, y = [], [], []
+        for r in recs:
+            k_old, k_new = "o" + r.prog_hash, "n" + r.prog_hash
+            if k_old not in cache or k_new not in cache:
+                c = task.lower_trace(r.trace)
+                if not c.valid:
+                    continue
+                cache[k_old] = v3.extract_features(c.func, task.sizes)
+                cache[k_new] = v4.extract_features(c.func, task.sizes)
+                dirty = True
+            old.append(cache[k_old])
+            new.append(cache[k_new])
+            y.append(task.flop / r.cost)
+        out[name] = {"old": np.stack(old), "new": np.stack(new), "y": np.asarray(y)}
+    if dirty:
+        np.savez(cache_path, **cache)
+    return out
+
+
+# ---- evaluation --------------------------------------------------------------------------------
+MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
+    # name: (feature set, model factory)
+    "old (v3 + rank)": ("old", lambda: XGBoostCostModel("rank", num_rounds=40, max_depth=4)),
+    "v4 flat rank": ("new", lambda: XGBoostCostModel("rank")),
+    "v4 pack-rank": ("new", lambda: XGBoostCostModel("pack-rank")),
+    "new (v4 pack-sum)": ("new", lambda: XGBoostCostModel("pack-sum")),
+}
+
+
+def recency_weights(n_batches_of: np.ndarray, half_life: float) -> np.ndarray:
+    """Weight of each record by how many batches ago it came (as ``XGBTuner`` does)."""
+    age = n_batches_of.max() - n_batches_of
+    return 0.5 ** (age / half_life)
+
+
+def offline_records(make: Callable, X: np.ndarray, y: np.ndarray, k: int, folds: int = 4
+                    ) -> tuple[float, float]:
+    idx = np.arange(len(X))
+    accs, recs = [], []
+    for f in range(folds):
+        test = idx[f::folds]
+        train = np.setdiff1d(idx, test)
+        m = make()
+        m.fit(X[train], y[train], np.zeros(len(train), dtype=int))
+        s = m.predict(X[test])
+        accs.append(pairwise_accuracy(s, y[test]))
+        recs.append(top_k_recall(s, y[test], k))
+    return float(np.mean(accs)), float(np.mean(recs))
+
+
+def offline_task(make: Callable, data: dict, feat: str, name: str, k: int) -> tuple[float, float]:
+    others = [n for n in data if n != name]
+    X = np.concatenate([data[n][feat] for n in others])
+    y = np.concatenate([data[n]["y"] for n in others])
+    g = np.concatenate([np.full(len(data[n]["y"]), i) for i, n in enumerate(others)])
+    m = make()
+    m.fit(X, y, g)
+    s = m.predict(data[name][feat])
+    return pairwise_accuracy(s, data[name]["y"]), top_k_recall(s, data[name]["y"], k)
+
+
+def online(make: Callable, X: np.ndarray, y: np.ndarray, k: int, batch: int,
+           half_life: float) -> tuple[float, float]:
+    accs, recs = [], []
+    b_of = np.arange(len(X)) // batch
+    for b in range(1, b_of.max() + 1):
+        tr = b_of < b
+        te = b_of == b
+        if te.sum() < 2:
+            continue
+        m = make()
+        m.fit(X[tr], y[tr], np.zeros(tr.sum(), dtype=int),
+              weights=recency_weights(b_of[tr], half_life))
+        s = m.predict(X[te])
+        accs.append(pairwise_accuracy(s, y[te]))
+        recs.append(top_k_recall(s, y[te], k))
+    return float(np.mean(accs)), float(np.mean(recs))
+
+
+def main(argv: "list[str] | None" = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", default=os.path.join(HERE, ".cache", "cost_model.db"))
+    ap.add_argument("--trials", type=int, default=128)
+    ap.add_argument("--ops", default=",".join(OPERATORS))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=24)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--half-life", type=float, default=2.0,
+                    help="online: a record's weight halves every that many batches")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--regenerate", action="store_true", help="delete --db first")
+    a = ap.parse_args(argv)
+    names = [n for n in a.ops.split(",") if n]
+    unknown = [n for n in names if n not in OPERATORS]
+    if unknown:
+        ap.error(f"unknown operator(s) {unknown}; known: {list(OPERATORS)}")
+    os.makedirs(os.path.dirname(os.path.abspath(a.db)), exist_ok=True)
+    if a.regenerate and os.path.exists(a.db):
+        os.remove(a.db)
+    t0 = time.perf_counter()
+    print(f"records: {a.db} ({a.trials} RandomTuner trials per operator)", flush=True)
+    generate(a.db, names, a.trials, a.threads, seed=0)
+    data = load(a.db, names)
+    print(f"records ready in {time.perf_counter() - t0:.0f} s: " +
+          ", ".join(f"{n} {len(d['y'])}" for n, d in data.items()), flush=True)
+    models = {m: MODELS[m] for m in a.models.split(",")}
+    summary: dict[str, list] = {m: [] for m in models}
+    lines = []
+    for name in names:
+        d = data[name]
+        spread = d["y"].max() / max(1e-30, np.median(d["y"]))
+        lines.append(f"\n{name}: {len(d['y'])} valid records, best/median throughput "
+                     f"{spread:.1f}x")
+        lines.append(f"  {'model':<20} {'records:pw':>10} {'top' + str(a.k):>6} "
+                     f"{'task:pw':>8} {'top' + str(a.k):>6} {'online:pw':>10} "
+                     f"{'top' + str(a.k):>6}")
+        for m, (feat, make) in models.items():
+            X = d[feat]
+            r = offline_records(make, X, d["y"], a.k)
+            t = offline_task(make, data, feat, name, a.k)
+            o = online(make, X, d["y"], a.k, a.batch, a.half_life)
+            summary[m].append(r + t + o)
+            lines.append(f"  {m:<20} {r[0]:>10.3f} {r[1]:>6.2f} {t[0]:>8.3f} {t[1]:>6.2f} "
+                         f"{o[0]:>10.3f} {o[1]:>6.2f}")
+    lines.append(f"\nmean over {len(names)} operators")
+    for m, rows in summary.items():
+        v = np.mean(rows, axis=0)
+        lines.append(f"  {m:<20} {v[0]:>10.3f} {v[1]:>6.2f} {v[2]:>8.3f} {v[3]:>6.2f} "
+                     f"{v[4]:>10.3f} {v[5]:>6.2f}")
+    lines.append(f"\n(records: {4}-fold held-out records of the operator; task: trained on the "
+                 f"other operators only; online: each batch of {a.batch} ranked by a model "
+                 f"trained on the earlier ones, weight halving every {a.half_life:g} batches; "
+                 f"pw: pairwise accuracy; top{a.k}: best throughput in the model's top {a.k} / "
+                 f"best held out.  {time.perf_counter() - t0:.0f} s in all)")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
