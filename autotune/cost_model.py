@@ -4,11 +4,13 @@
 ``predict`` a score per candidate, higher is faster).  ``XGBoostCostModel``
 implements it with ``xgboost.train`` and one of four objectives:
 
-* ``"pack-sum"`` (default) — Ansor's pack-sum: the trees score each *store
-  statement* (a row of ``features.unpack``) and a program's score is the sum over
-  its stores, fitted by squared error to its throughput normalized by the best of
-  its task (in [0, 1]), each program weighted by that normalized throughput (the
-  fast ones, which the search cares about, are fitted best);
+* ``"pack-sum"`` — Ansor's pack-sum: the trees score each *store statement*
+  (a row of ``features.unpack``) and a program's score is the sum over its stores.
+  What is summed is time, which adds up over statements (throughput does not: a
+  sum of per-statement throughputs ranks a program with more statements higher):
+  the sum is fitted to the program's time relative to the best of its task
+  (1 / normalized throughput, >= 1), by squared relative error; the score is its
+  negation;
 * ``"pack-rank"`` — the same sum over stores, trained with a pairwise logistic loss
   on the programs of each task (only the order inside a task matters);
 * ``"rank"`` — ``rank:pairwise`` on the packed vector (no sum over stores);
@@ -60,11 +62,14 @@ def normalize(y: np.ndarray, groups: np.ndarray) -> np.ndarray:
 def _pack_sum_objective(prog: np.ndarray, label: np.ndarray, weight: np.ndarray):
     """Squared error of per-program sums of row scores (gradient per row = its program's)."""
     n = len(label)
+    # a leaf holding all k rows of a program moves its sum k times the leaf value: the
+    # hessian per row is scaled by k so the Newton step on the sum is not overshot k-fold
+    k = np.bincount(prog, minlength=n).astype(np.float64)
 
     def obj(preds: np.ndarray, _dtrain) -> tuple[np.ndarray, np.ndarray]:
         s = np.bincount(prog, weights=preds, minlength=n)
         g = weight * (s - label)
-        return g[prog], weight[prog]
+        return g[prog], (weight * k)[prog]
     return obj
 
 
@@ -73,6 +78,7 @@ def _pack_rank_objective(prog: np.ndarray, label: np.ndarray, gid: np.ndarray,
     """Pairwise logistic loss on per-program sums, over pairs of programs of one task."""
     n = len(label)
     groups = [np.nonzero(gid == g)[0] for g in np.unique(gid)]
+    k = np.bincount(prog, minlength=n).astype(np.float64)
 
     def obj(preds: np.ndarray, _dtrain) -> tuple[np.ndarray, np.ndarray]:
         s = np.bincount(prog, weights=preds, minlength=n)
@@ -90,7 +96,7 @@ def _pack_rank_objective(prog: np.ndarray, label: np.ndarray, gid: np.ndarray,
             npairs = max(1.0, pw.sum())
             grad[idx] += (gi.sum(1) - gi.sum(0)) / npairs * len(idx)
             hess[idx] += (h.sum(1) + h.sum(0)) / npairs * len(idx)
-        hess = np.maximum(hess, 1e-6)
+        hess = np.maximum(hess, 1e-6) * k
         return grad[prog], hess[prog]
     return obj
 
@@ -105,7 +111,6 @@ class XGBoostCostModel:
     eta: float = 0.2
     nthread: int = 1
     seed: int = 0
-    min_weight: float = 0.05
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -153,7 +158,12 @@ class XGBoostCostModel:
             rows, prog = unpack(X)
             dm = xgb.DMatrix(rows)
             if self.objective == "pack-sum":
-                obj = _pack_sum_objective(prog, label, w * np.maximum(label, self.min_weight))
+                # time relative to the task's best (>= 1) is additive over statements;
+                # squared *relative* error: weight 1 / t^2
+                ok = label > 0
+                t = np.where(ok, 1.0 / np.where(ok, label, 1.0), 0.0)
+                t[~ok] = 2.0 * (t[ok].max() if ok.any() else 1.0)
+                obj = _pack_sum_objective(prog, t, w / t ** 2)
             else:
                 obj = _pack_rank_objective(prog, label, gid, w)
             self._booster = xgb.train(self.params(), dm, num_boost_round=self.num_rounds,
@@ -175,7 +185,8 @@ class XGBoostCostModel:
             from .features import unpack
             rows, prog = unpack(X)
             p = self._booster.predict(xgb.DMatrix(rows), output_margin=True)
-            return np.bincount(prog, weights=p, minlength=len(X))
+            total = np.bincount(prog, weights=p, minlength=len(X))
+            return -total if self.objective == "pack-sum" else total
         return self._booster.predict(xgb.DMatrix(X))
 
 

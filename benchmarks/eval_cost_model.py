@@ -76,6 +76,11 @@ def _maxpool():
     return [X4, td.ops.max_pool2d(X4, 3, 2, padding=1)]
 
 
+def _layernorm():
+    X = td.placeholder((1024, 512), "float32", name="X")
+    return [X, td.ops.layernorm(X)]
+
+
 def _rowsum():
     X = td.placeholder((1024, 512), "float32", name="X")
     return [X, td.ops.sum(X, axis=1)]
@@ -83,8 +88,10 @@ def _rowsum():
 
 OPERATORS: dict[str, Callable[[], list]] = {
     "matmul": _matmul, "batch_matmul": _batch_matmul, "gemv": _gemv, "conv2d": _conv2d,
-    "softmax": _softmax, "maxpool": _maxpool, "rowsum": _rowsum,
+    "softmax": _softmax, "layernorm": _layernorm, "maxpool": _maxpool, "rowsum": _rowsum,
 }
+#: Evaluated by default (max-pool and row-sum have spaces of a handful of points today).
+DEFAULT_OPS = ("matmul", "batch_matmul", "gemv", "conv2d", "softmax", "layernorm")
 
 
 def make_task(name: str) -> Any:
@@ -113,38 +120,73 @@ def generate(db_path: str, names: list[str], trials: int, threads: int, seed: in
               f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-def load(db_path: str, names: list[str]) -> dict[str, dict]:
-    """Per operator: valid records in measurement order with old and new features."""
+def retime(task: Any, traces: list[str], rounds: int, threads: int) -> np.ndarray:
+    """Seconds per run of each program, ``(rounds, n)``: built once, then timed round-robin
+    (one short sample of each program per round) so load from elsewhere hits all alike."""
+    from tdsl.autotune.measure_jobs import random_arrays
+    from tdsl.autotune.replay import replay
+    saved = os.environ.get("TDSL_NUM_THREADS")
+    os.environ["TDSL_NUM_THREADS"] = str(threads)
+    try:
+        arrays = random_arrays(task.args, task.sizes, 0)
+        mods = [td.build(replay(t, task.outputs), task.args, target=task.target) for t in traces]
+        out = np.zeros((rounds, len(mods)))
+        for r in range(rounds):
+            for i, m in enumerate(mods):
+                res = m.time_evaluator(number=1, repeat=3, min_repeat_ms=2)(*arrays)
+                out[r, i] = float(min(res.results))
+        return out
+    finally:
+        if saved is None:
+            os.environ.pop("TDSL_NUM_THREADS", None)
+        else:
+            os.environ["TDSL_NUM_THREADS"] = saved
+
+
+def load(db_path: str, names: list[str], rounds: int, threads: int) -> dict[str, dict]:
+    """Per operator: valid records in measurement order with old and new features, the
+    label (throughput of the fastest run: recorded or re-timed) and the noise ceiling
+    (pairwise agreement of two re-timing rounds).  Cached next to the database."""
     import _features_v3 as v3
     from tdsl.autotune import features as v4
     cache_path = os.path.join(os.path.dirname(os.path.abspath(db_path)),
-                              f"features_v3_v{v4.FEATURE_VERSION}.npz")
+                              f"eval_v3_v{v4.FEATURE_VERSION}_r{rounds}.npz")
     cache: dict[str, np.ndarray] = {}
     if os.path.exists(cache_path):
         with np.load(cache_path) as z:
             cache = {k: z[k] for k in z.files}
     db = autotune.Database(db_path, create=False)
     out: dict[str, dict] = {}
-    dirty = False
     for name in names:
         task = make_task(name)
         recs = sorted((r for r in db.records(task.key) if r.valid), key=lambda r: r.id)
-        old, new, y = [], [], []
-        for r in recs:
-            k_old, k_new = "o" + r.prog_hash, "n" + r.prog_hash
-            if k_old not in cache or k_new not in cache:
+        missing = [r for r in recs if "o" + r.prog_hash not in cache]
+        if missing:
+            t0 = time.perf_counter()
+            keep = []
+            for r in missing:
                 c = task.lower_trace(r.trace)
-                if not c.valid:
-                    continue
-                cache[k_old] = v3.extract_features(c.func, task.sizes)
-                cache[k_new] = v4.extract_features(c.func, task.sizes)
-                dirty = True
-            old.append(cache[k_old])
-            new.append(cache[k_new])
-            y.append(task.flop / r.cost)
-        out[name] = {"old": np.stack(old), "new": np.stack(new), "y": np.asarray(y)}
-    if dirty:
-        np.savez(cache_path, **cache)
+                if c.valid:
+                    cache["o" + r.prog_hash] = v3.extract_features(c.func, task.sizes)
+                    cache["n" + r.prog_hash] = v4.extract_features(c.func, task.sizes)
+                    keep.append(r)
+            if rounds:
+                secs = retime(task, [r.trace for r in keep], rounds, threads)
+                for i, r in enumerate(keep):
+                    cache["t" + r.prog_hash] = secs[:, i]
+            np.savez(cache_path, **cache)
+            print(f"  {name}: features{' and re-timing' if rounds else ''} of {len(keep)} "
+                  f"records ({time.perf_counter() - t0:.0f} s)", flush=True)
+        recs = [r for r in recs if "o" + r.prog_hash in cache]
+        runs = [np.concatenate([r.costs, cache.get("t" + r.prog_hash, [])]) for r in recs]
+        y = np.asarray([task.flop / float(np.min(c)) for c in runs])
+        ceiling = float("nan")
+        if rounds >= 2:
+            t = np.stack([cache["t" + r.prog_hash] for r in recs])
+            ceiling = pairwise_accuracy(1 / t[:, 0], 1 / t[:, 1])
+        out[name] = {"old": np.stack([cache["o" + r.prog_hash] for r in recs]),
+                     "new": np.stack([cache["n" + r.prog_hash] for r in recs]),
+                     "y": y, "ceiling": ceiling}
     return out
 
 
@@ -152,9 +194,10 @@ def load(db_path: str, names: list[str]) -> dict[str, dict]:
 MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
     # name: (feature set, model factory)
     "old (v3 + rank)": ("old", lambda: XGBoostCostModel("rank", num_rounds=40, max_depth=4)),
-    "v4 flat rank": ("new", lambda: XGBoostCostModel("rank")),
-    "v4 pack-rank": ("new", lambda: XGBoostCostModel("pack-rank")),
-    "new (v4 pack-sum)": ("new", lambda: XGBoostCostModel("pack-sum")),
+    "v4 rank": ("new", lambda: XGBoostCostModel("rank")),
+    "v4 reg": ("new", lambda: XGBoostCostModel("reg")),
+    "v4 pack-sum": ("new", lambda: XGBoostCostModel("pack-sum")),
+    "v4 pack-time": ("new", lambda: XGBoostCostModel("pack-time")),
 }
 
 
@@ -212,7 +255,10 @@ def main(argv: "list[str] | None" = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", default=os.path.join(HERE, ".cache", "cost_model.db"))
     ap.add_argument("--trials", type=int, default=128)
-    ap.add_argument("--ops", default=",".join(OPERATORS))
+    ap.add_argument("--ops", default=",".join(DEFAULT_OPS))
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="re-time every record this many rounds, interleaved (labels: the "
+                         "fastest of all runs; rounds 1 and 2 give the noise ceiling)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=24)
     ap.add_argument("--k", type=int, default=5)
@@ -231,7 +277,7 @@ def main(argv: "list[str] | None" = None) -> None:
     t0 = time.perf_counter()
     print(f"records: {a.db} ({a.trials} RandomTuner trials per operator)", flush=True)
     generate(a.db, names, a.trials, a.threads, seed=0)
-    data = load(a.db, names)
+    data = load(a.db, names, a.rounds, a.threads)
     print(f"records ready in {time.perf_counter() - t0:.0f} s: " +
           ", ".join(f"{n} {len(d['y'])}" for n, d in data.items()), flush=True)
     models = {m: MODELS[m] for m in a.models.split(",")}
@@ -241,7 +287,8 @@ def main(argv: "list[str] | None" = None) -> None:
         d = data[name]
         spread = d["y"].max() / max(1e-30, np.median(d["y"]))
         lines.append(f"\n{name}: {len(d['y'])} valid records, best/median throughput "
-                     f"{spread:.1f}x")
+                     f"{spread:.1f}x, noise ceiling (pairwise agreement of two re-timings) "
+                     f"{d['ceiling']:.3f}")
         lines.append(f"  {'model':<20} {'records:pw':>10} {'top' + str(a.k):>6} "
                      f"{'task:pw':>8} {'top' + str(a.k):>6} {'online:pw':>10} "
                      f"{'top' + str(a.k):>6}")
