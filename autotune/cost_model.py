@@ -2,7 +2,7 @@
 
 ``CostModel`` is the interface the search uses (``fit`` on measured records,
 ``predict`` a score per candidate, higher is faster).  ``XGBoostCostModel``
-implements it with ``xgboost.train`` and one of four objectives:
+implements it with ``xgboost.train`` and one of three objectives:
 
 * ``"pack-sum"`` — Ansor's pack-sum: the trees score each *store statement*
   (a row of ``features.unpack``) and a program's score is the sum over its stores.
@@ -11,8 +11,6 @@ implements it with ``xgboost.train`` and one of four objectives:
   the sum is fitted to the program's time relative to the best of its task
   (1 / normalized throughput, >= 1), by squared relative error; the score is its
   negation;
-* ``"pack-rank"`` — the same sum over stores, trained with a pairwise logistic loss
-  on the programs of each task (only the order inside a task matters);
 * ``"rank"`` — ``rank:pairwise`` on the packed vector (no sum over stores);
 * ``"reg"`` — ``reg:squarederror`` on the packed vector and normalized throughput.
 
@@ -32,7 +30,7 @@ import numpy as np
 from tdsl.errors import TuningError
 
 DEFAULT_OBJECTIVE = "pack-sum"
-OBJECTIVES = ("pack-sum", "pack-rank", "rank", "reg")
+OBJECTIVES = ("pack-sum", "rank", "reg")
 
 
 class CostModel(Protocol):
@@ -70,34 +68,6 @@ def _pack_sum_objective(prog: np.ndarray, label: np.ndarray, weight: np.ndarray)
         s = np.bincount(prog, weights=preds, minlength=n)
         g = weight * (s - label)
         return g[prog], (weight * k)[prog]
-    return obj
-
-
-def _pack_rank_objective(prog: np.ndarray, label: np.ndarray, gid: np.ndarray,
-                         weight: np.ndarray):
-    """Pairwise logistic loss on per-program sums, over pairs of programs of one task."""
-    n = len(label)
-    groups = [np.nonzero(gid == g)[0] for g in np.unique(gid)]
-    k = np.bincount(prog, minlength=n).astype(np.float64)
-
-    def obj(preds: np.ndarray, _dtrain) -> tuple[np.ndarray, np.ndarray]:
-        s = np.bincount(prog, weights=preds, minlength=n)
-        grad = np.zeros(n)
-        hess = np.zeros(n)
-        for idx in groups:
-            if len(idx) < 2:
-                continue
-            d = s[idx, None] - s[None, idx]                       # s_i - s_j
-            better = (label[idx, None] > label[None, idx]).astype(np.float64)
-            pw = weight[idx, None] * weight[None, idx] * better    # pairs i better than j
-            p = 1.0 / (1.0 + np.exp(np.clip(d, -30, 30)))           # sigmoid(-(s_i - s_j))
-            gi = -(pw * p)
-            h = pw * p * (1.0 - p)
-            npairs = max(1.0, pw.sum())
-            grad[idx] += (gi.sum(1) - gi.sum(0)) / npairs * len(idx)
-            hess[idx] += (h.sum(1) + h.sum(0)) / npairs * len(idx)
-        hess = np.maximum(hess, 1e-6) * k
-        return grad[prog], hess[prog]
     return obj
 
 
@@ -157,21 +127,20 @@ class XGBoostCostModel:
             from .features import unpack
             rows, prog = unpack(X)
             dm = xgb.DMatrix(rows)
-            if self.objective == "pack-sum":
-                # time relative to the task's best (>= 1) is additive over statements;
-                # squared *relative* error: weight 1 / t^2
-                ok = label > 0
-                t = np.where(ok, 1.0 / np.where(ok, label, 1.0), 0.0)
-                t[~ok] = 2.0 * (t[ok].max() if ok.any() else 1.0)
-                obj = _pack_sum_objective(prog, t, w / t ** 2)
-            else:
-                obj = _pack_rank_objective(prog, label, gid, w)
+            # time relative to the task's best (>= 1) is additive over statements;
+            # squared *relative* error: weight 1 / t^2.  An invalid record counts as
+            # twice as slow as the slowest valid one.
+            ok = label > 0
+            t = np.where(ok, 1.0 / np.where(ok, label, 1.0), 0.0)
+            t[~ok] = 2.0 * (t[ok].max() if ok.any() else 1.0)
+            obj = _pack_sum_objective(prog, t, w / t ** 2)
             self._booster = xgb.train(self.params(), dm, num_boost_round=self.num_rounds,
                                       obj=obj)
             return
         if self.objective == "rank":
             # relevance grades: rank:pairwise only compares labels within a query
-            dm = xgb.DMatrix(X, label=label, qid=gid, weight=None)
+            # (per-record weights don't apply: rank:pairwise weighs whole queries)
+            dm = xgb.DMatrix(X, label=label, qid=gid)
         else:
             dm = xgb.DMatrix(X, label=label, weight=w)
         self._booster = xgb.train(self.params(), dm, num_boost_round=self.num_rounds)
