@@ -1,14 +1,17 @@
 """Cost-model evaluation: ranking quality on measured records of several operators.
 
-    python benchmarks/eval_cost_model.py [--db PATH] [--trials 96] [--regenerate]
-                                         [--ops matmul,gemv,...] [--threads 1]
+    python benchmarks/eval_cost_model.py [--db PATH] [--trials 128] [--rounds 2]
+                                         [--regenerate] [--ops matmul,gemv,...]
 
 Step 1 (skipped when the database already has the records): tune each operator
 below with ``RandomTuner`` for ``--trials`` trials into ``--db`` (default
 ``benchmarks/.cache/cost_model.db``), single-threaded timings, short repeats.
-Step 2: for each operator, compare the old feature set (``features_v3``, kept
-here for the comparison) with the current one (``tdsl.autotune.features``),
-both with the current ``XGBoostCostModel``:
+Step 2: every valid record is rebuilt and re-timed ``--rounds`` times, interleaved
+(its label: the throughput of its fastest run, recorded or re-timed; rounds 1 and 2
+against each other give the "noise ceiling": how well one timing ranks another on
+this machine now).  Step 3: for each operator, compare the old features and model
+(``_features_v3.py``, kept here for the comparison, with the old default
+``rank:pairwise``) with the current per-store features under each objective:
 
 * offline, held-out tasks: the model is trained on the records of the *other*
   operators and ranks this operator's records (transfer to an unseen operator);
@@ -17,9 +20,11 @@ both with the current ``XGBoostCostModel``:
   batch is added the model, trained on the records so far (recent batches
   weighted up, as ``XGBTuner`` does), ranks the next batch.
 
-Per cell: pairwise accuracy (pairs with throughputs more than 5% apart) and
-top-k recall (best true throughput among the model's top ``k``=5 / best in the
-held-out set).  The table is the last thing printed.
+Per cell: pairwise accuracy (all pairs of different throughput, as
+``cost_model.pairwise_accuracy``) and top-k recall (best true throughput among the model's top ``k``=5 / best in the
+held-out set).  The table is the last thing printed.  About 10 minutes on an idle 2-core machine
+(7 to generate, 3 to re-time); the database and the features/labels
+(``eval_v3_v<N>_r<rounds>.npz``) are cached next to ``--db``.
 """
 from __future__ import annotations
 
@@ -194,10 +199,9 @@ def load(db_path: str, names: list[str], rounds: int, threads: int) -> dict[str,
 MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
     # name: (feature set, model factory)
     "old (v3 + rank)": ("old", lambda: XGBoostCostModel("rank", num_rounds=40, max_depth=4)),
-    "v4 rank": ("new", lambda: XGBoostCostModel("rank")),
-    "v4 reg": ("new", lambda: XGBoostCostModel("reg")),
-    "v4 pack-sum": ("new", lambda: XGBoostCostModel("pack-sum")),
-    "v4 pack-time": ("new", lambda: XGBoostCostModel("pack-time")),
+    "v4 + rank": ("new", lambda: XGBoostCostModel("rank")),
+    "v4 + pack-sum": ("new", lambda: XGBoostCostModel("pack-sum")),
+    "new (v4 + reg)": ("new", lambda: XGBoostCostModel("reg")),
 }
 
 
