@@ -1,20 +1,35 @@
-"""Features of a candidate, read from its lowered loop IR (one fixed-length vector).
+"""Features of a candidate, read from its lowered loop IR: one row per store statement.
 
-Per store statement (with the loops around it):
+A program is described by the rows of its store statements (``BufferStore``), each
+a fixed-length vector (``STORE_LEN``) of the store and the loops around it:
 
-* work: iterations, arithmetic operations by kind (``irutil.OP_KINDS``) times
-  iterations, loop depth, the product of vectorized / unrolled / parallel extents;
-* per buffer access (the store, then the loads with the most bytes; up to
-  ``ACCESSES``): element size, scope, the stride seen along the innermost and the
+* computation: arithmetic operations by kind (``irutil.OP_KINDS``) times iterations;
+  iterations, loop depth, the store's share of the program's work;
+* loop annotations: vector lanes (and whether the vector loop is innermost),
+  unrolled extent and loop count, parallel extent (and whether it is outermost),
+  the largest unroll pragma, innermost / outermost extents, whether the store is
+  a reduction update or an initialisation;
+* the register-level kernel inside the innermost reduction loop (tile size,
+  registers, whether it is unrolled / vectorized, arithmetic intensity);
+* cache fit: iterations and bytes of the outermost loop level whose footprint fits
+  in 32 KiB and in 1 MiB;
+* per buffer access (the store, then the loads touching the most bytes; up to
+  ``ACCESSES``): element size, scope, the stride along the innermost and the
   vectorized loop, and for each of the ``LEVELS`` innermost loop levels the bytes
-  touched (cache lines × 64) and the reuse (iterations / distinct elements);
-* cache fit: iterations and bytes of the outermost loop level whose footprint
-  fits in 32 KiB and in 1 MiB.
+  touched (cache lines x 64) and the reuse (iterations / distinct elements);
+* the program's allocations (count, bytes by scope, bytes allocated per run —
+  an allocation inside a loop is made once per iteration).
 
-The ``STATEMENTS`` heaviest statements fill fixed slots (zero padded), followed
-by global features (allocations by scope, statement count, total work).  Counts
-enter as ``log2(1 + x)``.  ``FEATURE_VERSION`` changes whenever the layout does,
-so stored features of another version are recomputed.
+Counts enter as ``log2(1 + x)``.  Nothing depends on names (of loops, buffers or
+sketch knobs), so renaming leaves the features unchanged.
+
+``extract_features`` packs the rows of the ``MAX_STORES`` heaviest stores (by work,
+zero padded; the first element of a used row is 1) into one fixed-length vector
+(``FEATURE_LEN``), so records and candidate pools keep one vector per program;
+``unpack`` gives the rows back.  The cost model sums a score per row (Ansor's
+"pack-sum"): a program's cost is the sum of its statements' costs.
+``FEATURE_VERSION`` changes whenever the layout does, so stored features of
+another version are recomputed.
 """
 from __future__ import annotations
 
@@ -23,23 +38,25 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tdsl.expr import BufferLoad, Var
+from tdsl.expr import BufferLoad, Const, Var
 from tdsl.stmt import (Allocate, BufferStore, For, ForKind, IfThenElse, IntrinCall, LetStmt,
                        PrimFunc, SeqStmt, StorageScope)
 from tdsl.visitor import post_order_visit, substitute
 
 from .irutil import OP_KINDS, count_ops, eval_int
 
-FEATURE_VERSION = 3
+FEATURE_VERSION = 4
 ACCESSES = 4
 LEVELS = 6
-STATEMENTS = 3
+MAX_STORES = 10
 CACHES = (32 * 1024, 1024 * 1024)
 _ACCESS_LEN = 7 + 2 * LEVELS
 _KERNEL_LEN = 10
-_STMT_LEN = len(OP_KINDS) + 9 + _KERNEL_LEN + 2 * len(CACHES) + ACCESSES * _ACCESS_LEN
-_GLOBAL_LEN = 8
-FEATURE_LEN = STATEMENTS * _STMT_LEN + _GLOBAL_LEN
+_LOOP_LEN = 16
+_ALLOC_LEN = 5
+STORE_LEN = 1 + len(OP_KINDS) + _LOOP_LEN + _KERNEL_LEN + 2 * len(CACHES) + \
+    ACCESSES * _ACCESS_LEN + _ALLOC_LEN
+FEATURE_LEN = MAX_STORES * STORE_LEN
 
 
 def _log(x: float) -> float:
@@ -47,12 +64,22 @@ def _log(x: float) -> float:
 
 
 class _Loop:
-    __slots__ = ("var", "extent", "kind")
+    __slots__ = ("var", "extent", "kind", "unroll_pragma")
 
-    def __init__(self, var: Var, extent: int, kind: ForKind):
+    def __init__(self, var: Any, extent: int, kind: ForKind, unroll_pragma: int = 0):
         self.var = var
         self.extent = max(1, extent)
         self.kind = kind
+        self.unroll_pragma = unroll_pragma
+
+
+def _unroll_pragma(annotations: Mapping[str, Any]) -> int:
+    """The largest integer value of a loop annotation about unrolling (0: none)."""
+    best = 0
+    for k, v in annotations.items():
+        if "unroll" in str(k) and isinstance(v, (int, float)) and not isinstance(v, bool):
+            best = max(best, int(v))
+    return best
 
 
 class _Extractor:
@@ -61,7 +88,7 @@ class _Extractor:
         self.loops: list[_Loop] = []
         self.lets: list[tuple[Var, Any]] = []
         self.stmts: list[tuple[float, list[float]]] = []
-        self.allocs: list[tuple[int, StorageScope]] = []
+        self.allocs: list[tuple[int, StorageScope, int]] = []   # bytes, scope, times made
 
     # ---- walk -----------------------------------------------------------------------------
     def visit(self, s: Any) -> None:
@@ -70,7 +97,7 @@ class _Extractor:
                 self.visit(x)
         elif isinstance(s, For):
             ext = eval_int(self._sub(s.extent), self._base_env(), 1)
-            self.loops.append(_Loop(s.var, ext, s.kind))
+            self.loops.append(_Loop(s.var, ext, s.kind, _unroll_pragma(s.annotations)))
             self.visit(s.body)
             self.loops.pop()
         elif isinstance(s, IfThenElse):
@@ -86,7 +113,8 @@ class _Extractor:
             n = 1
             for d in b.shape:
                 n *= max(1, eval_int(self._sub(d), self._base_env(), 1))
-            self.allocs.append((n * b.dtype.bits // 8, b.scope))
+            times = math.prod(lp.extent for lp in self.loops)
+            self.allocs.append((n * b.dtype.bits // 8, b.scope, times))
             self.visit(s.body)
         elif isinstance(s, BufferStore):
             self.statement(s)
@@ -110,21 +138,29 @@ class _Extractor:
         iters = math.prod(lp.extent for lp in loops)
         ops = count_ops(st.value)
         vec = math.prod(lp.extent for lp in loops if lp.kind is ForKind.VECTORIZED)
-        unr = math.prod(lp.extent for lp in loops if lp.kind is ForKind.UNROLLED)
-        par = math.prod(lp.extent for lp in loops if lp.kind in (ForKind.PARALLEL,
-                                                                  ForKind.THREAD_BINDING))
+        unrolled = [lp for lp in loops if lp.kind is ForKind.UNROLLED]
+        par_loops = [lp for lp in loops if lp.kind in (ForKind.PARALLEL, ForKind.THREAD_BINDING)]
+        par = math.prod(lp.extent for lp in par_loops)
         loads: list[BufferLoad] = []
         post_order_visit(st.value, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
         is_update = any(ld.buffer is st.buffer for ld in loads)
+        is_init = not loads and isinstance(st.value, Const)
         accesses = [self.access(st.buffer, st.indices, True, loops)]
         accesses += sorted((self.access(ld.buffer, ld.indices, False, loops) for ld in loads),
                            key=lambda a: -a[0])
         inner = loops[-1] if loops else None
-        f: list[float] = [_log(ops.get(k, 0) * iters) for k in OP_KINDS]
-        f += [_log(iters), float(len(loops)), _log(vec), _log(unr), _log(par),
-              _log(inner.extent if inner else 1), float(is_update),
-              float(inner is not None and inner.kind is ForKind.VECTORIZED),
-              float(vec >= 8 and vec & (vec - 1) == 0)]
+        outer = loops[0] if loops else None
+        f: list[float] = [1.0]
+        f += [_log(ops.get(k, 0) * iters) for k in OP_KINDS]
+        f += [_log(iters), float(len(loops)), 0.0,   # work share: filled in by vector()
+              _log(vec), float(inner is not None and inner.kind is ForKind.VECTORIZED),
+              float(vec >= 8 and vec & (vec - 1) == 0),
+              _log(math.prod(lp.extent for lp in unrolled)), float(len(unrolled)),
+              _log(par), float(outer is not None and outer.kind is ForKind.PARALLEL),
+              _log(max((lp.unroll_pragma for lp in loops), default=0)),
+              _log(inner.extent if inner else 1), _log(outer.extent if outer else 1),
+              float(is_update), float(is_init),
+              float(st.buffer.scope is not StorageScope.GLOBAL)]
         f += self.kernel(accesses, loops)
         f += self.cache_fit(accesses, loops)
         for a in accesses[:ACCESSES]:
@@ -158,15 +194,13 @@ class _Extractor:
         s_in = abs(loop_strides[inner_i]) if inner_i is not None else 0
         s_vec = abs(loop_strides[vec_i]) if vec_i is not None else -1
         feats += [_log(s_in), float(s_vec == 1), float(s_vec == 0), _log(max(0, s_vec))]
-        total = 0.0
         for level in range(1, LEVELS + 1):
             sub = list(zip(loops[-level:], loop_strides[-level:])) if len(loops) >= level else \
                 list(zip(loops, loop_strides))
             b, reuse = _footprint(sub, nbytes)
             feats += [_log(b), _log(reuse)]
         b_all, _ = _footprint(list(zip(loops, loop_strides)), nbytes)
-        total = b_all
-        return total, feats, loop_strides, [lp.extent for lp in loops]
+        return b_all, feats, loop_strides, [lp.extent for lp in loops]
 
     def kernel(self, accesses: list, loops: list[_Loop]) -> list[float]:
         """The register-level kernel: the loops inside the innermost reduction loop.
@@ -207,9 +241,8 @@ class _Extractor:
                 tot = 0.0
                 for a in accesses:
                     st, ex = a[2][-level:], a[3][-level:]
-                    nb = 4
-                    tot += _footprint([(_Loop(None, e, ForKind.SERIAL), s) for e, s in zip(ex, st)],
-                                      nb)[0]
+                    tot += _footprint([(_Loop(None, e, ForKind.SERIAL), s)
+                                       for e, s in zip(ex, st)], 4)[0]
                 if tot > cap:
                     break
                 best_iters = math.prod(lp.extent for lp in loops[-level:])
@@ -218,25 +251,23 @@ class _Extractor:
         return out
 
     # ---- result ---------------------------------------------------------------------------
-    def vector(self) -> np.ndarray:
-        stmts = sorted(self.stmts, key=lambda s: -s[0])
-        v: list[float] = []
-        # counts are relative to the heaviest statement's work: within a task the scale is
-        # the same for every candidate, and without it a model transfers across sizes
-        ref = _log(stmts[0][0]) if stmts else 0.0
-        scaled = len(OP_KINDS) + 1
-        for _, f in stmts[:STATEMENTS]:
-            v += [x - ref if x else 0.0 for x in f[:scaled]] + f[scaled:]
-        v += [0.0] * (STATEMENTS - min(STATEMENTS, len(stmts))) * _STMT_LEN
-        loc = sum(b for b, sc in self.allocs if sc is not StorageScope.GLOBAL)
-        glob = sum(b for b, sc in self.allocs if sc is StorageScope.GLOBAL)
-        total_work = sum(w for w, _ in stmts)
-        main = stmts[0][0] if stmts else 0.0
-        v += [float(len(self.allocs)), _log(loc), _log(glob),
-              _log(max((b for b, _ in self.allocs), default=0)), float(len(stmts)),
-              _log(total_work) - ref, main / total_work if total_work else 0.0,
-              _log(sum(1 for _ in stmts))]
-        return np.asarray(v, dtype=np.float32)
+    def rows(self) -> np.ndarray:
+        """One row per store, heaviest first (ties: program order)."""
+        order = sorted(range(len(self.stmts)), key=lambda i: -self.stmts[i][0])
+        total = sum(w for w, _ in self.stmts) or 1.0
+        local = sum(b for b, sc, _ in self.allocs if sc is not StorageScope.GLOBAL)
+        glob = sum(b for b, sc, _ in self.allocs if sc is StorageScope.GLOBAL)
+        made = sum(b * t for b, _, t in self.allocs)
+        alloc = [float(len(self.allocs)), _log(local), _log(glob), _log(made),
+                 _log(sum(t for _, _, t in self.allocs))]
+        share_at = 1 + len(OP_KINDS) + 2
+        out = np.zeros((len(order), STORE_LEN), dtype=np.float32)
+        for r, i in enumerate(order):
+            w, f = self.stmts[i]
+            f = list(f)
+            f[share_at] = w / total
+            out[r] = f + alloc
+        return out
 
 
 def _footprint(loops_strides: list, nbytes: int) -> tuple[float, float]:
@@ -256,12 +287,36 @@ def _footprint(loops_strides: list, nbytes: int) -> tuple[float, float]:
     return float(lines * 64), iters / max(1, elems)
 
 
-def extract_features(func: PrimFunc, sizes: "Mapping[str, int] | None" = None) -> np.ndarray:
-    """The feature vector (``FEATURE_LEN`` float32) of a lowered function."""
+def store_features(func: PrimFunc, sizes: "Mapping[str, int] | None" = None) -> np.ndarray:
+    """The rows (``(n_stores, STORE_LEN)`` float32, heaviest first) of a lowered function."""
     sizes = dict(sizes or {})
     bindings = {v: sizes[v.name] for v in func.size_vars if v.name in sizes}
     ex = _Extractor(sizes, bindings)
     ex.visit(func.body)
-    v = ex.vector()
+    return ex.rows()
+
+
+def extract_features(func: PrimFunc, sizes: "Mapping[str, int] | None" = None) -> np.ndarray:
+    """The feature vector (``FEATURE_LEN`` float32) of a lowered function: the rows of its
+    ``MAX_STORES`` heaviest stores, zero padded."""
+    rows = store_features(func, sizes)[:MAX_STORES]
+    v = np.zeros((MAX_STORES, STORE_LEN), dtype=np.float32)
+    v[:len(rows)] = rows
+    v = v.reshape(-1)
     assert v.shape == (FEATURE_LEN,), (v.shape, FEATURE_LEN)
     return v
+
+
+def unpack(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The store rows of packed feature vectors ``X`` (n, FEATURE_LEN) and, per row, the
+    index of its program in ``X`` (a program with no store keeps one zero row)."""
+    X = np.asarray(X, dtype=np.float32)
+    if X.ndim != 2 or X.shape[1] != FEATURE_LEN:
+        from tdsl.errors import TuningError
+        raise TuningError(f"features: expected vectors of length {FEATURE_LEN} (version "
+                          f"{FEATURE_VERSION}), got shape {X.shape}")
+    R = X.reshape(len(X), MAX_STORES, STORE_LEN)
+    used = R[:, :, 0] > 0
+    used[:, 0] = True
+    prog, slot = np.nonzero(used)
+    return R[prog, slot], prog

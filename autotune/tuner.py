@@ -361,25 +361,36 @@ class XGBTuner(Tuner):
     """Model-based tuner: an XGBoost cost model ranks candidates found by evolutionary search.
 
     ``epsilon``: share of each batch drawn at random (exploration);
-    ``objective``: ``"rank"`` or ``"reg"`` (see ``cost_model``);
+    ``objective``: one of ``cost_model.OBJECTIVES`` (default ``DEFAULT_OBJECTIVE``);
     ``transfer_from``: a database (or records) whose records of *other* tasks
     with the same target pre-train the model.
+
+    Online adaptation: the model is retrained after every batch on all records so
+    far, each weighted by its age — a record's weight halves every ``half_life``
+    batches (records of earlier runs and of other tasks count as the oldest), so
+    the model follows the region the search is in now.
     """
 
     def __init__(self, task: Task, objective: "str | None" = None, epsilon: float = 0.1,
                  seed: int = 0, search: "EvolutionarySearch | None" = None,
                  transfer_from: "Database | str | Iterable[Record] | None" = None,
-                 num_rounds: int = 40, nthread: int = 1):
+                 num_rounds: "int | None" = None, nthread: int = 1,
+                 half_life: float = 2.0):
         super().__init__(task, seed)
-        kwargs = {"num_rounds": num_rounds, "nthread": nthread, "seed": seed}
+        kwargs: dict = {"nthread": nthread, "seed": seed}
+        if num_rounds is not None:
+            kwargs["num_rounds"] = num_rounds
         if objective:
             kwargs["objective"] = objective
         self.model = XGBoostCostModel(**kwargs)
         self.epsilon = epsilon
+        self.half_life = half_life
         self.search = search or EvolutionarySearch()
         self.X: list[np.ndarray] = []
         self.y: list[float] = []
         self.groups: list[str] = []
+        self.batch_of: list[int] = []    # the batch a record came in (0: history, transfer)
+        self.batches = 0
         self.top_points: list[tuple[float, tuple]] = []
         if transfer_from is not None:
             self._transfer(transfer_from)
@@ -398,13 +409,21 @@ class XGBTuner(Tuner):
             self._add(r.features, r, r.task_key)
             n += 1
         if n:
-            self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups))
+            self._retrain(force=True)
 
     def _add(self, feats: np.ndarray, r: Any, group: str) -> None:
         self.X.append(np.asarray(feats, dtype=np.float32))
         cost = r.cost if isinstance(r, Record) else r.median
         self.y.append(1.0 / cost if r.valid and math.isfinite(cost) and cost > 0 else 0.0)
         self.groups.append(group)
+        self.batch_of.append(self.batches)
+
+    def weights(self) -> np.ndarray:
+        """Per record: ``0.5 ** (age in batches / half_life)``."""
+        age = self.batches - np.asarray(self.batch_of, dtype=np.float64)
+        if not self.half_life or not math.isfinite(self.half_life):
+            return np.ones(len(age))
+        return 0.5 ** (age / self.half_life)
 
     def load_history(self, records: Iterable[Record]) -> None:
         for r in records:
@@ -412,7 +431,8 @@ class XGBTuner(Tuner):
                 continue
             feats = r.features
             point = None
-            if feats is None or r.feature_version != FEATURE_VERSION:
+            if feats is None or r.feature_version != FEATURE_VERSION or \
+                    len(feats) != FEATURE_LEN:
                 c = self.task.lower_trace(r.trace)
                 if not c.valid:
                     continue
@@ -441,6 +461,7 @@ class XGBTuner(Tuner):
         return out
 
     def update(self, cands: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
+        self.batches += 1
         for c, r in zip(cands, results):
             f = self._features(c)
             if f is None:
@@ -450,6 +471,7 @@ class XGBTuner(Tuner):
                 self.top_points.append((r.median, c.point))
         self._retrain()
 
-    def _retrain(self) -> None:
-        if len(self.X) >= 8:
-            self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups))
+    def _retrain(self, force: bool = False) -> None:
+        if len(self.X) >= 8 or (force and len(self.X) >= 2):
+            self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups),
+                           weights=self.weights())

@@ -1,6 +1,10 @@
-"""Throughput of float32 math in vectorized LLVM kernels: inline (vecmath) vs libm vs NumPy.
+"""Throughput of float32 and float64 math in vectorized LLVM kernels: inline (vecmath) vs
+libm vs NumPy.
 
     python benchmarks/bench_vecmath.py [--n 4194304] [--repeats 15] [--threads 1]
+
+float32 rows for erf, tanh, log, sin, exp; float64 rows (``f64``, split by 4) for tanh,
+log, sin, exp.
 
 For each function, ``B[i] = f(A[i])`` over ``n`` float32 elements, split by 8 with the
 inner loop vectorized (outer loop parallel when ``--threads`` > 1), built twice: with the
@@ -26,25 +30,26 @@ except ImportError:  # pragma: no cover
 
 FUNCS = {"erf": (td.erf, _np_erf), "tanh": (td.tanh, np.tanh), "log": (td.log, np.log),
          "sin": (td.sin, np.sin), "exp": (td.exp, np.exp)}
+FUNCS64 = ("tanh", "log", "sin", "exp")
 
 
-def kernel(name: str, n: int, inline: bool, threads: int):
-    A = td.placeholder((n,), "float32", name="A")
+def kernel(name: str, n: int, inline: bool, threads: int, dtype: str = "float32"):
+    A = td.placeholder((n,), dtype, name="A")
     B = td.compute((n,), lambda i: FUNCS[name][0](A[i]), name="B")
     s = td.create_schedule(B.op)
-    outer, inner = s[B].split(B.op.axis[0], factor=8)
+    outer, inner = s[B].split(B.op.axis[0], factor=8 if dtype == "float32" else 4)
     s[B].vectorize(inner)
     if threads > 1:
         s[B].parallel(outer)
-    f = td.lower(s, [A, B], name=f"bench_{name}_{'inline' if inline else 'libm'}")
+    f = td.lower(s, [A, B], name=f"bench_{name}_{dtype}_{'inline' if inline else 'libm'}")
     f.attrs["fast_math_intrinsics"] = inline
     return td.build(f, target="llvm")
 
 
-def data(name: str, n: int) -> np.ndarray:
+def data(name: str, n: int, dtype: str = "float32") -> np.ndarray:
     rng = np.random.default_rng(0)
-    x = rng.standard_normal(n).astype(np.float32) * np.float32(3)
-    return np.abs(x) + np.float32(1e-3) if name == "log" else x
+    x = rng.standard_normal(n).astype(dtype) * 3
+    return np.abs(x) + 1e-3 if name == "log" else x
 
 
 def main() -> None:
@@ -54,13 +59,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     os.environ.setdefault("TDSL_NUM_THREADS", str(args.threads))
-    print(f"n={args.n} float32, threads={args.threads}, median of {args.repeats} (ns/element)")
-    print(f"{'func':6} {'inline':>8} {'libm':>8} {'numpy':>8} {'inline/libm speedup':>20}")
-    for name, (_, ref) in FUNCS.items():
-        x = data(name, args.n)
+    print(f"n={args.n} elements, threads={args.threads}, median of {args.repeats} (ns/element)")
+    print(f"{'func':10} {'inline':>8} {'libm':>8} {'numpy':>8} {'inline/libm speedup':>20}")
+    rows = [(name, "float32") for name in FUNCS] + [(name, "float64") for name in FUNCS64]
+    for name, dtype in rows:
+        ref = FUNCS[name][1]
+        x = data(name, args.n, dtype)
         y = np.empty_like(x)
-        runners = {"inline": kernel(name, args.n, True, args.threads),
-                   "libm": kernel(name, args.n, False, args.threads)}
+        runners = {"inline": kernel(name, args.n, True, args.threads, dtype),
+                   "libm": kernel(name, args.n, False, args.threads, dtype)}
         for f in runners.values():
             f(x, y)                                  # warm up
         if ref is not None:
@@ -72,7 +79,8 @@ def main() -> None:
                 f(x, y)
                 times[k].append(time.perf_counter() - t)
         med = {k: float(np.median(v)) * 1e9 / args.n for k, v in times.items()}
-        print(f"{name:6} {med['inline']:8.2f} {med['libm']:8.2f} "
+        label = name if dtype == "float32" else name + " f64"
+        print(f"{label:10} {med['inline']:8.2f} {med['libm']:8.2f} "
               f"{med.get('numpy', float('nan')):8.2f} {med['libm'] / med['inline']:19.1f}x")
 
 

@@ -90,6 +90,8 @@ def emit_math(cg: "CodeGen", func: Intrinsic, dtype: DType, args: list[ir.Value]
     inline = inline_math_enabled(cg)
     if dtype is DType.FLOAT32 and inline and func in vecmath.INLINE_F32:
         return vecmath.emit_f32(cg, func, args, lanes)
+    if dtype is DType.FLOAT64 and inline and func in vecmath.INLINE_F64:
+        return vecmath.emit_f64(cg, func, args, lanes)
     if func is Intrinsic.SIGMOID:
         neg = b.fneg(x)
         e = emit_math(cg, Intrinsic.EXP, dtype, [neg], lanes)

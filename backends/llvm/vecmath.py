@@ -1,4 +1,5 @@
-"""Inline float32 math (exp log tanh erf sigmoid sin cos pow) as LLVM IR, vector or scalar.
+"""Inline float32 math (exp log tanh erf sigmoid sin cos pow) and float64 math (exp log tanh
+sigmoid sin cos) as LLVM IR, vector or scalar.
 
 Why: LLVM lowers ``llvm.sin.v8f32``, ``tanhf``... to one libm call per lane, 10-50x
 slower than straight-line vector code.  Each function here is range reduction plus a
@@ -25,6 +26,10 @@ made by scripts/fit_vecmath.py (Lawson's algorithm against float64 NumPy/SciPy).
   good to ~1e-13), then rounded: within 1 ulp.  C99/NumPy special cases are applied
   explicitly (``pow(x, ±0) = 1``, ``pow(1, y) = 1``, ``pow(-1, ±inf) = 1``, negative
   x with non-integer y is NaN, odd integer y keeps the sign of x, including -0.0).
+
+float64 (the ``*64`` functions, ``emit_f64``): the same reductions with float64 constants
+and Taylor polynomials (no fitted coefficients); methods and bounds (``MAX_ULP64``) in
+backends/llvm/README.md.  float64 ``erf`` and ``pow`` still call libm.
 """
 from __future__ import annotations
 
@@ -327,3 +332,175 @@ def emit_f32(cg: "CodeGen", func: Intrinsic, args: Sequence[ir.Value], lanes: in
     if func is Intrinsic.POW:
         return pow(o, args[0], args[1])
     return _UNARY[func](o, args[0])
+
+
+# ---- float64 ------------------------------------------------------------------------------------
+# Polynomials are Taylor series, long enough that truncation is below 2^-60 on the reduced
+# range (a few more terms than minimax fits would need, no fitted coefficients).
+EXP64_HI = 709.782712893384        # above: exp overflows to inf
+EXP64_LO = -745.2                  # below: exp underflows to 0
+LN2_HI64 = 6.93147180369123816490e-01   # ln 2 with 32 trailing zero bits: k·LN2_HI64 exact
+LN2_LO64 = 1.90821492927058770002e-10
+MIN_NORMAL64 = 2.2250738585072014e-308
+SINCOS_LIMIT64 = 1048576.0         # |x| above: libm (three-part π/2 no longer exact enough)
+EXP64_P = tuple(1.0 / math.factorial(k) for k in range(13, 1, -1))        # r^13/13! .. r^2/2!
+EXPM1_64_P = EXP64_P
+LOG64_P = tuple(2.0 / (2 * k + 1) for k in range(11, 0, -1))              # 2/23 .. 2/3
+SIN64_P = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(9, 0, -1))
+COS64_P = tuple((-1) ** k / math.factorial(2 * k) for k in range(10, 1, -1))
+
+#: documented maximum error in ulp of the float64 result (asserted by
+#: tests/backends/test_llvm_vecmath64.py against mpmath; table in README.md)
+MAX_ULP64 = {"exp": 1.5, "log": 1.0, "tanh": 2.5, "sigmoid": 2.5, "sin": 2.0, "cos": 2.0}
+
+
+def _pio2_parts64() -> tuple[float, float, float]:
+    """π/2 as three float64 values with 20 trailing zero bits in the first two (so that
+    j·p1 and j·p2 are exact for j < 2^20)."""
+    pio2 = Decimal("1.57079632679489661923132169163975144209858469968755291")
+
+    def chop(v: Decimal) -> Decimal:
+        bits = struct.unpack("<Q", struct.pack("<d", float(v)))[0] & ~((1 << 21) - 1)
+        return Decimal(struct.unpack("<d", struct.pack("<Q", bits))[0])
+    p1 = chop(pio2)
+    p2 = chop(pio2 - p1)
+    p3 = Decimal(float(pio2 - p1 - p2))
+    return float(p1), float(p2), float(p3)
+
+
+PIO2_PARTS64 = _pio2_parts64()
+
+
+def _scale2_64(o: _Ops, y: ir.Value, n: ir.Value) -> ir.Value:
+    """``y · 2^n`` (n: float64 integral, |n| <= 1100) in two steps, so subnormal results
+    and n = 1024 are exact."""
+    b = o.b
+    ni = b.fptosi(n, o.ty(I64))
+    n1 = b.ashr(ni, o.k(1, I64))
+    n2 = b.sub(ni, n1)
+    s1 = o.floats(b.shl(b.add(n1, o.k(1023, I64)), o.k(52, I64)), F64)
+    s2 = o.floats(b.shl(b.add(n2, o.k(1023, I64)), o.k(52, I64)), F64)
+    return b.fmul(b.fmul(y, s1), s2)
+
+
+def _reduce_ln2_64(o: _Ops, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(n, r): x = n·ln 2 + r, |r| <= ln2/2 (x clamped to the finite exp range)."""
+    b = o.b
+    n = o.call("roundeven", [b.fmul(x, o.k(1.4426950408889634, F64))])
+    r = o.fma(n, o.k(-LN2_HI64, F64), x)
+    r = o.fma(n, o.k(-LN2_LO64, F64), r)
+    return n, r
+
+
+def exp64(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    xc = o.clamp(x, -746.0, 710.0)
+    n, r = _reduce_ln2_64(o, xc)
+    p = o.horner(EXP64_P, r, F64)
+    y = o.fma(p, b.fmul(r, r), b.fadd(r, o.k(1.0, F64)))
+    y = _scale2_64(o, y, n)
+    y = o.sel(o.lt(o.k(EXP64_HI, F64), x), o.k(math.inf, F64), y)
+    y = o.sel(o.lt(x, o.k(EXP64_LO, F64)), o.k(0.0, F64), y)
+    return o.sel(o.isnan(x), x, y)
+
+
+def _expm1_64(o: _Ops, x: ir.Value) -> ir.Value:
+    """e^x - 1 for 0 <= x <= 40 (tanh's argument): 2^n·(p + 1) - 1 = 2^n·p + (2^n - 1)."""
+    b = o.b
+    n, r = _reduce_ln2_64(o, x)
+    p = o.fma(o.horner(EXPM1_64_P, r, F64), b.fmul(r, r), r)            # e^r - 1
+    two_n = _scale2_64(o, o.k(1.0, F64), n)
+    return o.fma(two_n, p, b.fsub(two_n, o.k(1.0, F64)))
+
+
+def log64(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    sub = o.lt(x, o.k(MIN_NORMAL64, F64))
+    xs = o.sel(sub, b.fmul(x, o.k(18014398509481984.0, F64)), x)        # 2^54
+    ix = b.add(o.bits(xs, I64), o.k(0x3FF0000000000000 - 0x3FE6A09E667F3BCD, I64))
+    k = b.sub(b.ashr(ix, o.k(52, I64)), o.sel(sub, o.k(1023 + 54, I64), o.k(1023, I64)))
+    m = o.floats(b.add(b.and_(ix, o.k(0x000FFFFFFFFFFFFF, I64)),
+                       o.k(0x3FE6A09E667F3BCD, I64)), F64)
+    f = b.fsub(m, o.k(1.0, F64))                     # exact (Sterbenz), in [√½-1, √2-1)
+    # log(1+f) = f - f²/2 + s·(f²/2 + R), s = f/(2+f), R = 2s²/3 + 2s⁴/5 + ... (fdlibm)
+    s = b.fdiv(f, b.fadd(f, o.k(2.0, F64)))
+    z = b.fmul(s, s)
+    rr = b.fmul(z, o.horner(LOG64_P, z, F64))
+    hfsq = b.fmul(b.fmul(f, f), o.k(0.5, F64))
+    kf = b.sitofp(k, o.ty(F64))
+    lo = o.fma(s, b.fadd(hfsq, rr), o.fma(kf, o.k(LN2_LO64, F64), b.fneg(hfsq)))
+    y = o.fma(kf, o.k(LN2_HI64, F64), b.fadd(f, lo))
+    y = o.sel(o.eq(x, o.k(math.inf, F64)), x, y)
+    y = o.sel(o.lt(x, o.k(0.0, F64)), o.k(math.nan, F64), y)
+    y = o.sel(o.eq(x, o.k(0.0, F64)), o.k(-math.inf, F64), y)
+    return o.sel(o.isnan(x), x, y)
+
+
+def tanh64(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    ax = o.call("fabs", [x])
+    em = _expm1_64(o, b.fmul(o.clamp(ax, 0.0, 20.0), o.k(2.0, F64)))
+    y = b.fdiv(em, b.fadd(em, o.k(2.0, F64)))        # tanh|x| = (e^2|x| - 1)/(e^2|x| + 1)
+    y = o.sel(o.lt(ax, o.k(2.0 ** -28, F64)), ax, y)
+    y = o.call("copysign", [y, x])                   # also -0.0
+    return o.sel(o.isnan(x), x, y)
+
+
+def sigmoid64(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    e = exp64(o, b.fneg(o.call("fabs", [x])))
+    num = o.sel(o.lt(x, o.k(0.0, F64)), e, o.k(1.0, F64))
+    return b.fdiv(num, b.fadd(o.k(1.0, F64), e))
+
+
+def _sincos64(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
+    b, cg = o.b, o.cg
+    ax = o.call("fabs", [x])
+    big = b.fcmp_unordered(">", ax, o.k(SINCOS_LIMIT64, F64))        # also NaN
+    axc = o.sel(big, o.k(0.0, F64), ax)
+    j = o.call("roundeven", [b.fmul(axc, o.k(2 / math.pi, F64))])
+    p1, p2, p3 = PIO2_PARTS64
+    r = o.fma(j, o.k(-p1, F64), axc)
+    r = o.fma(j, o.k(-p2, F64), r)
+    r = o.fma(j, o.k(-p3, F64), r)
+    q = b.fptosi(j, o.ty(I64))
+    if cosine:
+        q = b.add(q, o.k(1, I64))
+    r2 = b.fmul(r, r)
+    s = o.fma(b.fmul(r2, r), o.horner(SIN64_P, r2, F64), r)
+    c = o.fma(b.fmul(r2, r2), o.horner(COS64_P, r2, F64),
+              o.fma(r2, o.k(-0.5, F64), o.k(1.0, F64)))
+    y = o.sel(b.icmp_signed("!=", b.and_(q, o.k(1, I64)), o.k(0, I64)), c, s)
+    flip = b.shl(b.and_(q, o.k(2, I64)), o.k(62, I64))
+    if not cosine:
+        flip = b.xor(flip, b.and_(o.bits(x, I64), o.k(-0x8000000000000000, I64)))
+    fast = o.floats(b.xor(o.bits(y, I64), flip), F64)
+    if o.lanes == 1:
+        any_big = big
+    else:
+        fn = cg.declare(f"llvm.vector.reduce.or.{type_suffix(big.type)}", ir.IntType(1),
+                        [big.type])
+        any_big = b.call(fn, [big])
+    before = b.block
+    with b.if_then(any_big, likely=False):
+        slow = libm_lanes(cg, "cos" if cosine else "sin", [x])
+        merged = o.sel(big, slow, fast)
+        slow_end = b.block
+    phi = b.phi(fast.type)
+    phi.add_incoming(fast, before)
+    phi.add_incoming(merged, slow_end)
+    return phi
+
+
+_UNARY64: dict[Intrinsic, Callable[[_Ops, ir.Value], ir.Value]] = {
+    Intrinsic.EXP: exp64, Intrinsic.LOG: log64, Intrinsic.TANH: tanh64,
+    Intrinsic.SIGMOID: sigmoid64, Intrinsic.SIN: lambda o, x: _sincos64(o, x, False),
+    Intrinsic.COS: lambda o, x: _sincos64(o, x, True),
+}
+#: the intrinsics computed inline for float64 (erf and pow of float64 still call libm)
+INLINE_F64 = frozenset(_UNARY64)
+
+
+def emit_f64(cg: "CodeGen", func: Intrinsic, args: Sequence[ir.Value], lanes: int) -> ir.Value:
+    """``func(*args)`` on float64 registers (scalars or ``lanes``-wide vectors), inline."""
+    return _UNARY64[func](_Ops(cg, lanes), args[0])
