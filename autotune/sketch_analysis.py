@@ -5,8 +5,8 @@ All are read off the compute definition (no per-operator code):
 * ``input_reuse`` — per input, how many times each of its elements is used
   (points x reduction extent / elements) and whether some read ignores a spatial
   axis (the same element serves several outputs);
-* ``reuse_worth_tiling`` — multi-level tiling pays only when some input is reused
-  often enough (matmul, conv2d); a reduction that reads most of its data once
+* ``reuse_worth_tiling`` — multi-level tiling pays only when inputs are reused
+  often enough per element read (matmul, conv2d); a reduction that reads most of its data once
   (GEMV, dense with one row, row/column reductions, pooling) is memory-bound and
   gets the reduction rule instead;
 * ``expensive`` — the body calls a costly math function (exp, tanh, erf...);
@@ -33,8 +33,8 @@ EXPENSIVE = frozenset({Intrinsic.EXP, Intrinsic.EXP2, Intrinsic.LOG, Intrinsic.L
                        Intrinsic.POW, Intrinsic.SIN, Intrinsic.COS})
 #: Uses per input element below which a copy (pack) of the input costs more than it saves.
 PACK_MIN_REUSE = 4.0
-#: Uses per input element (of the most reused input) from which multi-level tiling pays.
-TILE_MIN_REUSE = 8.0
+#: Multiply-adds per input element read (all inputs together) from which tiling pays.
+TILE_MIN_INTENSITY = 4.0
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,15 @@ def input_reuse(op: ComputeOp, sizes: Mapping[str, int]) -> list[InputReuse]:
 
 
 def reuse_worth_tiling(op: ComputeOp, sizes: Mapping[str, int]) -> bool:
-    """A reduction some input of which is read without a spatial axis and used at least
-    ``TILE_MIN_REUSE`` times per element: data reuse that tiling can keep in cache."""
-    return any(r.missing_axis and r.uses >= TILE_MIN_REUSE for r in input_reuse(op, sizes))
+    """A reduction some input of which is read without a spatial axis, doing at least
+    ``TILE_MIN_INTENSITY`` reduction steps per input element: data reuse that tiling can
+    keep in cache.  GEMV reuses its vector, but its matrix (nearly all the data) is read
+    once: memory-bound, not worth tiling."""
+    reuse = input_reuse(op, sizes)
+    if not any(r.missing_axis for r in reuse):
+        return False
+    work = math.prod(_ext(iv, sizes) for iv in list(op.axis) + list(op.reduce_axis))
+    return work >= TILE_MIN_INTENSITY * sum(r.elements for r in reuse)
 
 
 def packable_inputs(op: ComputeOp, sizes: Mapping[str, int]) -> list[Any]:

@@ -1,0 +1,249 @@
+"""The sketch rules per operator class: which rule and knobs each class gets, and every
+sampled point of each space built and compared with NumPy (LLVM and the interpreter), at
+sizes that do and don't divide the tiles."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import tdsl as td
+import tdsl.interpreter
+from tdsl import autotune, ops
+from tdsl.autotune.replay import replay
+from tdsl.autotune.sketch import AUTO_UNROLL, Form, Place, Rule
+from tdsl.tensor import PlaceholderOp
+
+
+def gemv_bias_tanh(n=48, k=40):
+    A = td.placeholder((n, k), "float32", name="A")
+    x = td.placeholder((k,), "float32", name="x")
+    b = td.placeholder((n,), "float32", name="b")
+    r = td.reduce_axis((0, k), name="r")
+    y = td.compute((n,), lambda i: td.sum(A[i, r] * x[r], axis=r), name="y")
+    out = td.compute((n,), lambda i: td.tanh(y[i] + b[i]), name="out")
+    return [A, x, b, out], lambda a, xv, bv: np.tanh(a.astype("float64") @ xv + bv)
+
+
+def dense1(k=64, n=48):
+    X = td.placeholder((1, k), "float32", name="X")
+    W = td.placeholder((n, k), "float32", name="W")
+    return [X, W, ops.dense(X, W)], lambda x, w: x.astype("float64") @ w.T
+
+
+def max_pool(c=4, h=14, w=14):
+    X = td.placeholder((1, c, h, w), "float32", name="X")
+    return [X, ops.max_pool2d(X, 3, 2, padding=1)], lambda x: _np_maxpool(x)
+
+
+def _np_maxpool(x):
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    h = (x.shape[2] + 2 - 3) // 2 + 1
+    w = (x.shape[3] + 2 - 3) // 2 + 1
+    out = np.full(x.shape[:2] + (h, w), -np.inf, np.float32)
+    for dy in range(3):
+        for dx in range(3):
+            out = np.maximum(out, xp[:, :, dy:dy + 2 * h:2, dx:dx + 2 * w:2][:, :, :h, :w])
+    return out
+
+
+def col_sum(m=24, n=40):
+    X = td.placeholder((m, n), "float32", name="X")
+    r = td.reduce_axis((0, m), name="r")
+    S = td.compute((n,), lambda j: td.sum(X[r, j], axis=r), name="S")
+    return [X, S], lambda x: x.astype("float64").sum(axis=0)
+
+
+def row_argmax(m=12, n=40):
+    X = td.placeholder((m, n), "float32", name="X")
+    return [X, ops.argmax(X, axis=1)], lambda x: x.argmax(axis=1)
+
+
+def transpose(m=40, n=24):
+    X = td.placeholder((m, n), "float32", name="X")
+    return [X, ops.transpose(X)], lambda x: x.T
+
+
+def softmax(m=6, n=40):
+    X = td.placeholder((m, n), "float32", name="X")
+
+    def ref(x):
+        z = np.exp(x - x.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+    return [X, ops.softmax(X)], ref
+
+
+def layernorm(m=6, n=40):
+    X = td.placeholder((m, n), "float32", name="X")
+    G = td.placeholder((n,), "float32", name="G")
+    B = td.placeholder((n,), "float32", name="B")
+
+    def ref(x, g, b):
+        mu = x.mean(axis=1, keepdims=True)
+        v = ((x - mu) ** 2).mean(axis=1, keepdims=True)
+        return (x - mu) / np.sqrt(v + 1e-5) * g + b
+    return [X, G, B, ops.layernorm(X, G, B)], ref
+
+
+def triad(n=1000):
+    A, B, C, D = (td.placeholder((n,), "float32", name=s) for s in "ABCD")
+    E = td.compute((n,), lambda i: D[i] + (A[i] + B[i]) * C[i], name="E")
+    return [A, B, C, D, E], lambda a, b, c, d: d + (a + b) * c
+
+
+def matmul(n=24, m=40, k=20):
+    A = td.placeholder((n, k), "float32", name="A")
+    B = td.placeholder((k, m), "float32", name="B")
+    r = td.reduce_axis((0, k), name="r")
+    C = td.compute((n, m), lambda i, j: td.sum(A[i, r] * B[r, j], axis=r), name="C")
+    return [A, B, C], lambda a, b: a.astype("float64") @ b
+
+
+CLASSES = {"gemv_bias_tanh": gemv_bias_tanh, "dense1": dense1, "max_pool": max_pool,
+           "col_sum": col_sum, "row_argmax": row_argmax, "transpose": transpose,
+           "softmax": softmax, "layernorm": layernorm, "triad": triad, "matmul": matmul}
+
+
+def _task(name, **kw):
+    args, ref = CLASSES[name](**kw)
+    return autotune.create_auto_task(args), args, ref
+
+
+def _plan(task, rule):
+    return [p for p in task.source.plans if p.rule is rule]
+
+
+def _inputs(args, rng):
+    return [rng.uniform(-1, 1, [int(s.value) for s in t.shape]).astype("float32")
+            for t in args if isinstance(t.op, PlaceholderOp)]
+
+
+def _check_point(task, args, ref, point, seed=0, interpreter=False):
+    c = task.candidate(point)
+    if not c.valid:
+        assert c.error.split(":")[0] in ("ScheduleError", "LoweringError"), c.error
+        return False
+    rng = np.random.default_rng(seed)
+    ins = _inputs(args, rng)
+    expect = np.asarray(ref(*ins))
+    out_t = task.args[-1]
+    out = np.zeros(expect.shape, str(out_t.dtype))
+    sch = replay(c.trace, task.outputs)
+    td.build(sch, task.args, target="llvm")(*ins, out)
+    np.testing.assert_allclose(out, expect, rtol=2e-4, atol=2e-4, err_msg=str(c.config))
+    if interpreter:
+        out2 = np.zeros_like(out)
+        tdsl.interpreter.run(td.lower(sch, task.args), *ins, out2)
+        np.testing.assert_allclose(out2, expect, rtol=2e-4, atol=2e-4, err_msg=str(c.config))
+    return True
+
+
+# ---- which rule, which knobs -------------------------------------------------------------------
+def test_memory_bound_reductions_get_the_reduce_rule_and_never_pack_a_matrix_read_once():
+    for name in ("gemv_bias_tanh", "dense1", "col_sum", "row_argmax", "max_pool"):
+        task, _, _ = _task(name)
+        assert not _plan(task, Rule.TILE), name
+        assert not any(".pack." in k for k in task.space.names), (name, task.space.names)
+        assert len(task.space) > 1, f"{name}: a space of one point"
+
+
+def test_gemv_offers_vector_partial_sums_and_pool_a_vectorized_spatial_axis():
+    task, _, _ = _task("gemv_bias_tanh", n=64, k=256)
+    forms = {tuple(e.value)[0] for e in task.space.knobs["y.form"].entities}
+    assert Form.RF_VECTOR in forms
+    task, _, _ = _task("max_pool", c=8, h=32, w=32)
+    (p,) = _plan(task, Rule.REDUCE)
+    forms = {tuple(e.value)[0] for e in task.space.knobs[f"{p.name}.form"].entities}
+    assert Form.SPATIAL_VECTOR in forms
+    assert [e.value for e in task.space.knobs[f"{p.name}.auto_unroll"].entities] == AUTO_UNROLL
+
+
+def test_matmul_packs_only_reused_inputs_and_has_the_unroll_pragma():
+    task, _, _ = _task("matmul")
+    (p,) = _plan(task, Rule.TILE)
+    assert {k for k in task.space.names if ".pack." in k} == {f"{p.name}.pack.A",
+                                                              f"{p.name}.pack.B"}
+    assert [e.value for e in task.space.knobs[f"{p.name}.auto_unroll"].entities] == AUTO_UNROLL
+    # innermost factors up to 64
+    assert max(e.value[-1] for e in task.space.knobs[f"{p.name}.S1"].entities) == 40
+    big, _, _ = _task("matmul", n=128, m=128, k=128)
+    assert max(e.value[-1] for e in big.space.knobs[f"{p.name}.S1"].entities) == 64
+    assert max(e.value[-1] for e in big.space.knobs[f"{p.name}.R0"].entities) == 64
+
+
+def test_expensive_producer_read_twice_is_not_inlined_by_default():
+    task, _, _ = _task("softmax")
+    (p,) = _plan(task, Rule.MATERIALIZE)
+    assert "exp" in p.name
+    at = [e.value for e in task.space.knobs[f"{p.name}.at"].entities]
+    assert at == [Place.ROW, Place.ROOT, Place.INLINE]
+    c = task.candidate(task.space.default())
+    assert c.valid, c.error
+    text = str(c.func)
+    assert text.count("exp(") == 1, text
+
+
+def test_transpose_gets_a_2d_tile_knob():
+    task, _, _ = _task("transpose")
+    (p,) = _plan(task, Rule.ROOT)
+    assert p.transpose
+    assert [e.value for e in task.space.knobs[f"{p.name}.tile2d"].entities] == [0, 8, 16]
+
+
+def test_vector_lanes_and_cores_come_from_the_target():
+    args, _ = matmul()
+    wide = autotune.create_auto_task(args, target="llvm -mcpu=skylake-avx512")
+    narrow = autotune.create_auto_task(args, target="llvm -mcpu=x86-64")
+    assert wide.source.lanes(32) == 16 and narrow.source.lanes(32) == 4
+    x4 = autotune.create_auto_task(args, target="llvm -num-threads=3")
+    assert x4.source.cores == 3
+
+
+# ---- correctness of sampled points ------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(CLASSES))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_sampled_points_match_numpy(name, data):
+    task, args, ref = _task(name)
+    point = tuple(data.draw(st.integers(0, d - 1), label=k) for k, d in
+                  zip(task.space.names, task.space.dims))
+    _check_point(task, args, ref, point)
+
+
+@pytest.mark.parametrize("name,kw", [("gemv_bias_tanh", dict(n=64, k=256)),
+                                     ("max_pool", dict(c=3, h=16, w=16)),
+                                     ("col_sum", dict(m=16, n=64)),
+                                     ("row_argmax", dict(m=4, n=64)),
+                                     ("softmax", dict(m=4, n=64)),
+                                     ("transpose", dict(m=64, n=32)),
+                                     ("layernorm", dict(m=4, n=64))])
+def test_every_form_and_placement_matches_numpy(name, kw):
+    """Each choice of the form/at/tile2d/auto_unroll knobs (others at their defaults), through
+    LLVM and the interpreter."""
+    task, args, ref = _task(name, **kw)
+    names = task.space.names
+    built = 0
+    for i, k in enumerate(names):
+        if not k.endswith((".form", ".at", ".tile2d", ".auto_unroll")):
+            continue
+        for j in range(task.space.dims[i]):
+            point = tuple(j if n == i else 0 for n in range(len(names)))
+            built += _check_point(task, args, ref, point, interpreter=(j % 2 == 0))
+    assert built > 0
+
+
+def test_auto_unroll_pragma_unrolls_small_loops_only():
+    A = td.placeholder((64, 4, 4), "float32", name="A")
+    k = td.reduce_axis((0, 4), name="k")
+    C = td.compute((64, 4), lambda i, j: td.sum(A[i, j, k], axis=k), name="C")
+    s = td.create_schedule(C.op)
+    s[C].pragma(C.op.axis[0], "auto_unroll_max_step", 16)
+    text = str(td.lower(s, [A, C]))
+    assert "for i in range(64" in text and "unrolled(4)" in text
+    s = td.create_schedule(C.op)
+    s[C].pragma(C.op.axis[0], "auto_unroll_max_step", 8)
+    text8 = str(td.lower(s, [A, C]))
+    # j would make 4 x 4 = 16 copies: only k is unrolled
+    assert text8.count("unrolled(") == 1
+    a = np.random.default_rng(0).uniform(-1, 1, (64, 4, 4)).astype("float32")
+    c = np.zeros((64, 4), np.float32)
+    td.build(s, [A, C], target="llvm")(a, c)
+    np.testing.assert_allclose(c, a.sum(-1), rtol=1e-5, atol=1e-5)
