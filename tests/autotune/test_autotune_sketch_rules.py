@@ -247,3 +247,42 @@ def test_auto_unroll_pragma_unrolls_small_loops_only():
     c = np.zeros((64, 4), np.float32)
     td.build(s, [A, C], target="llvm")(a, c)
     np.testing.assert_allclose(c, a.sum(-1), rtol=1e-5, atol=1e-5)
+
+
+# ---- CUDA: static resource checks, no timing without a GPU -------------------------------------
+def _big_matmul(n=1024):
+    A = td.placeholder((n, n), "float32", name="A")
+    B = td.placeholder((n, n), "float32", name="B")
+    r = td.reduce_axis((0, n), name="r")
+    return [A, B, td.compute((n, n), lambda i, j: td.sum(A[i, r] * B[r, j], axis=r), name="C")]
+
+
+def test_cuda_candidates_over_the_gpu_limits_are_illegal_before_any_build(monkeypatch):
+    """Shared memory, threads and registers are checked on the lowered candidate: an illegal
+    point becomes an invalid candidate without NVRTC (the CUDA code generator is not even
+    called), and every point that passes builds."""
+    import random
+    import tdsl.backends.cuda.codegen as codegen
+    task = autotune.create_auto_task(_big_matmul(), target="cuda")
+    calls = []
+    real = codegen.generate
+    monkeypatch.setattr(codegen, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = random.Random(0)
+    cands = [task.candidate(task.space.random(rng)) for _ in range(30)]
+    bad = [c for c in cands if not c.valid]
+    assert bad and all(c.error.startswith("GPUResourceError") for c in bad), bad[:1]
+    assert any("shared memory" in c.error for c in bad)
+    assert not calls
+    for c in [c for c in cands if c.valid][:3]:
+        td.build(replay(c.trace, task.outputs), task.args, target="cuda")
+
+
+def test_cuda_tuning_without_a_gpu_says_it_cannot_time(monkeypatch):
+    import tdsl.backends.cuda as cuda
+    monkeypatch.setattr(cuda, "has_device", lambda: False)
+    args, _ = matmul()
+    with pytest.raises(td.errors.TuningError, match="cannot be timed"):
+        autotune.auto_schedule(args, target="cuda", trials=4)
+    task = autotune.create_auto_task(args, target="cuda")
+    rep = autotune.verify_candidates(task, n=2)
+    assert rep["checked"] == 2 and rep["mismatch"] == []
