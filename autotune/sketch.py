@@ -19,7 +19,8 @@ schedule (facts from ``sketch_analysis``) and plans one rule per stage:
   ``cache_write(..., "local")`` stage computed at the outer tile (or the stage
   itself, computed at the tile of its elementwise consumer); ``pack`` knobs stage
   an input through a local copy (``cache_read``) made per parallel tile, offered
-  per input and only for inputs reused enough to repay the copy;
+  per input and only for inputs reused enough to repay the copy, at the parallel
+  tile or per step of the outer reduction loop (``pack_at``);
 * ``REDUCE`` — a memory-bound reduction (GEMV, row/column reductions, pooling,
   argmax, softmax/layernorm statistics): at root or computed at the row loop of
   its consumer, in one of several forms — plain (spatial axes fused and
@@ -258,6 +259,10 @@ class SketchSource:
             self.space.add(f"{p.name}.par", OtherOptionSpace([1, 2]))
             for inp in p.inputs:
                 self.space.add(f"{p.name}.pack.{inp}", OtherOptionSpace([0, 1]))
+            if p.inputs and p.reduce:
+                # where the copies are made: per parallel tile, or per step of the outer
+                # reduction loop (a panel of the reduction at a time)
+                self.space.add(f"{p.name}.pack_at", OtherOptionSpace([0, 1]))
 
     def _vector_widths(self, extent: int, bits: int) -> list[int]:
         """Vector lengths (multiples of the register width, up to ``max_vector``) that divide

@@ -102,8 +102,11 @@ class Apply:
             fused = outer.fuse(*[l[0] for l in loops])
             outer.parallel(fused)
             attach = loops[-1][1]
-        if sizes[-1][2] * sizes[-1][3] > 1:
-            outer.vectorize(loops[-1][2])
+        if sizes[-1][3] > 1:
+            # the write-back of the tile: vectors of the register tile's width (a loop of
+            # the whole level-2 extent would make one vector of hundreds of lanes)
+            _, wv = outer.split(loops[-1][2], factor=sizes[-1][3])
+            outer.vectorize(wv)
         inner.compute_at(outer, attach)
         b2, b3, r0, r1 = [], [], [], []
         for iv, sz in zip(inner.op.axis, sizes):
@@ -131,9 +134,13 @@ class Apply:
                 src = self.stage(inp)
                 cache = self.sch.cache_read(src.op.outputs[0], "local", [inner.op.outputs[0]])
                 cst = self.sch[cache]
-                cst.compute_at(outer, fused)
+                if self.val(f"{p.name}.pack_at", 0) and r0:
+                    cst.compute_at(inner, r0[-1])
+                else:
+                    cst.compute_at(outer, fused)
                 if len(cst.op.axis) > 0:
-                    cst.vectorize(cst.op.axis[-1])
+                    _, cv = cst.split(cst.op.axis[-1], factor=self.src.lanes(p.dtype_bits))
+                    cst.vectorize(cv)
         self._auto_unroll(p, outer, fused)
 
     # ---- TILE on the GPU -----------------------------------------------------------------------

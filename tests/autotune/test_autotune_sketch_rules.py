@@ -235,14 +235,14 @@ def test_auto_unroll_pragma_unrolls_small_loops_only():
     k = td.reduce_axis((0, 4), name="k")
     C = td.compute((64, 4), lambda i, j: td.sum(A[i, j, k], axis=k), name="C")
     s = td.create_schedule(C.op)
-    s[C].pragma(C.op.axis[0], "auto_unroll_max_step", 16)
+    s[C].pragma(C.op.axis[0], "auto_unroll_max_step", 32)
     text = str(td.lower(s, [A, C]))
-    assert "for i in range(64" in text and "unrolled(4)" in text
-    s = td.create_schedule(C.op)
-    s[C].pragma(C.op.axis[0], "auto_unroll_max_step", 8)
-    text8 = str(td.lower(s, [A, C]))
-    # j would make 4 x 4 = 16 copies: only k is unrolled
-    assert text8.count("unrolled(") == 1
+    assert "for i in range(64" in text and text.count("unrolled(4)") == 2
+    for limit, n_unrolled in ((16, 1), (0, 0)):
+        s = td.create_schedule(C.op)
+        s[C].pragma(C.op.axis[0], "auto_unroll_max_step", limit)
+        # j leaves 4 x (1 + 4) = 20 statements: over 16, so only k (4) is unrolled
+        assert str(td.lower(s, [A, C])).count("unrolled(") == n_unrolled
     a = np.random.default_rng(0).uniform(-1, 1, (64, 4, 4)).astype("float32")
     c = np.zeros((64, 4), np.float32)
     td.build(s, [A, C], target="llvm")(a, c)
@@ -286,3 +286,29 @@ def test_cuda_tuning_without_a_gpu_says_it_cannot_time(monkeypatch):
     task = autotune.create_auto_task(args, target="cuda")
     rep = autotune.verify_candidates(task, n=2)
     assert rep["checked"] == 2 and rep["mismatch"] == []
+
+
+@pytest.mark.parametrize("pack_at", [0, 1])
+def test_packed_inputs_at_either_location_match_numpy(pack_at):
+    """Both inputs of a matmul copied per parallel tile or per outer reduction step, at
+    sizes the tiles don't divide (tails), through LLVM and the interpreter."""
+    task, args, ref = _task("matmul", n=20, m=36, k=22)
+    values = {n: task.space.knobs[n].entities[0].value for n in task.space.names}
+    values.update({"C.pack.A": 1, "C.pack.B": 1, "C.pack_at": pack_at, "C.auto_unroll": 64})
+    values["C.R0"] = next(e.value for e in task.space.knobs["C.R0"].entities if e.value[1] > 1)
+    assert _check_point(task, args, ref, task.space.point_of(values), interpreter=True)
+
+
+@pytest.mark.parametrize("name,kw", [("gemv_bias_tanh", dict(n=32, k=64)),
+                                     ("max_pool", dict(c=2, h=8, w=8)),
+                                     ("row_argmax", dict(m=4, n=32)),
+                                     ("transpose", dict(m=32, n=16)),
+                                     ("softmax", dict(m=4, n=32)),
+                                     ("triad", dict(n=256))])
+def test_cuda_rules_for_each_class_emulate_correctly(name, kw):
+    """The GPU versions of the rules (thread-bound reductions, roots, materialized producers)
+    compile and compute the default schedule's answer under the CPU emulator."""
+    args, _ = CLASSES[name](**kw)
+    task = autotune.create_auto_task(args, target="cuda")
+    rep = autotune.verify_candidates(task, n=2, seed=1)
+    assert rep["checked"] >= 1 and rep["mismatch"] == [], rep
