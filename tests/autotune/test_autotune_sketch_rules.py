@@ -312,3 +312,39 @@ def test_cuda_rules_for_each_class_emulate_correctly(name, kw):
     task = autotune.create_auto_task(args, target="cuda")
     rep = autotune.verify_candidates(task, n=2, seed=1)
     assert rep["checked"] >= 1 and rep["mismatch"] == [], rep
+
+
+@pytest.mark.parametrize("name", ["gemv_bias_tanh", "softmax", "row_argmax", "max_pool"])
+def test_symbolic_rows_every_form_matches_numpy_at_other_sizes(name):
+    """A space made for a representative size of a symbolic dimension: every form and
+    placement builds and is right at that size and at sizes that don't divide its tiles."""
+    n = td.var("n")
+    build = {"gemv_bias_tanh": lambda: gemv_bias_tanh(n=n, k=64),
+             "softmax": lambda: softmax(m=n, n=48),
+             "row_argmax": lambda: row_argmax(m=n, n=48),
+             "max_pool": lambda: max_pool(c=n, h=12, w=12)}[name]
+    args, ref = build()
+    task = autotune.create_auto_task(args, sizes={"n": 16})
+    names = task.space.names
+    rng = np.random.default_rng(3)
+    checked = 0
+    for i, k in enumerate(names):
+        if not k.endswith((".form", ".at")):
+            continue
+        for j in range(task.space.dims[i]):
+            c = task.candidate(tuple(j if q == i else 0 for q in range(len(names))))
+            if not c.valid:
+                continue
+            f = td.build(replay(c.trace, task.outputs), task.args, target="llvm")
+            for size in (16, 7):
+                shapes = [[size if not isinstance(s, td.expr.Const) else int(s.value)
+                           for s in t.shape] for t in args]
+                ins = [rng.uniform(-1, 1, sh).astype("float32")
+                       for sh, t in zip(shapes, args) if isinstance(t.op, PlaceholderOp)]
+                expect = np.asarray(ref(*ins))
+                out = np.zeros(expect.shape, str(args[-1].dtype))
+                f(*ins, out)
+                np.testing.assert_allclose(out, expect, rtol=2e-4, atol=2e-4,
+                                           err_msg=f"{c.config} n={size}")
+            checked += 1
+    assert checked >= 2
