@@ -57,6 +57,12 @@ from .space import ConfigSpace, OtherOptionSpace, SplitSpace
 AUTO_UNROLL = [0, 16, 64, 512]
 #: The largest innermost tile factor.
 MAX_INNER = 64
+#: GPU tiling bounds: elements of one spatial axis a block covers, threads along one axis,
+#: and the reduction slice staged at a time (so two 128 x 32 float tiles: 32 KiB of shared
+#: memory).  Points past the limits that remain are refused by the static check.
+GPU_BLOCK_TILE = 128
+GPU_AXIS_THREADS = 32
+GPU_REDUCE_TILE = 32
 
 
 class Rule(enum.Enum):
@@ -245,14 +251,19 @@ class SketchSource:
         lanes = self.lanes(p.dtype_bits)
         for d, e in enumerate(p.spatial):
             last = d == n - 1
-            cap = self.max_vector if last else self.max_reg
+            cap = self.max_vector if last and not self.gpu else self.max_reg
             flt = None
             if last and e % lanes == 0 and not self.gpu:
                 flt = lambda sz, lanes=lanes: sz[-1] % lanes == 0      # whole vectors
+            elif self.gpu:
+                # a block's tile of this axis (what it stages in shared memory) and its
+                # threads along it: bounded so most points fit the GPU's limits
+                flt = lambda sz: math.prod(sz[1:]) <= GPU_BLOCK_TILE and sz[2] <= GPU_AXIS_THREADS
             self.space.add(f"{p.name}.S{d}", SplitSpace(e, levels, max_factor=cap, filter=flt))
         for r, e in enumerate(p.reduce):
+            flt = (lambda sz: math.prod(sz[1:]) <= GPU_REDUCE_TILE) if self.gpu else None
             self.space.add(f"{p.name}.R{r}", SplitSpace(e, 3 if self.gpu else 2,
-                                                       max_factor=self.max_inner))
+                                                       max_factor=self.max_inner, filter=flt))
         if not self.gpu:
             self.space.add(f"{p.name}.unroll", OtherOptionSpace([0, 1, 2]))
             self.space.add(f"{p.name}.auto_unroll", OtherOptionSpace(AUTO_UNROLL))

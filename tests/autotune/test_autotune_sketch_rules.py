@@ -270,8 +270,27 @@ def test_cuda_candidates_over_the_gpu_limits_are_illegal_before_any_build(monkey
     rng = random.Random(0)
     cands = [task.candidate(task.space.random(rng)) for _ in range(30)]
     bad = [c for c in cands if not c.valid]
-    assert bad and all(c.error.startswith("GPUResourceError") for c in bad), bad[:1]
-    assert any("shared memory" in c.error for c in bad)
+    assert all(c.error.startswith("GPUResourceError") for c in bad), bad[:1]
+    # the space's GPU bounds keep most random points legal
+    assert len(bad) <= 10, [c.error[:120] for c in bad]
+    # a hand-made schedule staging 256 x 512 tiles of A and B in shared memory
+    A, B, C = task.args
+    s = td.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=256)
+    jo, ji = s[C].split(j, factor=256)
+    s[C].reorder(io, jo, ii, ji)
+    s[C].bind(s[C].fuse(io, jo), td.thread_axis("blockIdx.x"))
+    t, _ = s[C].split(s[C].fuse(ii, ji), nparts=256)
+    s[C].bind(t, td.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], t)
+    ko, _ = s[CL].split(CL.op.reduce_axis[0], factor=512)
+    for inp in (A, B):
+        sh = s.cache_read(inp, "shared", [CL])
+        s[sh].compute_at(s[CL], ko)
+    huge = task.lower_trace(s.trace.to_json())
+    assert not huge.valid and "shared memory" in huge.error, huge.error[:200]
     assert not calls
     for c in [c for c in cands if c.valid][:3]:
         td.build(replay(c.trace, task.outputs), task.args, target="cuda")
