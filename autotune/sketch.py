@@ -313,6 +313,8 @@ class SketchSource:
         self._root_knobs(p)
 
     def _root_knobs(self, p: StagePlan) -> None:
+        if not p.spatial:
+            return              # a 0-d result: one point, nothing to split
         one_d = len(p.spatial) == 1 and not self.gpu
         self.space.add(f"{p.name}.inner", SplitSpace(p.spatial[-1], 3 if one_d else 2,
                                                      max_factor=self.max_vector))

@@ -250,7 +250,7 @@ class Apply:
         st = self.stage(p.name)
         if self._can_go_to_row(p, self.val(f"{p.name}.at") == Place.ROW):
             st.compute_at(self.stage(p.attach_to), self.row_loop[p.attach_to])
-            v = self.cfg[f"{p.name}.inner"].size[-1]
+            v = self.cfg[f"{p.name}.inner"].size[-1] if st.op.axis else 1
             if v > 1:
                 _, ji = st.split(st.op.axis[-1], factor=v)
                 st.vectorize(ji)
@@ -259,6 +259,8 @@ class Apply:
 
     def _root(self, p: StagePlan, st: Any) -> None:
         axes = list(st.op.axis)
+        if not axes:
+            return
         gpu = self.src.gpu
         tile = self.val(f"{p.name}.tile2d", 0)
         if tile and not gpu:
