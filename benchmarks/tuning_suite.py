@@ -190,12 +190,24 @@ SUITE = {"matmul": matmul, "dense": dense, "batch_matmul": batch_matmul, "conv2d
 
 
 # ---- timing ------------------------------------------------------------------------------------
+#: A contender slower than this per call (a naive default schedule) is sampled in the
+#: first ``SLOW_ROUNDS`` rounds only: it cannot be close to the others, and nine rounds of
+#: a 3-second naive matmul would take longer than tuning.
+SLOW_SECONDS = 0.5
+SLOW_ROUNDS = 3
+
+
 def interleaved(contenders: dict, rounds: int, min_ms: float = 20.0) -> dict:
     """Median seconds per call of each contender: each sample runs it ``number`` times
     (enough for ``min_ms``), one sample of each per round, the order rotated per round."""
-    numbers = {}
+    numbers, slow = {}, set()
     for name, fn in contenders.items():
+        t0 = time.perf_counter()
         fn()
+        if time.perf_counter() - t0 > SLOW_SECONDS:
+            slow.add(name)
+            numbers[name] = 1
+            continue
         t0 = time.perf_counter()
         fn()
         one = max(time.perf_counter() - t0, 1e-7)
@@ -204,6 +216,8 @@ def interleaved(contenders: dict, rounds: int, min_ms: float = 20.0) -> dict:
     names = list(contenders)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
+            if name in slow and r >= SLOW_ROUNDS:
+                continue
             fn, k = contenders[name], numbers[name]
             t0 = time.perf_counter()
             for _ in range(k):
