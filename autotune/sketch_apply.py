@@ -17,6 +17,11 @@ from .replay import fresh_schedule
 from .sketch import Form, Place, Rule, SketchSource, StagePlan, stage_labels
 
 
+def _first(tensors: Any) -> Any:
+    """The first tensor of ``rfactor``'s result (a list for a tuple reduction: argmax)."""
+    return tensors[0] if isinstance(tensors, (list, tuple)) else tensors
+
+
 class Apply:
     """One application of the sketch rules with knob values ``cfg``."""
 
@@ -199,14 +204,14 @@ class Apply:
         if mode == Form.RF_VECTOR:
             _, ki = st.split(k, factor=factor)
             rf = self.sch.rfactor(st.op.outputs[0], ki, factor_axis=len(st.op.axis))
-            rst = self.sch[rf]
+            rst = self.sch[_first(rf)]
             rk = rst.op.reduce_axis[0]
             rst.reorder(*rst.op.axis[:-1], rk, rst.op.axis[-1])
             rst.vectorize(rst.op.axis[-1])
         else:
             ko, _ = st.split(k, nparts=factor)
             rf = self.sch.rfactor(st.op.outputs[0], ko, factor_axis=0)
-            rst = self.sch[rf]
+            rst = self.sch[_first(rf)]
             rst.parallel(rst.op.axis[0])
         return (mode, rst)
 
