@@ -24,7 +24,7 @@ from .space import ConfigSpace, SplitEntity, OtherOptionEntity, ReorderEntity
 from .task import Task, create_task
 from .template import Config, Template, get_config, template
 from .tuner import GridSearchTuner, RandomTuner, TuneResult, Tuner, XGBTuner
-from .auto_schedule import auto_schedule, create_auto_task
+from .auto_schedule import auto_schedule, create_auto_task, verify_candidates
 from .dynamic import DispatchModule, build_dynamic, tune_dynamic
 from .distributed import DaskRunner
 from .progress import progress_bar
@@ -38,6 +38,6 @@ __all__ = [
     "measure_option", "MeasureOption", "LocalBuilder", "LocalRunner", "MeasureInput",
     "MeasureResult", "MeasureErrorNo",
     "Database", "Record", "open_database", "apply_history_best", "ApplyHistoryBest",
-    "auto_schedule", "create_auto_task", "tune_dynamic", "build_dynamic", "DispatchModule",
+    "auto_schedule", "create_auto_task", "verify_candidates", "tune_dynamic", "build_dynamic", "DispatchModule",
     "progress_bar", "plot_tuning_curve", "DaskRunner",
 ]

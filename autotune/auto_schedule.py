@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from tdsl.errors import TuningError
 from tdsl.keywords import check_keywords
-from tdsl.target import as_target
+from tdsl.target import TargetKind, as_target
 from tdsl.tensor import PlaceholderOp, Tensor
 
 from .database import Database, open_database
@@ -20,6 +20,7 @@ from .dispatch import best_record, schedule_from_record
 from .measure import MeasureOption
 from .replay import fresh_schedule
 from .sketch import SketchSource
+from .irutil import eval_int
 from .task import Task, size_vars
 
 
@@ -50,6 +51,56 @@ def create_auto_task(outputs: Sequence[Any], target: Any = "llvm",
     return Task(name or "_".join(t.name for t in outs), args, tgt, source, sizes)
 
 
+def check_can_time(task: Task) -> None:
+    """A CUDA task needs a GPU to time its candidates: without one, say so (``TuningError``)
+    and point at ``verify_candidates``, which checks them without timing."""
+    if task.target.kind is not TargetKind.CUDA:
+        return
+    from tdsl.backends.cuda import has_device
+    if not has_device():
+        raise TuningError(f"auto_schedule: no usable CUDA GPU here, so the candidates of "
+                          f"{task.name!r} for '{task.target}' cannot be timed.  "
+                          f"autotune.verify_candidates(task) compiles them (NVRTC when "
+                          f"installed) and runs them under the CPU emulator against the "
+                          f"default schedule, without timing; tune on a machine with a GPU")
+
+
+def verify_candidates(task: Task, n: int = 8, seed: int = 0) -> dict:
+    """Check up to ``n`` random legal candidates of ``task`` without timing them: each is
+    built for the task's target and, for CUDA, run under the CPU emulator (``emulate``) on
+    random inputs and compared with the default schedule built for the CPU.  Returns
+    ``{"checked": k, "illegal": m, "mismatch": [configs]}``."""
+    import random
+
+    import numpy as np
+
+    import tdsl as td
+    from .replay import replay
+    rng = random.Random(seed)
+    data = np.random.default_rng(seed)
+    ins = [data.uniform(-1, 1, [eval_int(s, task.sizes, 1) for s in t.shape]).astype(str(t.dtype))
+           for t in task.args if isinstance(t.op, PlaceholderOp)]
+    outs = [np.zeros([eval_int(s, task.sizes, 1) for s in t.shape], str(t.dtype))
+            for t in task.args if not isinstance(t.op, PlaceholderOp)]
+    expect = [o.copy() for o in outs]
+    td.build(fresh_schedule(task.outputs), task.args, target="llvm")(*ins, *expect)
+    report: dict = {"checked": 0, "illegal": 0, "mismatch": []}
+    tries = 0
+    while report["checked"] < n and tries < 20 * n:
+        tries += 1
+        c = task.candidate(task.space.random(rng))
+        if not c.valid:
+            report["illegal"] += 1
+            continue
+        f = td.build(replay(c.trace, task.outputs), task.args, target=task.target)
+        got = [np.zeros_like(o) for o in outs]
+        (f.emulate if task.target.kind is TargetKind.CUDA else f)(*ins, *got)
+        report["checked"] += 1
+        if not all(np.allclose(g, e, rtol=1e-3, atol=1e-3) for g, e in zip(got, expect)):
+            report["mismatch"].append(c.config)
+    return report
+
+
 @check_keywords
 def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64,
                   db: "Database | str | None" = None, measure_option: "MeasureOption | None" = None,
@@ -68,6 +119,8 @@ def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64
     """
     from .tuner import RandomTuner, XGBTuner
     task = create_auto_task(outputs, target, sizes)
+    if trials > 0:
+        check_can_time(task)
     database = open_database(db)
     if tuner == "xgb":
         t = XGBTuner(task, seed=seed, transfer_from=database if transfer else None)

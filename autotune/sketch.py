@@ -1,26 +1,38 @@
 """Sketches: a schedule space generated from the computation, with no per-operator code.
 
 ``SketchSource(outputs, target, sizes)`` classifies each stage of the default
-schedule and plans one rule per stage:
+schedule (facts from ``sketch_analysis``) and plans one rule per stage:
 
 * ``INLINE`` — an elementwise stage that is not an output: ``compute_inline``;
-* ``TILE`` — a reduction with data reuse (some input is read without some
-  spatial axis: matmul, batch matmul, conv2d, depthwise conv): multi-level
-  tiling, ``SSRSRS`` on the CPU (spatial axes in 4 levels, reduction axes in 2;
-  outer levels fused and parallel, innermost vectorized, register tile unroll
-  knob), ``SSSRRSRS`` on the GPU (block / virtual thread / thread levels bound,
-  inputs staged through shared memory with cooperative fetching).  The
-  accumulator is a ``cache_write(..., "local")`` stage computed at the outer tile
-  (or the stage itself, computed at the tile of its elementwise consumer);
-  ``pack`` knobs stage reused inputs through a local copy (``cache_read``) made
-  per parallel tile;
-* ``REDUCE`` — a reduction without reuse (softmax, layernorm statistics): at
-  root or computed at the row loop of its consumer, optionally ``rfactor``-ed
-  (vectorized partial sums, or partial sums in parallel when the spatial extent
-  gives too little parallelism);
+* ``MATERIALIZE`` — an elementwise stage that is not an output, calls a costly
+  math function (exp, tanh, erf...) and is read more than once per point
+  (softmax's ``exp``): inlining would compute it twice, so a knob keeps it at
+  root (parallel, vectorized), computes it at the row loop of the output that
+  consumes it, or inlines it anyway;
+* ``TILE`` — a reduction with data reuse worth tiling (some input is read without
+  some spatial axis and used many times per element: matmul, batch matmul,
+  conv2d, depthwise conv): multi-level tiling, ``SSRSRS`` on the CPU (spatial
+  axes in 4 levels, reduction axes in 2; outer levels fused and parallel,
+  innermost vectorized, register-tile unroll and ``auto_unroll_max_step`` knobs),
+  ``SSSRRSRS`` on the GPU (block / virtual thread / thread levels bound, inputs
+  staged through shared memory with cooperative fetching).  The accumulator is a
+  ``cache_write(..., "local")`` stage computed at the outer tile (or the stage
+  itself, computed at the tile of its elementwise consumer); ``pack`` knobs stage
+  an input through a local copy (``cache_read``) made per parallel tile, offered
+  per input and only for inputs reused enough to repay the copy, at the parallel
+  tile or per step of the outer reduction loop (``pack_at``);
+* ``REDUCE`` — a memory-bound reduction (GEMV, row/column reductions, pooling,
+  argmax, softmax/layernorm statistics): at root or computed at the row loop of
+  its consumer, in one of several forms — plain (spatial axes fused and
+  parallel), ``rfactor`` with vectorized partial sums, ``rfactor`` with partial
+  sums in parallel (too little spatial parallelism), or the innermost spatial
+  axis vectorized with the reduction loops moved inside it (column reductions,
+  pooling) — with an ``auto_unroll_max_step`` knob when its loops are short;
 * ``ROOT`` — an elementwise output: outer axes fused and parallel, innermost
-  split and vectorized.
+  split and vectorized (1-D: parallel, serial and vector levels); transposes
+  also get a 2-D tile knob.
 
+Vector lanes and the core count come from the target (``tdsl.target.cpu_facts``).
 Knobs (named ``<stage>.<knob>``) hold tile sizes and annotations;
 ``schedule(point)`` applies the rules to a fresh schedule, recording the trace.
 """
@@ -31,25 +43,51 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from tdsl.expr import Reduce, TensorLoad
-from tdsl.target import Target, TargetKind
+from tdsl.expr import TensorLoad
+from tdsl.target import Target, TargetKind, cpu_facts
 from tdsl.tensor import ComputeOp, IterVar
-from tdsl.visitor import free_vars, post_order_visit
+from tdsl.visitor import post_order_visit
 
+from . import sketch_analysis as facts
 from .irutil import eval_int
 from .replay import fresh_schedule
 from .space import ConfigSpace, OtherOptionSpace, SplitSpace
 
-#: float32 lanes of a 512-bit vector; the innermost vectorized tile is bounded by 4x this.
-VECTOR_LANES = 16
-CPU_CORES_HINT = 2
+#: ``auto_unroll_max_step`` choices (MetaSchedule's and Ansor's CPU set).
+AUTO_UNROLL = [0, 16, 64, 512]
+#: The largest innermost tile factor.
+MAX_INNER = 64
+#: GPU tiling bounds: elements of one spatial axis a block covers, threads along one axis,
+#: and the reduction slice staged at a time (so two 128 x 32 float tiles: 32 KiB of shared
+#: memory).  Points past the limits that remain are refused by the static check.
+GPU_BLOCK_TILE = 128
+GPU_AXIS_THREADS = 32
+GPU_REDUCE_TILE = 32
 
 
 class Rule(enum.Enum):
     INLINE = "inline"
+    MATERIALIZE = "materialize"
     TILE = "tile"
     REDUCE = "reduce"
     ROOT = "root"
+
+
+class Form(enum.IntEnum):
+    """How a REDUCE stage runs (the first element of its ``form`` knob)."""
+
+    PLAIN = 0          # spatial axes fused and parallel, reduction loops inside
+    RF_VECTOR = 1      # rfactor: vectorized partial results over the inner reduction part
+    RF_PARALLEL = 2    # rfactor: partial results of the outer reduction part in parallel
+    SPATIAL_VECTOR = 3  # innermost spatial axis split; its inner part vectorized, reductions inside
+
+
+class Place(enum.IntEnum):
+    """Where a MATERIALIZE stage is computed (its ``at`` knob)."""
+
+    INLINE = 0
+    ROW = 1
+    ROOT = 2
 
 
 @dataclass
@@ -58,28 +96,12 @@ class StagePlan:
     rule: Rule
     spatial: list[int] = field(default_factory=list)   # extents of the spatial axes
     reduce: list[int] = field(default_factory=list)    # extents of the reduction axes
+    dtype_bits: int = 32
     consumer: Optional[str] = None                     # TILE: fused elementwise consumer
-    inputs: list[str] = field(default_factory=list)    # TILE: names of inputs that can be packed
-    attach_to: Optional[str] = None                    # REDUCE: the ROOT consumer it may go in
-
-
-def _has_reuse(op: ComputeOp) -> bool:
-    """Some input is read with an index that ignores some spatial axis."""
-    spatial = {iv.var for iv in op.axis}
-    found = False
-
-    def visit(n: Any) -> None:
-        nonlocal found
-        if isinstance(n, TensorLoad):
-            used: set = set()
-            for i in n.indices:
-                used |= free_vars(i)
-            if spatial - used:
-                found = True
-    for b in op.body:
-        for s in (b.source if isinstance(b, Reduce) else (b,)):
-            post_order_visit(s, visit)
-    return found
+    inputs: list[str] = field(default_factory=list)    # TILE: inputs worth packing
+    reads: list[str] = field(default_factory=list)     # TILE: every input (GPU shared staging)
+    attach_to: Optional[str] = None                    # REDUCE/MATERIALIZE: a ROOT with a row loop
+    transpose: bool = False                            # ROOT: reads an input transposed
 
 
 def stage_labels(sch: Any) -> dict[int, str]:
@@ -110,26 +132,46 @@ def _reads_at_own_axes(consumer: ComputeOp, producer: Any) -> bool:
 
 
 class SketchSource:
-    """The generated space of a computation (a ``CandidateSource`` for ``Task``)."""
+    """The generated space of a computation (a ``CandidateSource`` for ``Task``).
+
+    ``lanes``/``cores`` override the target's vector lanes (32-bit) and core count.
+    """
 
     def __init__(self, outputs: Sequence[Any], target: Target, sizes: Mapping[str, int],
-                 max_vector: int = 4 * VECTOR_LANES, max_inner: int = 16, max_reg: int = 8,
-                 cores: int = CPU_CORES_HINT):
+                 max_vector: int = MAX_INNER, max_inner: int = MAX_INNER, max_reg: int = 8,
+                 cores: "int | None" = None, lanes: "int | None" = None):
         self.outputs = list(outputs)
         self.target = target
         self.gpu = target.kind is TargetKind.CUDA
         self.sizes = dict(sizes)
+        cpu = None if self.gpu else cpu_facts(target)
+        self.vector_bits = cpu.vector_bits if cpu else 128
+        self.lanes32 = lanes or (cpu.lanes(32) if cpu else 4)
+        self.cores = cores or (cpu.cores if cpu else 1)
         self.max_vector = max_vector
         self.max_inner = max_inner
         self.max_reg = max_reg
-        self.cores = cores
         self.space = ConfigSpace()
         self.plans: list[StagePlan] = []
         self._analyze()
 
+    def lanes(self, bits: int) -> int:
+        return max(1, self.lanes32 * 32 // max(8, bits))
+
     # ---- analysis ---------------------------------------------------------------------------
     def _ext(self, iv: IterVar) -> int:
         return max(1, eval_int(iv.dom.extent, self.sizes, 1))
+
+    def _classify(self, sch: Any, st: Any) -> Rule:
+        op = st.op
+        if op.reduce_axis:
+            return Rule.TILE if facts.reuse_worth_tiling(op, self.sizes) else Rule.REDUCE
+        if st.is_output:
+            return Rule.ROOT
+        readers = [r.op for r in sch.readers(st)]
+        if facts.expensive(op) and facts.read_count(op, readers) > 1:
+            return Rule.MATERIALIZE
+        return Rule.INLINE
 
     def _analyze(self) -> None:
         sch = fresh_schedule(self.outputs)
@@ -139,13 +181,10 @@ class SketchSource:
             if st.is_placeholder:
                 continue
             op = st.op
-            sp = [self._ext(iv) for iv in op.axis]
-            rd = [self._ext(iv) for iv in op.reduce_axis]
-            if not op.reduce_axis:
-                rule = Rule.ROOT if st.is_output else Rule.INLINE
-            else:
-                rule = Rule.TILE if _has_reuse(op) else Rule.REDUCE
-            plans[lab[id(st)]] = StagePlan(lab[id(st)], rule, sp, rd)
+            plans[lab[id(st)]] = StagePlan(
+                lab[id(st)], self._classify(sch, st), [self._ext(iv) for iv in op.axis],
+                [self._ext(iv) for iv in op.reduce_axis], op.output(0).dtype.bits,
+                transpose=facts.is_transpose(op))
         for st in sch.stages:
             if lab[id(st)] in plans and plans[lab[id(st)]].rule is Rule.INLINE:
                 st.compute_inline()
@@ -157,14 +196,15 @@ class SketchSource:
             root_cons = [c for c in cons
                          if plans.get(lab[id(c)]) and plans[lab[id(c)]].rule is Rule.ROOT]
             if plan.rule is Rule.TILE:
-                plan.inputs = [lab[id(sch[t.op])] for t in st.op.input_tensors]
+                keep = {id(t) for t in facts.packable_inputs(st.op, self.sizes)}
+                plan.inputs = [lab[id(sch[t.op])] for t in st.op.input_tensors if id(t) in keep]
+                plan.reads = [lab[id(sch[t.op])] for t in st.op.input_tensors]
                 if not st.is_output and len(cons) == 1 and root_cons and \
                         plans[lab[id(cons[0])]].spatial == plan.spatial and \
                         _reads_at_own_axes(cons[0].op, st.op):
                     plan.consumer = lab[id(cons[0])]
-            elif plan.rule is Rule.REDUCE and not st.is_output and len(root_cons) == 1 and \
-                    plans[lab[id(root_cons[0])]].spatial[:len(plan.spatial)] == plan.spatial:
-                plan.attach_to = lab[id(root_cons[0])]
+            elif not st.is_output:
+                plan.attach_to = self._row_target(sch, st, plans, lab)
         self.plans = [plans[n] for n in plans]
         fused_consumers = {p.consumer for p in self.plans if p.consumer}
         for p in self.plans:
@@ -172,265 +212,119 @@ class SketchSource:
                 self._tile_knobs(p)
             elif p.rule is Rule.REDUCE:
                 self._reduce_knobs(p)
+            elif p.rule is Rule.MATERIALIZE:
+                self._materialize_knobs(p)
             elif p.rule is Rule.ROOT and p.name not in fused_consumers:
                 self._root_knobs(p)
+
+    def _row_target(self, sch: Any, st: Any, plans: dict, lab: dict) -> Optional[str]:
+        """The one ROOT output every path from ``st`` ends at (through REDUCE and MATERIALIZE
+        stages), when its row loop (all axes but the last) is a prefix of ``st``'s axes."""
+        ends: set[str] = set()
+        stack, seen = [st], set()
+        while stack:
+            cur = stack.pop()
+            for c in sch.consumers(cur):
+                p = plans.get(lab[id(c)])
+                if p is None or id(c) in seen:
+                    continue
+                seen.add(id(c))
+                if p.rule is Rule.ROOT:
+                    ends.add(p.name)
+                elif p.rule in (Rule.REDUCE, Rule.MATERIALIZE):
+                    stack.append(c)
+                else:
+                    return None
+        if len(ends) != 1:
+            return None
+        end = plans[next(iter(ends))]
+        me = plans[lab[id(st)]]
+        row = end.spatial[:-1]
+        if not row or me.spatial[:len(row)] != row or end.transpose:
+            return None
+        return end.name
 
     # ---- knobs ------------------------------------------------------------------------------
     def _tile_knobs(self, p: StagePlan) -> None:
         n = len(p.spatial)
         levels = 5 if self.gpu else 4
-        lanes = VECTOR_LANES
+        lanes = self.lanes(p.dtype_bits)
         for d, e in enumerate(p.spatial):
             last = d == n - 1
-            cap = self.max_vector if last else self.max_reg
+            cap = self.max_vector if last and not self.gpu else self.max_reg
             flt = None
             if last and e % lanes == 0 and not self.gpu:
                 flt = lambda sz, lanes=lanes: sz[-1] % lanes == 0      # whole vectors
+            elif self.gpu:
+                # a block's tile of this axis (what it stages in shared memory) and its
+                # threads along it: bounded so most points fit the GPU's limits
+                flt = lambda sz: math.prod(sz[1:]) <= GPU_BLOCK_TILE and sz[2] <= GPU_AXIS_THREADS
             self.space.add(f"{p.name}.S{d}", SplitSpace(e, levels, max_factor=cap, filter=flt))
         for r, e in enumerate(p.reduce):
+            flt = (lambda sz: math.prod(sz[1:]) <= GPU_REDUCE_TILE) if self.gpu else None
             self.space.add(f"{p.name}.R{r}", SplitSpace(e, 3 if self.gpu else 2,
-                                                       max_factor=self.max_inner))
+                                                       max_factor=self.max_inner, filter=flt))
         if not self.gpu:
             self.space.add(f"{p.name}.unroll", OtherOptionSpace([0, 1, 2]))
+            self.space.add(f"{p.name}.auto_unroll", OtherOptionSpace(AUTO_UNROLL))
             self.space.add(f"{p.name}.par", OtherOptionSpace([1, 2]))
             for inp in p.inputs:
                 self.space.add(f"{p.name}.pack.{inp}", OtherOptionSpace([0, 1]))
+            if p.inputs and p.reduce:
+                # where the copies are made: per parallel tile, or per step of the outer
+                # reduction loop (a panel of the reduction at a time)
+                self.space.add(f"{p.name}.pack_at", OtherOptionSpace([0, 1]))
+
+    def _vector_widths(self, extent: int, bits: int) -> list[int]:
+        """Vector lengths (multiples of the register width, up to ``max_vector``) that divide
+        ``extent``; narrower powers of two when no whole register does."""
+        lanes = self.lanes(bits)
+        out = [v for v in (lanes, 2 * lanes, 4 * lanes, 8 * lanes)
+               if v <= max(self.max_vector, lanes) and v <= extent and extent % v == 0]
+        if not out:
+            out = [v for v in (lanes // 2, lanes // 4) if v >= 2 and v <= extent and
+                   extent % v == 0][:1]
+        return out
 
     def _reduce_knobs(self, p: StagePlan) -> None:
-        opts: list = [[0, 0]]
+        opts: list = [[int(Form.PLAIN), 0]]
+        lanes = self.lanes(p.dtype_bits)
         if len(p.reduce) == 1:
             e = p.reduce[0]
-            opts += [[1, f] for f in (8, 16, 32, 64) if f < e and e % f == 0]
+            opts += [[int(Form.RF_VECTOR), f] for f in sorted({8, 16, 32, 64, lanes, 2 * lanes})
+                     if 2 <= f < e and e % f == 0]
             if math.prod(p.spatial) < 2 * self.cores and not self.gpu:
-                opts += [[2, f] for f in (2, 4, 8, 16) if f < e and e % f == 0]
-        self.space.add(f"{p.name}.rfactor", OtherOptionSpace(opts))
+                opts += [[int(Form.RF_PARALLEL), f] for f in (2, 4, 8, 16) if f < e and e % f == 0]
+        if not self.gpu and p.spatial and p.spatial[-1] > 1:
+            opts += [[int(Form.SPATIAL_VECTOR), v]
+                     for v in self._vector_widths(p.spatial[-1], p.dtype_bits)]
+        self.space.add(f"{p.name}.form", OtherOptionSpace(opts))
         if p.attach_to is not None:
-            self.space.add(f"{p.attach_to}.reduce_at", OtherOptionSpace([1, 0]))
+            self.space.add(f"{p.name}.at", OtherOptionSpace([1, 0]))
+        if not self.gpu and math.prod(p.reduce) <= max(AUTO_UNROLL):
+            self.space.add(f"{p.name}.auto_unroll", OtherOptionSpace(AUTO_UNROLL))
+
+    def _materialize_knobs(self, p: StagePlan) -> None:
+        opts = [int(Place.ROOT)]
+        if p.attach_to is not None and not self.gpu:
+            opts.insert(0, int(Place.ROW))
+        opts.append(int(Place.INLINE))
+        self.space.add(f"{p.name}.at", OtherOptionSpace(opts))
+        self._root_knobs(p)
 
     def _root_knobs(self, p: StagePlan) -> None:
-        self.space.add(f"{p.name}.inner", SplitSpace(p.spatial[-1], 2, max_factor=self.max_vector))
+        if not p.spatial:
+            return              # a 0-d result: one point, nothing to split
+        one_d = len(p.spatial) == 1 and not self.gpu
+        self.space.add(f"{p.name}.inner", SplitSpace(p.spatial[-1], 3 if one_d else 2,
+                                                     max_factor=self.max_vector))
+        if p.transpose and not self.gpu:
+            tiles = [0] + [t for t in (8, 16, 32, 64)
+                           if t <= p.spatial[-1] and t <= p.spatial[-2]]
+            self.space.add(f"{p.name}.tile2d", OtherOptionSpace(tiles))
 
     # ---- applying ---------------------------------------------------------------------------
     def schedule(self, point: Sequence[int]) -> Any:
         cfg = {name: knob.entities[i] for (name, knob), i in zip(self.space.knobs.items(), point)}
-        return _Apply(self, cfg).run()
-
-
-class _Apply:
-    """One application of the sketch rules with knob values ``cfg``."""
-
-    def __init__(self, src: SketchSource, cfg: Mapping[str, Any]):
-        self.src = src
-        self.cfg = cfg
-        self.sch = fresh_schedule(src.outputs)
-        self.by_label = {lab: st for st in self.sch.stages
-                         for lab in (stage_labels(self.sch)[id(st)],)}
-        self.row_loop: dict[str, IterVar] = {}   # ROOT stage -> its fused outer loop
-        self.par_loop: dict[str, IterVar] = {}
-
-    def val(self, name: str) -> Any:
-        return self.cfg[name].value
-
-    def stage(self, label: str) -> Any:
-        return self.by_label[label]
-
-    def run(self) -> Any:
-        plans = self.src.plans
-        for p in plans:
-            if p.rule is Rule.INLINE:
-                self.stage(p.name).compute_inline()
-        locals_: dict[str, Any] = {}
-        for p in plans:
-            if p.rule is Rule.TILE and p.consumer is None:
-                st = self.stage(p.name)
-                out = self.sch.cache_write(st.op.outputs[0], "local")
-                locals_[p.name] = self.sch[out]
-        rfs: dict[str, Any] = {}
-        for p in plans:
-            if p.rule is Rule.REDUCE:
-                rfs[p.name] = self._rfactor(p)
-        for p in plans:
-            if p.rule is Rule.TILE:
-                if self.src.gpu:
-                    self._tile_gpu(p, locals_.get(p.name))
-                else:
-                    self._tile_cpu(p, locals_.get(p.name))
-        for p in plans:
-            if p.rule is Rule.ROOT and p.name not in {q.consumer for q in plans if q.consumer}:
-                self._root(p)
-        for p in plans:
-            if p.rule is Rule.REDUCE:
-                self._reduce(p, rfs[p.name])
-        return self.sch
-
-    # ---- TILE on the CPU ------------------------------------------------------------------------
-    def _tile_cpu(self, p: StagePlan, local: Any) -> None:
-        outer = self.stage(p.consumer) if p.consumer else self.stage(p.name)
-        inner = self.stage(p.name) if p.consumer else local
-        sizes = [self.val(f"{p.name}.S{d}") for d in range(len(p.spatial))]
-        loops = []
-        for iv, sz in zip(outer.op.axis, sizes):
-            o0, rest = outer.split(iv, factor=sz[1] * sz[2] * sz[3])
-            o1, o2 = outer.split(rest, factor=sz[2] * sz[3])
-            loops.append((o0, o1, o2))
-        outer.reorder(*[l[0] for l in loops], *[l[1] for l in loops], *[l[2] for l in loops])
-        par = self.val(f"{p.name}.par")
-        if par == 2:
-            fused = outer.fuse(*[l[0] for l in loops], *[l[1] for l in loops])
-            outer.parallel(fused)
-            attach = fused
-        else:
-            fused = outer.fuse(*[l[0] for l in loops])
-            outer.parallel(fused)
-            attach = loops[-1][1] if len(loops) > 0 else fused
-            if all(sz[1] == 1 for sz in sizes):
-                attach = loops[-1][1]
-        last = loops[-1][2]
-        if sizes[-1][2] * sizes[-1][3] > 1:
-            outer.vectorize(last)
-        inner.compute_at(outer, attach)
-        b2, b3, r0, r1 = [], [], [], []
-        for iv, sz in zip(inner.op.axis, sizes):
-            x2, x3 = inner.split(iv, factor=sz[3])
-            b2.append(x2)
-            b3.append(x3)
-        for r, iv in enumerate(inner.op.reduce_axis):
-            f = self.val(f"{p.name}.R{r}")
-            y0, y1 = inner.split(iv, factor=f[1])
-            r0.append(y0)
-            r1.append(y1)
-        inner.reorder(*r0, *b2, *r1, *b3)
-        if sizes[-1][3] > 1:
-            inner.vectorize(b3[-1])
-        unroll = self.val(f"{p.name}.unroll")
-        if unroll >= 1:
-            for x, sz in zip(b3[:-1], sizes[:-1]):
-                if sz[3] > 1:
-                    inner.unroll(x)
-        if unroll >= 2:
-            for y, r in zip(r1, range(len(r1))):
-                if self.val(f"{p.name}.R{r}")[1] > 1:
-                    inner.unroll(y)
-        for inp in p.inputs:
-            if self.val(f"{p.name}.pack.{inp}"):
-                src = self.stage(inp)
-                cache = self.sch.cache_read(src.op.outputs[0], "local", [inner.op.outputs[0]])
-                cst = self.sch[cache]
-                cst.compute_at(outer, fused)
-                ax = cst.op.axis
-                if len(ax) > 0:
-                    cst.vectorize(ax[-1])
-
-    # ---- TILE on the GPU -----------------------------------------------------------------------
-    def _tile_gpu(self, p: StagePlan, local: Any) -> None:
-        from tdsl.tensor import thread_axis
-        outer = self.stage(p.consumer) if p.consumer else self.stage(p.name)
-        inner = self.stage(p.name) if p.consumer else local
-        sizes = [self.val(f"{p.name}.S{d}") for d in range(len(p.spatial))]
-        lv: list[list] = [[], [], [], []]
-        for iv, sz in zip(outer.op.axis, sizes):
-            rest = iv
-            parts = []
-            for k in (1, 2, 3):
-                o, rest = outer.split(rest, factor=math.prod(sz[k:]))
-                parts.append(o)
-            parts.append(rest)
-            for k in range(4):
-                lv[k].append(parts[k])
-        outer.reorder(*lv[0], *lv[1], *lv[2], *lv[3])
-        bx = outer.fuse(*lv[0])
-        vt = outer.fuse(*lv[1])
-        tx = outer.fuse(*lv[2])
-        outer.bind(bx, thread_axis("blockIdx.x"))
-        outer.bind(vt, thread_axis("vthread"))
-        outer.bind(tx, thread_axis("threadIdx.x"))
-        inner.compute_at(outer, tx)
-        b3, b4, r0, r1, r2 = [], [], [], [], []
-        for iv, sz in zip(inner.op.axis, sizes):
-            x3, x4 = inner.split(iv, factor=sz[4])
-            b3.append(x3)
-            b4.append(x4)
-        for r, iv in enumerate(inner.op.reduce_axis):
-            f = self.val(f"{p.name}.R{r}")
-            y0, rest = inner.split(iv, factor=f[1] * f[2])
-            y1, y2 = inner.split(rest, factor=f[2])
-            r0.append(y0)
-            r1.append(y1)
-            r2.append(y2)
-        inner.reorder(*r0, *r1, *b3, *r2, *b4)
-        n_threads = math.prod(sz[2] for sz in sizes)
-        for inp in p.inputs:
-            src = self.sch.stage_by_name(inp)
-            cache = self.sch.cache_read(src.op.outputs[0], "shared", [inner.op.outputs[0]])
-            cst = self.sch[cache]
-            cst.compute_at(inner, r0[-1] if r0 else b3[0])
-            f = cst.fuse(*cst.op.axis)
-            _, t = cst.split(f, factor=max(1, n_threads))
-            cst.bind(t, thread_axis("threadIdx.x"))
-
-    # ---- REDUCE and ROOT -------------------------------------------------------------------------
-    def _rfactor(self, p: StagePlan) -> Any:
-        mode, factor = self.val(f"{p.name}.rfactor")
-        if not mode:
-            return None
-        st = self.stage(p.name)
-        k = st.op.reduce_axis[0]
-        if mode == 1:
-            ko, ki = st.split(k, factor=factor)
-            rf = self.sch.rfactor(st.op.outputs[0], ki, factor_axis=len(st.op.axis))
-            rst = self.sch[rf]
-            rk = rst.op.reduce_axis[0]
-            rst.reorder(*rst.op.axis[:-1], rk, rst.op.axis[-1])
-            rst.vectorize(rst.op.axis[-1])
-        else:
-            ko, ki = st.split(k, nparts=factor)
-            rf = self.sch.rfactor(st.op.outputs[0], ko, factor_axis=0)
-            rst = self.sch[rf]
-            rst.parallel(rst.op.axis[0])
-        return (mode, rst)
-
-    def _root(self, p: StagePlan) -> None:
-        st = self.stage(p.name)
-        axes = list(st.op.axis)
-        jo, ji = self.cfg[f"{p.name}.inner"].apply(self.sch, st.op.outputs[0], axes[-1])
-        if len(axes) > 1:
-            row = st.fuse(*axes[:-1]) if len(axes) > 2 else axes[0]
-            if self.src.gpu:
-                from tdsl.tensor import thread_axis
-                st.bind(row, thread_axis("blockIdx.x"))
-                st.bind(jo, thread_axis("threadIdx.x"))
-            else:
-                st.parallel(row)
-            self.row_loop[p.name] = row
-        elif self.src.gpu:
-            from tdsl.tensor import thread_axis
-            st.bind(jo, thread_axis("blockIdx.x"))
-            st.bind(ji, thread_axis("threadIdx.x"))
-            return
-        else:
-            st.parallel(jo)
-        if p.spatial[-1] > 1 and self.cfg[f"{p.name}.inner"].size[1] > 1 and not self.src.gpu:
-            st.vectorize(ji)
-
-    def _reduce(self, p: StagePlan, rf: Any) -> None:
-        st = self.stage(p.name)
-        at = p.attach_to is not None and self.val(f"{p.attach_to}.reduce_at") and \
-            p.attach_to in self.row_loop
-        if at:
-            st.compute_at(self.stage(p.attach_to), self.row_loop[p.attach_to])
-        else:
-            spatial = list(st.op.axis)
-            if spatial:
-                f = st.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-                if self.src.gpu:
-                    from tdsl.tensor import thread_axis
-                    o, i = st.split(f, factor=64)
-                    st.bind(o, thread_axis("blockIdx.x"))
-                    st.bind(i, thread_axis("threadIdx.x"))
-                elif rf is None or rf[0] != 2:
-                    st.parallel(f)
-        if rf is not None and rf[0] == 1:
-            rst = rf[1]
-            spatial_leaves = [v for v in st.leaf_iter_vars if v.kind.value == "spatial"]
-            if spatial_leaves:
-                rst.compute_at(st, spatial_leaves[-1])
+        from .sketch_apply import Apply
+        return Apply(self, cfg).run()

@@ -4,7 +4,10 @@ A candidate is a point of the space (one choice per knob).  ``Task.candidate``
 turns it into what gets measured: a schedule *trace* (JSON), replayed on a fresh
 schedule of the task's computation and lowered; an illegal point
 (``ScheduleError``/``LoweringError`` at replay or lower) becomes an invalid
-candidate, recorded and never retried.
+candidate, recorded and never retried.  For a CUDA target a lowered candidate is
+also checked against the GPU's limits (``check_gpu_resources``: threads, shared
+memory, local memory, registers) before anything is compiled; one over a limit is
+illegal too (``GPUResourceError``), so it costs no NVRTC run.
 
 The task key is the structural hash of the computation, the target and the
 representative sizes of its symbolic dimensions, so records of one task are
@@ -21,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
-from tdsl.errors import LoweringError, ScheduleError, ShapeError, TuningError
+from tdsl.errors import BuildError, LoweringError, ScheduleError, ShapeError, TuningError
 from tdsl.expr import Reduce
 from tdsl.keywords import check_keywords
 from tdsl.lowering import lower
 from tdsl.stmt import PrimFunc
 from tdsl.structural import structural_hash
-from tdsl.target import Target, as_target
+from tdsl.target import Target, TargetKind, as_target
 from tdsl.tensor import ComputeOp, PlaceholderOp, Tensor
 
 from .irutil import count_ops, eval_int, float_flops
@@ -213,12 +216,44 @@ class Task:
         try:
             sch = replay(trace, self.outputs)
             func = lower(sch, self.args, name=_symbol(self.name))
+            if self.target.kind is TargetKind.CUDA:
+                check_gpu_resources(func, self.target)
         except ILLEGAL as e:
             return Candidate(point, config or {}, trace, error=f"{type(e).__name__}: {e}")
+        except BuildError as e:
+            return Candidate(point, config or {}, trace, error=f"GPUResourceError: {e}")
         return Candidate(point, config or {}, trace, func, structural_hash(func))
 
     def __repr__(self) -> str:
         return f"Task({self.description}, target={self.target}, space={len(self.space)})"
+
+
+#: Registers a thread needs besides its local arrays (indices, addresses, loop counters):
+#: a rough allowance, so that a tile whose accumulators alone fill the register file is
+#: refused before it is built (ptxas would spill it to local memory).
+REGISTER_OVERHEAD = 24
+
+
+def check_gpu_resources(func: PrimFunc, target: Target) -> None:
+    """Every kernel of ``func`` within the GPU's limits, checked statically before anything is
+    compiled: block/grid sizes, threads per block, shared memory and local memory (the CUDA
+    backend's own build checks), and registers estimated from the per-thread local arrays
+    (4 bytes each) plus ``REGISTER_OVERHEAD``: at most ``max_registers_per_thread``, and
+    times the threads per block within the block's register file.  Raises ``BuildError``."""
+    from tdsl.backends.cuda.kernels import split_kernels
+    gpu = target.gpu
+    _, kernels = split_kernels(func, target)
+    for k in kernels:
+        regs = k.local_bytes // 4 + REGISTER_OVERHEAD
+        if regs > gpu.max_registers_per_thread:
+            raise BuildError(f"CUDA kernel '{k.name}' keeps {k.local_bytes} bytes of local arrays "
+                             f"per thread: about {regs} registers, over the "
+                             f"{gpu.max_registers_per_thread} a thread may have on sm_{gpu.sm}")
+        threads = k.threads_per_block
+        if threads is not None and regs * threads > gpu.registers_per_block:
+            raise BuildError(f"CUDA kernel '{k.name}': {threads} threads x about {regs} registers "
+                             f"= {regs * threads}, over the {gpu.registers_per_block} registers "
+                             f"of a block on sm_{gpu.sm}")
 
 
 def _symbol(name: str) -> str:

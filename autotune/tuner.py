@@ -9,7 +9,8 @@ from the database: programs already measured for the task count towards
 The first batch always holds the untuned programs (``default_candidates``: the
 default schedule, and ``ops.schedule``'s when the computation is made of
 ``tdsl.ops`` operators), so the result is never worse than untuned.  At the end
-the ``remeasure_top`` fastest programs (and the untuned ones) are timed again,
+the ``remeasure_top`` fastest programs (and the untuned ones within
+``REMEASURE_DEFAULT_WITHIN`` of the best) are timed again,
 round-robin over ``remeasure_rounds`` rounds (``MeasureOption.remeasure``); those
 figures go to the database (``Database.add_remeasure``) and pick the best.
 
@@ -41,6 +42,9 @@ from .measure import MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult,
 
 #: Config key marking an untuned program (its value says which: "default", "ops.schedule").
 DEFAULT_KEY = "__default__"
+#: The final re-measurement re-times an untuned program only when its search figure is
+#: within this factor of the best one's.
+REMEASURE_DEFAULT_WITHIN = 2.0
 from .search import CandidatePool, EvolutionarySearch
 from .task import Candidate, Task
 
@@ -236,7 +240,11 @@ class Tuner:
             if r.valid:
                 first.setdefault(r.prog_hash, r)
         ranked = sorted(first.values(), key=lambda r: r.search_cost)
-        chosen = ranked[:k] + [r for r in ranked[k:] if DEFAULT_KEY in r.config]
+        # an untuned program far slower than the best cannot win: re-timing it (a naive
+        # 512^3 matmul runs for a second) would only eat the budget
+        near = ranked[0].search_cost * REMEASURE_DEFAULT_WITHIN if ranked else 0.0
+        chosen = ranked[:k] + [r for r in ranked[k:]
+                               if DEFAULT_KEY in r.config and r.search_cost <= near]
         if not chosen:
             return
         latest = max(r.final_pass for r in first.values())

@@ -1,7 +1,15 @@
-"""Autotuning benchmark: tdsl's tuner on matmul 1024^3 fp32, side by side with NumPy.
+"""Autotuning benchmark: tdsl's tuner on matmul 1024^3 fp32, side by side with NumPy; and
+the operator suite.
 
     python benchmarks/bench_tuning.py [--budget 120] [--trials 400] [--transfer-trials 48]
                                       [--conv] [--db bench.db]
+    python benchmarks/bench_tuning.py --suite [--only NAME[,NAME]] [--trials 64] [--rounds 9]
+
+``--suite`` (``tuning_suite.py``) tunes each of 12 operators with ``auto_schedule``'s
+space and a fresh database, and prints per operator: tuning seconds, tuned/default (and
+tuned/``ops.schedule``), tuned against the best of NumPy and PyTorch (interleaved
+medians, same thread count), and how the best record's recorded time agrees with the
+re-measurement here; then the suite's medians.
 
 Reports: tuning wall time, trials per minute, best GFLOP/s and its ratio to NumPy
 (measured in the same run, before and after tuning), the time and trial at which
@@ -140,7 +148,14 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--size", type=int, default=1024)
     p.add_argument("--budget", type=float, default=120.0, help="tuning seconds for the main task")
-    p.add_argument("--trials", type=int, default=400)
+    p.add_argument("--trials", type=int, default=None,
+                   help="tuning trials (default: 400; 64 per operator with --suite)")
+    p.add_argument("--suite", action="store_true", help="tune and compare the operator suite")
+    p.add_argument("--only", default="", help="with --suite: a comma-separated subset")
+    p.add_argument("--rounds", type=int, default=9, help="with --suite: interleaved rounds")
+    p.add_argument("--threads", type=int, default=0,
+                   help="with --suite: threads for every contender (default: all CPUs)")
+    p.add_argument("--list", action="store_true", help="list the suite's operators")
     p.add_argument("--transfer-size", type=int, default=768)
     p.add_argument("--transfer-trials", type=int, default=48)
     p.add_argument("--transfer-repeats", type=int, default=2)
@@ -148,6 +163,16 @@ def main() -> None:
     p.add_argument("--conv-only", action="store_true")
     p.add_argument("--db", default=None)
     ns = p.parse_args()
+    if ns.list or ns.suite:
+        _reexec_without_blas_overrides()
+        import tuning_suite
+        if ns.list:
+            print("\n".join(tuning_suite.SUITE))
+            return
+        only = [x for x in ns.only.split(",") if x]
+        tuning_suite.run_suite(only, ns.trials or 64, ns.rounds, ns.threads, ns.db)
+        return
+    ns.trials = ns.trials or 400
     _reexec_without_blas_overrides()
     if os.environ.get("TDSL_BENCH_REEXEC"):
         print(f"(re-executed without {os.environ['TDSL_BENCH_REEXEC']} so NumPy runs at its best)")

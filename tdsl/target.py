@@ -157,3 +157,46 @@ def as_target(target: Any) -> Target:
         else:
             extra.append((key, value))
     return Target(kind, options=tuple(extra), **kw)
+
+
+@dataclass(frozen=True)
+class CPUFacts:
+    """What the schedule search needs to know about a CPU target: the width of its vector
+    registers and how many cores run a parallel loop."""
+
+    vector_bits: int
+    cores: int
+
+    def lanes(self, dtype_bits: int = 32) -> int:
+        """Elements of ``dtype_bits`` bits in one vector register (at least 1)."""
+        return max(1, self.vector_bits // max(1, dtype_bits))
+
+
+def _vector_bits(arch: str, features: set[str]) -> int:
+    if arch in ("x86_64", "amd64", "i386", "i686"):
+        if "avx512f" in features:
+            return 512
+        if "avx" in features or "avx2" in features:
+            return 256
+        return 128
+    if arch in ("aarch64", "arm64", "arm"):
+        return 128            # NEON (SVE lengths are not known at compile time)
+    return 128
+
+
+def cpu_facts(target: Any = "llvm") -> CPUFacts:
+    """Vector width and core count of an LLVM target: the host CPU's features (AVX-512:
+    512 bits, AVX/AVX2: 256, else 128) or those ``-mcpu``/``-mattr`` name; cores from
+    ``-num-threads`` when set, else the runtime's thread count (``TDSL_NUM_THREADS`` or
+    the CPUs this process may run on)."""
+    tgt = as_target(target)
+    if tgt.kind is not TargetKind.LLVM:
+        raise BuildError(f"cpu_facts: '{tgt}' is not a CPU target")
+    from tdsl.backends.llvm.machine import KNOWN_X86_CPUS, machine_spec
+    from tdsl.runtime.threads import default_num_threads
+    spec = machine_spec(tgt)
+    feats = {f[1:] for f in spec.features.split(",") if f.startswith("+")}
+    feats |= KNOWN_X86_CPUS.get(spec.cpu, set())
+    feats -= {f[1:] for f in spec.features.split(",") if f.startswith("-")}
+    cores = tgt.num_threads or default_num_threads()
+    return CPUFacts(_vector_bits(spec.arch, feats), max(1, cores))

@@ -15,6 +15,7 @@ from .inline import inlined_bodies
 from .nest import NestBuilder
 from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
 from .passes import check_loops, check_scope, check_thread_extents, simplify_stmt
+from .unroll import auto_unroll
 from ..deep import deep_recursion
 
 if TYPE_CHECKING:
@@ -189,6 +190,9 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     body = simplify_stmt(body, Analyzer()) or _empty()
     if dump:
         dump("simplify", body)
+    body = auto_unroll(body)
+    if dump:
+        dump("auto_unroll", body)
     check_loops(body)
     check_thread_extents(body)
     body, attrs = _substitute_scalars(body, params, scalars)
