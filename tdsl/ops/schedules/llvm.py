@@ -27,7 +27,7 @@ from tdsl.dtype import DType
 from tdsl.lowering.inline import inlined_bodies
 from tdsl.schedule import Schedule, Stage
 from tdsl.schedule.stage import AttachType
-from tdsl.target import Target
+from tdsl.target import Target, cpu_facts
 from tdsl.tensor import IterVar
 from tdsl.visitor import free_vars
 
@@ -50,26 +50,15 @@ class CPU:
 
 
 @functools.lru_cache(maxsize=None)
-def _vector_bits(target: Target) -> int:
-    try:
-        from tdsl.backends.llvm.machine import machine_spec
-        feats = machine_spec(target).features
-    except (ImportError, RuntimeError, TDSLError):   # no LLVM: schedule for 256-bit vectors
-        return 256
-    enabled = {f[1:] for f in feats.split(",") if f.startswith("+")}
-    if "avx512f" in enabled:
-        return 512
-    if "avx" in enabled or "avx2" in enabled:
-        return 256
-    return 128
-
-
 def cpu_of(target: Target) -> CPU:
-    threads = target.num_threads
-    if not threads:
+    """Vector width and thread count of ``target`` (``tdsl.target.cpu_facts``: the host's or
+    ``-mcpu``/``-mattr``'s features; 256-bit vectors when LLVM is not installed)."""
+    try:
+        facts = cpu_facts(target)
+    except (ImportError, RuntimeError, TDSLError):   # no LLVM: schedule for 256-bit vectors
         from tdsl.runtime.threads import default_num_threads
-        threads = default_num_threads()
-    return CPU(_vector_bits(target), max(1, threads))
+        return CPU(256, max(1, target.num_threads or default_num_threads()))
+    return CPU(facts.vector_bits, facts.cores)
 
 
 # ---- helpers ---------------------------------------------------------------------------------
