@@ -1,0 +1,43 @@
+"""``tvm.te``: tensor expressions and schedules — tdsl's own functions under TVM's names."""
+from __future__ import annotations
+
+from typing import Any
+
+import tdsl
+from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, TensorIntrin,
+                  abs, all, any, ceil, comm_reducer, compute, cos, create_schedule,
+                  decl_tensor_intrin, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
+                  log10, max, max_value, min, min_value, placeholder, power, reduce_axis, round,
+                  rsqrt, sigmoid, sin, size_var, sqrt, sum, tanh, thread_axis, trunc, var)
+from tdsl.expr import Expr
+
+from .tir import const
+
+Operation = tdsl.tensor.Operation
+
+
+def pow(x: Any, y: Any) -> Expr:  # noqa: A001
+    return power(x, y)
+
+
+def lang_op_names() -> list[str]:
+    return sorted(n for n in globals() if not n.startswith("_"))
+
+
+def __getattr__(name: str) -> Any:
+    """``te.extern``, ``te.scan``, ``te.scan_placeholder``... (tdsl's extern/scan modules)."""
+    if name in ("extern", "extern_primfunc"):
+        from tdsl.extern import extern
+        return extern
+    if name in ("scan", "scan_placeholder"):
+        from tdsl import scan as _scan
+        return getattr(_scan, "placeholder" if name == "scan_placeholder" else "scan")
+    raise AttributeError(f"module 'tvm.te' (tdsl.compat) has no attribute {name!r}")
+
+
+__all__ = ["placeholder", "compute", "var", "size_var", "reduce_axis", "thread_axis",
+           "create_schedule", "Schedule", "Stage", "Tensor", "IterVar", "ComputeOp",
+           "PlaceholderOp", "Operation", "comm_reducer", "sum", "max", "min", "max_value",
+           "min_value", "const", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",
+           "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
+           "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin"]
