@@ -5,15 +5,32 @@ from typing import Any
 
 import tdsl
 from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, TensorIntrin,
-                  abs, all, any, ceil, comm_reducer, compute, cos, create_schedule,
+                  abs, all, any, ceil, comm_reducer, cos, create_schedule,
                   decl_tensor_intrin, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
-                  log10, max, max_value, min, min_value, placeholder, power, reduce_axis, round,
+                  log10, max, max_value, min, min_value, power, reduce_axis, round,
                   rsqrt, sigmoid, sin, size_var, sqrt, sum, tanh, thread_axis, trunc, var)
 from tdsl.expr import Expr
 
 from .tir import const
 
 Operation = tdsl.tensor.Operation
+
+
+def _shape(shape: Any) -> Any:
+    """TVM accepts whole floats as extents (``(N / bn, K, bn)`` in Python 3): make them ints."""
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    return tuple(int(d) if isinstance(d, float) and d.is_integer() else d for d in dims)
+
+
+def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -> Tensor:
+    """An input tensor."""
+    return tdsl.placeholder(_shape(shape), dtype, name=name)
+
+
+def compute(shape: Any, fcompute: Any, name: str = "compute", tag: str = "",
+            attrs: Any = None, varargs_names: Any = None) -> Any:
+    """A computed tensor (``fcompute`` maps indices to the element)."""
+    return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
 
 
 def pow(x: Any, y: Any) -> Expr:  # noqa: A001
