@@ -31,6 +31,10 @@ from tdsl.tensor import Range
 #: integer types C promotes to int: results are cast back to them
 _NARROW_INTS = (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16)
 
+#: C operators of the integer bit intrinsics (operands are parenthesized)
+_BIT_SYMBOLS = {Intrinsic.BITWISE_AND: "&", Intrinsic.BITWISE_OR: "|", Intrinsic.BITWISE_XOR: "^",
+                Intrinsic.BITWISE_NOT: "~", Intrinsic.SHIFT_LEFT: "<<", Intrinsic.SHIFT_RIGHT: ">>"}
+
 # C operator precedence (smaller binds tighter)
 PRIMARY, UNARY, MUL, ADD, REL, EQUAL, LAND, LOR, COND = 1, 2, 3, 4, 6, 7, 11, 12, 13
 
@@ -327,6 +331,13 @@ class CStyleRenderer:
             if not arg_dt.is_signed:
                 return x, PRIMARY
             return f"({c_type(arg_dt)})abs((int){_paren(x)})", UNARY
+        if f in _BIT_SYMBOLS:
+            sym = _BIT_SYMBOLS[f]
+            if f is Intrinsic.BITWISE_NOT:
+                code = f"~{self.operand(e.args[0], UNARY)}"
+            else:
+                code = f"{self.operand(e.args[0], UNARY)} {sym} {self.operand(e.args[1], UNARY)}"
+            return f"({c_type(dt)})({code})", UNARY
         if not arg_dt.is_float:
             raise BuildError(f"CUDA codegen: {f} on {arg_dt} in {e!r} needs a float argument")
         suffix = "" if arg_dt is DType.FLOAT64 else "f"

@@ -100,7 +100,7 @@ def fmod(a: Any, b: Any) -> Expr:
 def __getattr__(name: str) -> Any:
     """Bitwise and shift helpers live in ``tdsl.bitwise`` (imported on first use)."""
     if name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
-                "shift_right", "popcount"):
+                "shift_right"):
         from tdsl import bitwise
         return getattr(bitwise, name)
     raise AttributeError(f"module 'tvm.tir' (tdsl.compat) has no attribute {name!r}")
@@ -112,4 +112,5 @@ __all__ = ["const", "Select", "IntImm", "FloatImm", "Var", "SizeVar", "Cast", "c
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
            "power", "pow", "fmod", "if_then_else", "all", "any", "max_value", "min_value",
            "Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT",
-           "LE", "GT", "GE", "And", "Or", "Not", "Call", "PrimExpr"]
+           "LE", "GT", "GE", "And", "Or", "Not", "Call", "PrimExpr", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "bitwise_not", "shift_left", "shift_right"]
