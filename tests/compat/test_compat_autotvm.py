@@ -150,3 +150,8 @@ def test_measure_option_forms():
         autotvm.RPCRunner("key", "host", 9190)
     with pytest.raises(tvm.TVMError):
         autotvm.LocalBuilder(build_func="custom")
+
+
+def test_tuner_needs_a_compat_task():
+    with pytest.raises(tvm.TVMError):
+        autotvm.tuner.RandomTuner("not a task")

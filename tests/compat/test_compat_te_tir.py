@@ -181,3 +181,16 @@ def test_te_names_exist():
         assert getattr(te, name) is not None
     for name in tir.__all__:
         assert getattr(tir, name) is not None
+
+
+@pytest.mark.parametrize("name", ["extern", "scan", "hybrid"])
+def test_unsupported_te_names_raise_a_tdsl_error(name):
+    with pytest.raises(tvm.TVMError, match="Coming from TVM"):
+        getattr(te, name)
+
+
+def test_unsupported_tir_names_raise_a_tdsl_error():
+    with pytest.raises(tvm.TVMError, match="Coming from TVM"):
+        tir.call_packed
+    with pytest.raises(AttributeError):
+        tir.no_such_name

@@ -41,14 +41,21 @@ def lang_op_names() -> list[str]:
     return sorted(n for n in globals() if not n.startswith("_"))
 
 
+#: TVM v0.19 ``te`` names tdsl does not implement, and why (see README "Coming from TVM")
+NOT_SUPPORTED = {
+    "extern": "te.extern (an opaque stage calling a C or packed function) is not implemented",
+    "extern_primfunc": "te.extern_primfunc needs TVMScript, which tdsl does not have",
+    "scan": "te.scan (recurrences) is not implemented",
+    "scan_placeholder": "te.scan is not implemented",
+    "hybrid": "te.hybrid scripts are not supported",
+    "create_prim_func": "tdsl has no TensorIR; use tvm.lower",
+}
+
+
 def __getattr__(name: str) -> Any:
-    """``te.extern``, ``te.scan``, ``te.scan_placeholder``... (tdsl's extern/scan modules)."""
-    if name in ("extern", "extern_primfunc"):
-        from tdsl.extern import extern
-        return extern
-    if name in ("scan", "scan_placeholder"):
-        from tdsl import scan as _scan
-        return getattr(_scan, "placeholder" if name == "scan_placeholder" else "scan")
+    if name in NOT_SUPPORTED:
+        raise tdsl.TDSLError(f"tvm.te.{name}: {NOT_SUPPORTED[name]} in tdsl.compat; see the README "
+                             f"section 'Coming from TVM'")
     raise AttributeError(f"module 'tvm.te' (tdsl.compat) has no attribute {name!r}")
 
 

@@ -103,6 +103,9 @@ def __getattr__(name: str) -> Any:
                 "shift_right"):
         from tdsl import bitwise
         return getattr(bitwise, name)
+    if name in ("call_packed", "call_extern", "call_intrin", "call_llvm_intrin", "decl_buffer"):
+        raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no packed-function "
+                             f"FFI or custom buffers); see the README section 'Coming from TVM'")
     raise AttributeError(f"module 'tvm.tir' (tdsl.compat) has no attribute {name!r}")
 
 

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from tdsl import autotune
 from tdsl.autotune.task import Candidate
+from tdsl.errors import TuningError
 
 from .task import Task
 
@@ -30,7 +31,7 @@ class _CompatTuner:
 
 def _task(task: Any) -> Any:
     if not isinstance(task, Task):
-        raise TypeError(f"expected a task from autotvm.task.create, got {type(task).__name__}")
+        raise TuningError(f"expected a task from autotvm.task.create, got {type(task).__name__}")
     return task.tdsl
 
 
