@@ -57,6 +57,10 @@ class Expr:
     def __ror__(self, other): return _logical(Or, other, self)
     def __invert__(self): return Not(_as_bool(self))
 
+    def equal(self, other: Any) -> "Expr":
+        """``self == other`` as an expression (TVM's ``PrimExpr.equal``)."""
+        return _compare(EQ, self, other)
+
     __hash__ = object.__hash__
 
     def __bool__(self) -> bool:

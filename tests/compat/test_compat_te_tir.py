@@ -194,3 +194,17 @@ def test_unsupported_tir_names_raise_a_tdsl_error():
         tir.call_packed
     with pytest.raises(AttributeError):
         tir.no_such_name
+
+
+def test_expr_equal_method(rng):
+    """``x.equal(y)`` (TVM's PrimExpr.equal), as in ``tx.var.equal(0)`` predicates."""
+    n = 23
+    A = te.placeholder((n,), name="A", dtype="int32")
+    C = te.compute((n,), lambda i: tir.Select(tir.indexmod(A[i], 3).equal(0), A[i], -A[i]),
+                   name="C")
+    s = te.create_schedule(C.op)
+    a = rng.integers(-20, 20, size=n).astype("int32")
+    r, got = _run_both(s, [A, C], [a, np.zeros(n, "int32")])
+    np.testing.assert_array_equal(got[1], np.where(a % 3 == 0, a, -a))
+    np.testing.assert_array_equal(r[1], np.where(a % 3 == 0, a, -a))
+    assert str(te.thread_axis("threadIdx.x").var.equal(0)) == "threadIdx.x == 0"
