@@ -1,6 +1,5 @@
 """``auto_scheduler`` as TVM users wrote it: register_workload, SearchTask, TuningOptions with
 RecordToFile, task.tune/apply_best/print_best, checked against NumPy."""
-import numpy as np
 import pytest
 
 import tvm

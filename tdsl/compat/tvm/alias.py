@@ -33,12 +33,12 @@ class TVMAliasFinder(importlib.abc.MetaPathFinder):
         if fullname != "tvm" and not fullname.startswith("tvm."):
             return None
         real = _PREFIX + fullname[3:]
-        if importlib.util.find_spec(real) is None:
+        real_spec = importlib.util.find_spec(real)
+        if real_spec is None:
             return None
-        spec = importlib.util.spec_from_loader(fullname, _AliasLoader(real),
-                                               is_package=fullname == "tvm" or
-                                               importlib.util.find_spec(real).submodule_search_locations is not None)
-        return spec
+        return importlib.util.spec_from_loader(
+            fullname, _AliasLoader(real),
+            is_package=real_spec.submodule_search_locations is not None)
 
 
 def install() -> None:

@@ -6,7 +6,7 @@ kernel hands it the NumPy array underneath.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 

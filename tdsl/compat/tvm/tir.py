@@ -13,6 +13,8 @@ from tdsl import (abs, all, any, cast, ceil, cos, erf, exp, exp2, floor, if_then
                   log, log2, log10, max_value, min_value, power, round, rsqrt, sigmoid, sin,
                   sqrt, tanh, trunc)
 from tdsl import expr as _e
+from tdsl.bitwise import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left,
+                          shift_right)
 from tdsl.expr import (Add, And, Call, Cast, Const, Div, EQ, Expr, FloorDiv, FloorMod, GE, GT,
                        LE, LT, Max, Min, Mul, NE, Not, Or, Sub, Var, SizeVar)
 
@@ -98,11 +100,6 @@ def fmod(a: Any, b: Any) -> Expr:
 
 
 def __getattr__(name: str) -> Any:
-    """Bitwise and shift helpers live in ``tdsl.bitwise`` (imported on first use)."""
-    if name in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
-                "shift_right"):
-        from tdsl import bitwise
-        return getattr(bitwise, name)
     if name in ("call_packed", "call_extern", "call_intrin", "call_llvm_intrin", "decl_buffer"):
         raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no packed-function "
                              f"FFI or custom buffers); see the README section 'Coming from TVM'")
