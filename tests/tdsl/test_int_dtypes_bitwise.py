@@ -102,3 +102,21 @@ def test_bit_operations_with_constants_and_errors(rng):
         bw.bitwise_and(F[0], F[1])
     with pytest.raises(DTypeError):
         bw.shift_left(A[0], F[0])
+
+
+@pytest.mark.parametrize("dtype", ["int16", "uint16", "uint32"])
+def test_negative_float_to_unsigned_wraps_in_both_backends(rng, dtype):
+    """Like uint8, a negative in-range-of-int64 float truncates then wraps (LLVM and the
+    interpreter agree; uint32 goes through int64 in LLVM)."""
+    n = 30
+    X = td.placeholder((n,), "float32", name="X")
+    C = td.compute((n,), lambda i: X[i].astype(dtype), name="C")
+    s = td.create_schedule(C.op)
+    x = rng.uniform(-1000, 1000, size=n).astype("float32")
+    want = np.trunc(x).astype("int64").astype(dtype)
+    out = np.zeros(n, dtype)
+    td.build(s, [X, C], target="llvm")(x, out)
+    np.testing.assert_array_equal(out, want)
+    out = np.zeros(n, dtype)
+    run(td.lower(s, [X, C]), x, out)
+    np.testing.assert_array_equal(out, want)
