@@ -14,8 +14,12 @@ class DType(str, enum.Enum):
     BOOL = "bool"
     INT8 = "int8"
     UINT8 = "uint8"
+    INT16 = "int16"
+    UINT16 = "uint16"
     INT32 = "int32"
+    UINT32 = "uint32"
     INT64 = "int64"
+    UINT64 = "uint64"
     FLOAT16 = "float16"
     FLOAT32 = "float32"
     FLOAT64 = "float64"
@@ -37,7 +41,7 @@ class DType(str, enum.Enum):
 
     @property
     def is_signed(self) -> bool:
-        return self in (DType.INT8, DType.INT32, DType.INT64) or self.is_float
+        return self in (DType.INT8, DType.INT16, DType.INT32, DType.INT64) or self.is_float
 
     @property
     def bits(self) -> int:
@@ -53,9 +57,11 @@ class DType(str, enum.Enum):
 
 
 _FLOATS = frozenset({DType.FLOAT16, DType.FLOAT32, DType.FLOAT64})
-_INTS = frozenset({DType.INT8, DType.UINT8, DType.INT32, DType.INT64})
+_INTS = frozenset({DType.INT8, DType.UINT8, DType.INT16, DType.UINT16, DType.INT32,
+                   DType.UINT32, DType.INT64, DType.UINT64})
 _BITS = {
-    DType.BOOL: 1, DType.INT8: 8, DType.UINT8: 8, DType.INT32: 32, DType.INT64: 64,
+    DType.BOOL: 1, DType.INT8: 8, DType.UINT8: 8, DType.INT16: 16, DType.UINT16: 16,
+    DType.INT32: 32, DType.UINT32: 32, DType.INT64: 64, DType.UINT64: 64,
     DType.FLOAT16: 16, DType.FLOAT32: 32, DType.FLOAT64: 64,
 }
 

@@ -136,6 +136,13 @@ _FLOAT_INTRIN = {
     Intrinsic.POW: "_np.power", Intrinsic.SIN: "_np.sin", Intrinsic.COS: "_np.cos",
     Intrinsic.ISNAN: "_isnan",
 }
+#: integer bit operations on Python ints (wrapped to the dtype afterwards; Python's >> is
+#: arithmetic, and an unsigned value is never negative, so it is logical there)
+_BIT_CODE = {
+    Intrinsic.BITWISE_AND: "(({0}) & ({1}))", Intrinsic.BITWISE_OR: "(({0}) | ({1}))",
+    Intrinsic.BITWISE_XOR: "(({0}) ^ ({1}))", Intrinsic.BITWISE_NOT: "(~({0}))",
+    Intrinsic.SHIFT_LEFT: "(({0}) << ({1}))", Intrinsic.SHIFT_RIGHT: "(({0}) >> ({1}))",
+}
 
 
 def _oob(name: str, indices: tuple, shape: tuple) -> Any:
@@ -390,6 +397,8 @@ class _Codegen:
         args = ", ".join(self.expr(a) for a in e.args)
         if e.func is Intrinsic.ABS and e.dtype.is_int:
             return self.wrap(f"abs({args})", e.dtype)
+        if e.func in _BIT_CODE:
+            return self.wrap(_BIT_CODE[e.func].format(*(self.expr(a) for a in e.args)), e.dtype)
         if e.func is not Intrinsic.ISNAN and not e.dtype.is_float:
             raise LoweringError(f"{e.func} on {e.dtype} in {expr_to_str(e)}: needs floats")
         return f"{_FLOAT_INTRIN[e.func]}({args})"

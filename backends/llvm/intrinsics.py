@@ -47,6 +47,30 @@ _INSTRUCTIONS = {Intrinsic.SQRT, Intrinsic.FLOOR, Intrinsic.CEIL, Intrinsic.TRUN
 _LIBM = {Intrinsic.TANH: "tanh", Intrinsic.ERF: "erf"}
 
 
+_BIT_OPS = {Intrinsic.BITWISE_AND, Intrinsic.BITWISE_OR, Intrinsic.BITWISE_XOR,
+            Intrinsic.BITWISE_NOT, Intrinsic.SHIFT_LEFT, Intrinsic.SHIFT_RIGHT}
+
+
+def _bit_op(cg: "CodeGen", func: Intrinsic, dtype: DType, args: list[ir.Value],
+            lanes: int) -> ir.Value:
+    """Integer bit operations: ``and or xor``, ``not`` as ``xor -1``, ``shl``, and ``ashr``
+    (signed) or ``lshr`` (unsigned)."""
+    b = cg.b
+    x = args[0]
+    if func is Intrinsic.BITWISE_NOT:
+        return b.xor(x, const(dtype, -1 if dtype.is_signed else (1 << dtype.bits) - 1, lanes))
+    y = args[1]
+    if func is Intrinsic.BITWISE_AND:
+        return b.and_(x, y)
+    if func is Intrinsic.BITWISE_OR:
+        return b.or_(x, y)
+    if func is Intrinsic.BITWISE_XOR:
+        return b.xor(x, y)
+    if func is Intrinsic.SHIFT_LEFT:
+        return b.shl(x, y)
+    return b.ashr(x, y) if dtype.is_signed else b.lshr(x, y)
+
+
 def call_llvm(cg: "CodeGen", name: str, args: list[ir.Value]) -> ir.Value:
     """Call the overloaded LLVM intrinsic ``llvm.<name>`` on ``args`` (all of one type)."""
     t = args[0].type
@@ -82,6 +106,8 @@ def emit_math(cg: "CodeGen", func: Intrinsic, dtype: DType, args: list[ir.Value]
             return x
         zero = const(dtype, 0, lanes)
         return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+    if func in _BIT_OPS:
+        return _bit_op(cg, func, dtype, args, lanes)
     if not dtype.is_float:
         raise BuildError(f"{func}: needs a float argument, got {dtype}")
     if func is Intrinsic.RSQRT:

@@ -16,7 +16,9 @@ VOID = ir.VoidType()
 I8P = I8.as_pointer()
 
 _SCALAR = {
-    DType.BOOL: I1, DType.INT8: I8, DType.UINT8: I8, DType.INT32: I32, DType.INT64: I64,
+    DType.BOOL: I1, DType.INT8: I8, DType.UINT8: I8, DType.INT16: ir.IntType(16),
+    DType.UINT16: ir.IntType(16), DType.INT32: I32, DType.UINT32: I32, DType.INT64: I64,
+    DType.UINT64: I64,
     DType.FLOAT16: ir.HalfType(), DType.FLOAT32: ir.FloatType(), DType.FLOAT64: ir.DoubleType(),
 }
 
