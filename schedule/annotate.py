@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from tdsl.errors import ScheduleError
-from tdsl.stmt import ForKind, StorageScope
+from tdsl.stmt import ForKind, StorageScope, ThreadTag
 from tdsl.tensor import IterKind, IterVar
 
 from .stage import Stage
@@ -62,9 +62,7 @@ def bind(stage: Stage, var: IterVar, thread_ivar: Any) -> None:
                             "td.thread_axis('blockIdx.x' / 'threadIdx.x' / ...)", var.name)
     tag = thread_ivar.thread_tag
     if var.kind is IterKind.REDUCE:
-        raise ScheduleError("bind", stage.name, f"binding reduction loop '{var.name}' to {tag} is a "
-                            "reduction across threads, which needs a cross-thread reduction strategy; "
-                            "rfactor the reduction first and bind the spatial loop", var.name)
+        check_cross_thread(stage, var, tag)
     for other, a in stage.iter_attrs.items():
         if a.thread_tag == tag and other is not var and other in stage.leaf_iter_vars:
             raise ScheduleError("bind", stage.name, f"{tag} is already bound to loop '{other.name}' of "
@@ -74,6 +72,58 @@ def bind(stage: Stage, var: IterVar, thread_ivar: Any) -> None:
         raise ScheduleError("bind", stage.name, f"the loop is already {a.kind}", var.name)
     a.kind = ForKind.THREAD_BINDING
     a.thread_tag = tag
+
+
+def check_cross_thread(stage: Stage, var: IterVar, tag: ThreadTag) -> None:
+    """A reduction loop bound to ``threadIdx.*`` becomes a cross-thread reduction (the
+    threads' partial results are combined by warp shuffles and shared memory, TVM's
+    allreduce).  Blocks cannot combine results within one launch, and a virtual thread
+    is a serial loop, so those bindings are refused."""
+    if not tag.is_thread:
+        what = ("blocks cannot combine partial results within one kernel launch; rfactor the "
+                "reduction, bind the rfactor'ed stage's new data axis to blockIdx and reduce "
+                "its result in a second stage") if tag.is_block else \
+               "a virtual thread runs serially in one thread; leave the reduction loop unbound"
+        raise ScheduleError("bind", stage.name, f"cannot bind reduction loop '{var.name}' to "
+                            f"{tag}: {what}", var.name)
+    if any(r.init for r in getattr(stage.op, "body", ()) if hasattr(r, "init")):
+        raise ScheduleError("bind", stage.name, f"reduction loop '{var.name}': a reduction with "
+                            f"init= cannot be reduced across threads", var.name)
+
+
+def set_store_predicate(stage: Stage, predicate: Any) -> tuple:
+    """The predicate as ``((tag, value), ...)``: a conjunction of ``thread_axis.var == c``
+    (TVM's ``s[B].set_store_predicate(tx.var.equal(0))``, the form its tutorials use)."""
+    from tdsl.expr import EQ, And, Const
+    out: list = []
+
+    def walk(e: Any) -> None:
+        if isinstance(e, And):
+            walk(e.a)
+            walk(e.b)
+            return
+        if isinstance(e, EQ):
+            for v, c in ((e.a, e.b), (e.b, e.a)):
+                tag = _thread_tag_of(v)
+                if tag is not None and isinstance(c, Const) and c.dtype.is_int:
+                    out.append((tag, int(c.value)))
+                    return
+        raise ScheduleError("set_store_predicate", stage.name, f"unsupported predicate {e!r}: "
+                            "use a conjunction of thread_axis.var == constant, e.g. "
+                            "tx.var.equal(0)")
+    if predicate is True or (isinstance(predicate, Const) and predicate.dtype.is_bool
+                             and predicate.value):
+        return ()
+    walk(predicate)
+    return tuple(out)
+
+
+def _thread_tag_of(v: Any) -> "ThreadTag | None":
+    """The thread tag of a ``td.thread_axis(...)``'s variable, else None."""
+    tag = getattr(v, "thread_tag", None)
+    if tag is not None:
+        return ThreadTag(tag)
+    return None
 
 
 def pragma(stage: Stage, var: IterVar, pragma_type: str, pragma_value: Any = None) -> None:

@@ -64,6 +64,8 @@ class Stage:
         self.is_output = False
         self.storage_alignment: dict[int, tuple[int, int]] = {}   # dim -> (factor, offset)
         self.double_buffered = False
+        #: set_store_predicate: only threads whose index ``tag`` equals ``value`` store
+        self.store_predicate: tuple[tuple[ThreadTag, int], ...] = ()
 
     # ---- state queries --------------------------------------------------------------
     @property
@@ -89,7 +91,7 @@ class Stage:
     def is_scheduled(self) -> bool:
         return bool(self.relations) or self.leaf_iter_vars != list(self.root_iter_vars) \
             or any(a.kind is not ForKind.SERIAL or a.pragmas or a.tensor_intrin is not None
-                   for a in self.iter_attrs.values())
+                   for a in self.iter_attrs.values()) or bool(self.store_predicate)
 
     def find_leaf(self, primitive: str, iv: Any) -> IterVar:
         """Check that ``iv`` is a current loop of this stage; return it."""
@@ -214,6 +216,16 @@ class Stage:
                                 getattr(var, "name", None))
         self._run("tensorize", [var], {"intrin": name},
                   lambda: tensorize.tensorize(self, var, tensor_intrin))
+
+    def set_store_predicate(self, predicate: Any) -> None:
+        """Store this stage's results only where ``predicate`` holds: a conjunction of
+        ``thread_axis.var == constant`` (TVM's ``s[B].set_store_predicate(tx.var.equal(0))``,
+        one thread of a cross-thread reduction writing its result)."""
+        from . import annotate
+        terms = annotate.set_store_predicate(self, predicate)
+        text = ",".join(f"{t.value}=={v}" for t, v in terms)
+        self._run("set_store_predicate", [], {"predicate": text},
+                  lambda: setattr(self, "store_predicate", terms))
 
     # ---- TVM API: attachment -------------------------------------------------------------------
     def compute_at(self, parent: "Stage", scope: IterVar) -> None:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 STAGE_PRIMITIVES = {"split", "fuse", "reorder", "tile", "vectorize", "unroll", "parallel", "bind",
                     "pragma", "storage_align", "double_buffer", "tensorize", "compute_at",
-                    "compute_inline", "compute_root", "set_scope"}
+                    "compute_inline", "compute_root", "set_scope", "set_store_predicate"}
 SCHEDULE_PRIMITIVES = {"cache_read", "cache_write", "rfactor"}
 #: keyword arguments that hold a (possibly symbolic) size
 SIZE_KWARGS = {"factor", "nparts", "x_factor", "y_factor"}
@@ -259,6 +259,13 @@ def apply_step(sch: "Schedule", step: Step, intrinsics: Mapping[str, Any]) -> No
         stage.bind(loops[0], thread_axis(kw["thread"]))
     elif p == "compute_at":
         stage.compute_at(owner, loops[0])
+    elif p == "set_store_predicate":
+        pred: Any = True
+        for term in filter(None, str(kw.get("predicate", "")).split(",")):
+            tag, _, value = term.partition("==")
+            eq = thread_axis(tag).var.equal(int(value))
+            pred = eq if pred is True else pred & eq
+        stage.set_store_predicate(pred)
     elif p == "tensorize":
         name = kw["intrin"]
         if name not in intrinsics:

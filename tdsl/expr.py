@@ -51,6 +51,7 @@ class Expr:
     def __ge__(self, other): return _compare(GE, self, other)
     def __eq__(self, other): return _compare(EQ, self, other)  # type: ignore[override]
     def __ne__(self, other): return _compare(NE, self, other)  # type: ignore[override]
+    def equal(self, other): return _compare(EQ, self, other)  # TVM's ``expr.equal``
     def __and__(self, other): return _logical(And, self, other)
     def __rand__(self, other): return _logical(And, other, self)
     def __or__(self, other): return _logical(Or, self, other)
@@ -124,6 +125,18 @@ class Var(Expr):
         self.name = name
         self.dtype = as_dtype(dtype)
         self.seq = next(_VAR_SEQ)
+
+
+class ThreadIndexVar(Var):
+    """The variable of a ``td.thread_axis``: names a GPU hardware index (``thread_tag``),
+    so that predicates written with it (``set_store_predicate(tx.var.equal(0))``) can be
+    resolved to the loop bound to that index."""
+
+    __slots__ = ("thread_tag",)
+
+    def __init__(self, name: str, thread_tag: Any, dtype: "DType | str" = INDEX):
+        super().__init__(name, dtype)
+        self.thread_tag = thread_tag
 
 
 class SizeVar(Var):

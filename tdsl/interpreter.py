@@ -17,6 +17,7 @@ all threads round-robin from barrier to barrier.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import linecache
 import math
@@ -32,7 +33,7 @@ from .expr import (Add, And, BinaryOp, BufferLoad, Call, Cast, CmpOp, Const, Div
                    FloorDiv, FloorMod, Intrinsic, Max, Min, Mul, Not, Or, Select, SizeVar,
                    Sub, Var)
 from .printer import expr_to_str
-from .stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
+from .stmt import (AllReduce, Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
                    IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt, StorageScope,
                    ThreadTag)
 from .visitor import post_order_visit, uses_var
@@ -157,6 +158,7 @@ def _runtime_namespace() -> dict[str, Any]:
         "_int_floormod": _int_floormod, "_sigmoid": _sigmoid, "_rsqrt": _rsqrt,
         "_erf": _erf, "_isnan": _isnan, "_oob": _oob, "_alloc": _alloc,
         "_kernel_alloc": _kernel_alloc, "_launch": _launch, "_thread_extent": _thread_extent,
+        "_allreduce_table": _allreduce_table,
         "__builtins__": __builtins__,
     }
     for d in DType:
@@ -185,6 +187,13 @@ def _kernel_alloc(table: dict, seen: dict, alloc_id: int, dtype: DType, size: in
     if data is None:
         data = table[key] = _alloc(dtype, size)
     return data
+
+
+def _allreduce_table(table: dict, seen: dict, site: int) -> dict:
+    """The per-block table of one all-reduce (the k-th time a thread reaches ``site``
+    meets the other threads' k-th time), like ``_kernel_alloc``."""
+    count = seen[site] = seen.get(site, 0) + 1
+    return table.setdefault(("all_reduce", site, count), {})
 
 
 # ---- GPU kernels -----------------------------------------------------------------------------
@@ -503,6 +512,44 @@ class _Codegen:
             depth += 1
         self.stmt(fallback, depth)
 
+    def all_reduce(self, s: AllReduce, depth: int) -> None:
+        """Each thread posts its share in a per-block table, waits at a barrier, then
+        combines its group's shares in thread order; a second barrier keeps the table of
+        the next all-reduce apart."""
+        if self.kernel is None:
+            raise LoweringError("all_reduce (a cross-thread reduction) outside a GPU kernel")
+        red = s.combiner
+        table = self.fresh("_ar")
+        reduced = [_HW_INDEX[t] for t in s.tags]
+        group = "(" + "".join(f"_hw[{i}], " for i in range(3, 6) if i not in reduced) + ")"
+        rank = "(" + "".join(f"_hw[{i}], " for i in (5, 4, 3) if i in reduced) + ")"
+        self.emit(depth, f"{table} = _allreduce_table(_shared, _seen, {next(self.counter)})")
+        self.emit(depth, f"if {self.expr(s.cond)}:")
+        vals = "".join(f"{self.expr(v)}, " for v in s.values)
+        self.emit(depth + 1, f"{table}.setdefault({group}, {{}})[{rank}] = ({vals})")
+        self.emit(depth, f"yield {next(self.counter)}")
+        with contextlib.ExitStack() as stack:
+            acc = []
+            for v, ident in zip(red.lhs, red.identity):
+                code = self.expr(ident)
+                stack.enter_context(_Scope(self.vars, v))
+                acc.append(self.bind(v))
+                self.emit(depth, f"{acc[-1]} = {code}")
+            shares = self.fresh("_sh")
+            self.emit(depth, f"{shares} = {table}.get({group}, {{}})")
+            self.emit(depth, f"for _r in sorted({shares}):")
+            other = []
+            for v in red.rhs:
+                stack.enter_context(_Scope(self.vars, v))
+                other.append(self.bind(v))
+            self.emit(depth + 1, f"{''.join(o + ', ' for o in other)}= {shares}[_r]")
+            new = "".join(f"{self.expr(e)}, " for e in red.result)
+            self.emit(depth + 1, f"{''.join(a + ', ' for a in acc)}= ({new})")
+            for buf, a in zip(s.results, acc):
+                self.stored.add(id(buf))
+                self.emit(depth, f"{self.buffer(buf).data}[0] = {a}")
+        self.emit(depth, f"yield {next(self.counter)}")
+
     def allocate(self, s: Allocate, depth: int) -> None:
         b = s.buffer
         info = self.layout(b, depth)
@@ -736,6 +783,7 @@ _STMT_GEN: dict[type, Callable[[_Codegen, Any, int], None]] = {
     For: _Codegen.loop, SeqStmt: _Codegen.seq, IfThenElse: _Codegen.if_then_else,
     BufferStore: _Codegen.store, Allocate: _Codegen.allocate, LetStmt: _Codegen.let,
     Barrier: _Codegen.barrier, Evaluate: _Codegen.evaluate, IntrinCall: _Codegen.intrin_call,
+    AllReduce: _Codegen.all_reduce,
 }
 
 

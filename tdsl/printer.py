@@ -17,7 +17,7 @@ from .deep import retry_deep
 from .dtype import DType
 from .expr import (Add, And, BufferLoad, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv,
                    FloorMod, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TensorLoad, Var)
-from .stmt import (Allocate, Barrier, Buffer, BufferRegion, BufferStore, Evaluate, For,
+from .stmt import (AllReduce, Allocate, Barrier, Buffer, BufferRegion, BufferStore, Evaluate, For,
                    ForKind, IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt,
                    StorageScope)
 
@@ -255,6 +255,10 @@ _STMT_HANDLERS: dict[type, Callable[[_Printer, Any, int], None]] = {
     LetStmt: lambda p, s, d: (p.emit(d, f"{p.var(s.var)} = {p.expr(s.value)}"),
                               p.stmt(s.body, d)),
     Barrier: lambda p, s, d: p.emit(d, "sync_threads()"),
+    AllReduce: lambda p, s, d: p.emit(
+        d, f"{', '.join(p.buf(b) + '[0]' for b in s.results)} = all_reduce({s.combiner.name}, "
+           f"[{', '.join(p.expr(v) for v in s.values)}], where={p.expr(s.cond)}, "
+           f"over={[t.value for t in s.tags]})"),
     Evaluate: lambda p, s, d: p.emit(d, p.expr(s.value)),
 }
 

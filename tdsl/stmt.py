@@ -189,6 +189,30 @@ class Evaluate(Stmt):
         self.value = value
 
 
+class AllReduce(Stmt):
+    """A reduction across the threads of a block (TVM's ``tvm_thread_allreduce``).
+
+    Every thread of the block must reach it (like a ``Barrier``).  Threads that agree on
+    the thread indices *not* in ``tags`` form a group; each contributes ``values`` where
+    ``cond`` holds (else nothing), and afterwards every thread of the group holds the
+    ``combiner`` reduction of its group's contributions in ``results[i][0]`` (local
+    buffers of shape (1,), one per value).  The order in which contributions combine is
+    unspecified (the combiner is commutative), so float results can differ in the last
+    bits between backends.
+    """
+
+    __slots__ = ("combiner", "values", "cond", "results", "tags")
+    _fields = ("values", "cond")
+
+    def __init__(self, combiner: Any, values: Sequence[Expr], cond: Expr,
+                 results: Sequence[Buffer], tags: Sequence[ThreadTag]):
+        self.combiner = combiner
+        self.values = tuple(convert(v) for v in values)
+        self.cond = convert(cond)
+        self.results = tuple(results)
+        self.tags = tuple(ThreadTag(t) for t in tags)
+
+
 class BufferRegion:
     """A rectangular window of a buffer: one (min, extent) per dimension.
 

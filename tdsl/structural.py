@@ -24,7 +24,7 @@ import numbers
 from typing import Any, Callable
 
 from .expr import BufferLoad, Call, Const, Expr, Reduce, TensorLoad, Var
-from .stmt import (Allocate, Buffer, BufferRegion, BufferStore, For, IntrinCall, LetStmt,
+from .stmt import (AllReduce, Allocate, Buffer, BufferRegion, BufferStore, For, IntrinCall, LetStmt,
                    PrimFunc, Stmt)
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor
 from .deep import retry_deep
@@ -303,6 +303,14 @@ class _Canon:
         for r in s.inputs:
             self.region(r)
 
+    def all_reduce(self, s: AllReduce) -> None:
+        self.emit("AllReduce", tuple(t.value for t in s.tags), len(s.results))
+        self.combiner(s.combiner)
+        self.visit_all(s.values)
+        self.visit(s.cond)
+        for b in s.results:
+            self.buffer_ref(b)
+
     def func(self, f: PrimFunc) -> None:
         self.emit("PrimFunc", len(f.params))
         for b in f.params:
@@ -351,6 +359,7 @@ _HANDLERS: dict[type, Callable[[_Canon, Any], None]] = {
     Expr: _Canon.generic, Stmt: _Canon.generic,
     For: _Canon.loop, LetStmt: _Canon.let, Allocate: _Canon.allocate,
     BufferStore: _Canon.store, IntrinCall: _Canon.intrin_call, PrimFunc: _Canon.func,
+    AllReduce: _Canon.all_reduce,
     Buffer: _Canon.buffer_ref, BufferRegion: _Canon.region,
     Tensor: _Canon.tensor, Operation: _Canon.operation,
 }

@@ -268,7 +268,8 @@ def thread_axis(tag: str = "", name: str = "") -> IterVar:
     except ValueError:
         valid = ", ".join(x.value for x in ThreadTag)
         raise TDSLError(f"thread_axis: unknown thread tag {tag!r}; use one of {valid}") from None
-    return IterVar(None, name or tag, IterKind.THREAD, t)
+    from .expr import ThreadIndexVar
+    return IterVar(None, ThreadIndexVar(name or tag, t), IterKind.THREAD, t)
 
 
 def _arg_names(fcompute: Callable, ndim: int) -> list[str]:

@@ -15,10 +15,11 @@ from typing import Any, Callable, Iterator
 
 from tdsl.errors import BuildError, InternalError
 from tdsl.expr import And, BufferLoad, Const, Expr, Var
-from tdsl.stmt import (Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
+from tdsl.stmt import (AllReduce, Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
                        IntrinCall, LetStmt, Stmt, StorageScope, ThreadTag)
 from tdsl.target import Target
 
+from .allreduce import AllReduceEmitter
 from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type
 from .kernels import KernelInfo, const_span, same_extent, walk
 from .prelude import prelude
@@ -38,6 +39,7 @@ class KernelRenderer(CStyleRenderer):
         self.enclosing_tags: list[ThreadTag] = []
         self.align_flags: dict[tuple[str, int], str] = {}   # (pointer, bytes) -> flag name
         self.local_align: dict[int, int] = {}               # id(local buffer) -> bytes
+        self.allreduce = AllReduceEmitter(self)
 
     # ---- the function ----------------------------------------------------------------------
     def render(self) -> str:
@@ -66,7 +68,7 @@ class KernelRenderer(CStyleRenderer):
             self.emit(f"__shared__ tdsl_shared<{c_type(buf.dtype)}, {const_span(buf)}> {name};")
         flags_at = len(self.lines)
         self.stmt(k.root)
-        self.lines[flags_at:flags_at] = [
+        self.lines[flags_at:flags_at] = self.allreduce.decls + [
             f"  const bool {flag} = ((unsigned long long){ptr} & {nbytes - 1}) == 0;"
             f"  // vector accesses need {nbytes}-byte alignment"
             for (ptr, nbytes), flag in self.align_flags.items()]
@@ -78,7 +80,8 @@ class KernelRenderer(CStyleRenderer):
 
     def stmt_handlers(self) -> dict[type, Callable[[Any], None]]:
         h = super().stmt_handlers()
-        h.update({Allocate: self.allocate, Barrier: self.barrier, IntrinCall: self.intrin_call})
+        h.update({Allocate: self.allocate, Barrier: self.barrier, IntrinCall: self.intrin_call,
+                  AllReduce: self.allreduce.emit})
         return h
 
     # ---- thread structure -----------------------------------------------------------------------

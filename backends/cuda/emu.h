@@ -69,6 +69,7 @@ struct Shadow {
 };
 
 struct SharedBase;
+inline void (*tdsl_block_hook)() = nullptr;  // per-block state of later sections (shuffles)
 
 struct Runtime {
   uint3 thread_idx{0, 0, 0}, block_idx{0, 0, 0};
@@ -354,6 +355,7 @@ inline int launch(const long long* dims, int flags, char* msg, int msglen,
         rt.block_serial++;
         rt.epoch++;
         for (SharedBase* s : rt.shared) memset(s->bytes, 0xff, s->count * s->elem);
+        if (tdsl_block_hook) tdsl_block_hook();
         run_block();
       }
   rt.body = nullptr;
@@ -379,6 +381,15 @@ struct Collective {  // a warp-collective operation: its accesses belong to the 
 __attribute__((noinline)) inline void __syncthreads() {
   emu::wait(emu::AT_BARRIER, __builtin_return_address(0));
 }
+// A barrier is identified by its source line, not by its call's return address: the compiler
+// may duplicate one call (jump threading a chain of thread-dependent ifs between barriers), and
+// threads on the two copies would look divergent.
+namespace emu {
+__attribute__((noinline)) inline void sync_at(long line) {
+  wait(AT_BARRIER, (const void*)(uintptr_t)line);
+}
+}  // namespace emu
+#define __syncthreads() ::emu::sync_at(__LINE__)
 __attribute__((noinline)) inline void __syncwarp(unsigned = 0xffffffffu) {
   emu::wait(emu::AT_WARP, __builtin_return_address(0));
 }
@@ -392,6 +403,67 @@ inline void __trap() {
     emu::rt.fibers[emu::rt.cur].state = emu::DONE;
     swapcontext(&emu::rt.fibers[emu::rt.cur].ctx, &emu::rt.sched);
   }
+}
+
+// ---- warp shuffles: a lane posts its value, the warp meets (as at __syncwarp), each lane reads
+// its source lane's post.  Posts alternate between two slots per lane (a lane released first
+// may post its next shuffle, never the one after, before the others have read); a source lane outside the
+// mask, past the block, or that did not post this round is reported.
+namespace emu {
+struct ShuffleSlots {
+  std::vector<unsigned long long> value[2];
+  std::vector<unsigned long long> round;  // shuffles posted by each lane
+  void reset(int n) {
+    for (auto& v : value) v.assign(n, 0);
+    round.assign(n, 0);
+  }
+};
+inline ShuffleSlots shfl;
+inline void reset_shuffles() { shfl.reset(rt.nthreads); }
+inline const bool shuffles_hooked = (tdsl_block_hook = reset_shuffles, true);
+
+template <typename T> T shuffle(unsigned mask, T v, int src_lane, int width, const void* site) {
+  static_assert(sizeof(T) <= sizeof(unsigned long long), "shuffle of a wider type");
+  if (!rt.use_fibers) {
+    fail("internal", "a warp shuffle ran in a launch without fibers (tdsl emulator bug)");
+    return v;
+  }
+  const int me = rt.cur, base = me & ~31;
+  if ((int)shfl.round.size() != rt.nthreads) shfl.reset(rt.nthreads);
+  const unsigned long long r = shfl.round[me]++;
+  unsigned long long bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  shfl.value[r & 1][me] = bits;
+  if (!((mask >> (me & 31)) & 1u))
+    fail("shuffle", "a lane outside the shuffle's mask called __shfl_*_sync");
+  wait(AT_WARP, site);
+  const int seg = (me & 31) & ~(width - 1);
+  const int src = base + seg + (src_lane & (width - 1));
+  if (src >= rt.nthreads || !((mask >> (src & 31)) & 1u) || (shfl.round[src] != r + 1 && shfl.round[src] != r + 2)) {
+    fail("shuffle", "__shfl_*_sync reads lane " + std::to_string(src & 31) + " of its warp, "
+                    "which is outside the mask or did not take part in this shuffle");
+    return v;
+  }
+  T out;
+  memcpy(&out, &shfl.value[r & 1][src], sizeof(T));
+  return out;
+}
+}  // namespace emu
+
+template <typename T>
+__attribute__((noinline)) T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  return emu::shuffle(mask, v, (emu::rt.cur & 31 & (width - 1)) ^ lane_mask, width,
+                      __builtin_return_address(0));
+}
+template <typename T>
+__attribute__((noinline)) T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  return emu::shuffle(mask, v, src_lane, width, __builtin_return_address(0));
+}
+template <typename T>
+__attribute__((noinline)) T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const int lane = emu::rt.cur & 31 & (width - 1);
+  const int src = lane + (int)delta < width ? lane + (int)delta : lane;
+  return emu::shuffle(mask, v, src, width, __builtin_return_address(0));
 }
 
 // ---- device functions kernels call -----------------------------------------------------------------

@@ -38,7 +38,7 @@ CXX_FLAGS = ("-std=c++20", "-O2", "-shared", "-fPIC", "-fwrapv", "-fno-strict-al
 _MSG_LEN = 4096
 _LOCK = threading.Lock()
 _LIBS: dict[str, ctypes.CDLL] = {}
-_SYNC_WORDS = re.compile(r"__syncthreads|__syncwarp|tdsl_wmma|__trap")
+_SYNC_WORDS = re.compile(r"__syncthreads|__syncwarp|__shfl|tdsl_wmma|__trap")
 
 
 def cache_dir() -> str:

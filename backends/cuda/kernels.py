@@ -285,6 +285,10 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
             shared.append(buf)
             nbytes = span * buf.dtype.itemsize
             shared_bytes += -(-nbytes // SHARED_ALIGN) * SHARED_ALIGN
+    from .allreduce import find, scratch_bytes
+    for red in find(root):   # the scratch arrays the code generator declares
+        shared_bytes += -(-scratch_bytes(red, block, bound) // SHARED_ALIGN) * SHARED_ALIGN
+        uses_barrier = True
     limits.check_shared_memory(name, shared_bytes, _detail(shared), gpu)
     limits.check_local_memory(name, local_bytes, _detail(
         [a.buffer for a in allocs if a.buffer.scope is StorageScope.LOCAL]), gpu)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from tdsl.errors import BuildError
-from tdsl.stmt import Barrier, For, ForKind, IntrinCall, PrimFunc
+from tdsl.stmt import AllReduce, Barrier, For, ForKind, IntrinCall, PrimFunc
 from tdsl.visitor import post_order_visit, transform
 
 
@@ -30,6 +30,11 @@ def prepare(func: PrimFunc) -> PrimFunc:
         raise BuildError(f"'{func.name}': the same buffer is passed twice as a parameter")
 
     def check(n: Any) -> None:
+        if isinstance(n, AllReduce):
+            raise BuildError(f"a reduction across GPU threads ({n.combiner.name} over "
+                             f"{', '.join(t.value for t in n.tags)}: a reduction loop bound to a "
+                             f"thread axis) reached an LLVM (CPU) build; it is for GPU targets: "
+                             f"build for 'cuda', or leave the reduction loop unbound for 'llvm'")
         if isinstance(n, For) and n.kind is ForKind.THREAD_BINDING:
             raise BuildError(f"loop '{n.var.name}' is bound to {n.thread_tag}: bind() is for "
                              f"GPU targets; build for 'cuda', or do not bind loops for 'llvm'")

@@ -58,6 +58,13 @@ def _conj(conds: list[Expr]) -> Expr:
     return c
 
 
+def is_thread_reduce(st: "Stage", iv: IterVar) -> bool:
+    """True if ``iv`` is a reduction loop of ``st`` bound to a threadIdx axis."""
+    a = st.iter_attrs.get(iv)
+    return (iv.kind is IterKind.REDUCE and a is not None and a.thread_tag is not None
+            and a.thread_tag.is_thread)
+
+
 def guard(conds: list[Expr], body: Stmt) -> Stmt:
     if not conds:
         return body
@@ -174,7 +181,6 @@ class NestBuilder:
     def stage_nest(self, st: "Stage", b: StageBounds, guard_domain: bool) -> Stmt:
         leaves = st.leaf_iter_vars
         m = len(leaves)
-        pos = {b.loop_var(iv): i for i, iv in enumerate(leaves)}
         vmap = {iv.var: b.root_values[iv] for iv in st.root_iter_vars}
         stor = self.storage[st]
         body = self.bodies[st]
@@ -185,6 +191,58 @@ class NestBuilder:
         init_pos = min(qpos, tpos)
         kernel = self.in_kernel(st)
 
+        if is_reduce and any(is_thread_reduce(st, iv) for iv in leaves):
+            if tpos < m:
+                raise LoweringError(f"stage '{st.name}': a reduction loop bound to a thread axis "
+                                    f"cannot be combined with tensorize")
+            from .allreduce import cross_thread_nest
+            return cross_thread_nest(self, st, b, guard_domain)
+        ext, preds = self.tail_predicates(st, b, tpos, guard_domain)
+
+        # the innermost statement
+        if tpos < m:
+            from .tensorize import intrin_call
+            preds = self.region_guards(st, b, leaves, tpos, ext, preds)
+            core = intrin_call(self, st, leaves, tpos, vmap)
+            last = tpos - 1
+        else:
+            core = self.update_stmt(st, body, vmap, stor) if is_reduce else self.store_stmt(st, body, vmap, stor)
+            core = guard(self.store_predicate(st, b), core)
+            last = m - 1
+        preds = [(min(lv, last), r, c) for lv, r, c in preds]
+        init = None
+        if is_reduce:
+            init = self.init_nest(st, body, vmap, stor, leaves[init_pos:], ext, preds, init_pos, kernel)
+
+        stmt = guard([c for lv, _, c in preds if lv == last], core) if last >= 0 else core
+        self.building[id(st)] = ext
+        for p in range(last, -1, -1):
+            iv = leaves[p]
+            parts = self.children_nests(st, iv)
+            if init is not None and p == init_pos - 1:
+                parts.append(init)
+            inner_stmt = seq(parts + [stmt]) if parts else stmt
+            db = [c for c in self.children.get((id(st), iv), []) if self.is_double_buffered(c)]
+            if db:
+                stmt = self.double_buffered(st, iv, ext[iv], db, inner_stmt)
+            else:
+                stmt = self.make_loop(st, iv, ext[iv], self.wrap_allocs(st, iv, inner_stmt))
+            if p > 0:
+                stmt = guard([c for lv, _, c in preds if lv == p - 1], stmt)
+        del self.building[id(st)]
+        top_guards = [c for lv, _, c in preds if lv < 0]
+        parts = [init] if init is not None and init_pos == 0 else []
+        return guard(top_guards, seq(parts + [stmt]))
+
+    def tail_predicates(self, st: "Stage", b: StageBounds, tpos: int, guard_domain: bool
+                        ) -> tuple[dict, list]:
+        """Loop extents and guards of ``st``'s nest: tail guards tighten serial inner loops,
+        else sit at the deepest loop they use (innermost in kernels), as ``(level, involves
+        a reduction loop, condition)``; then the domain guards of an unclamped region."""
+        leaves = st.leaf_iter_vars
+        m = len(leaves)
+        pos = {b.loop_var(iv): i for i, iv in enumerate(leaves)}
+        kernel = self.in_kernel(st)
         # tail guards: tighten serial inner loops, else place at the deepest loop they use
         ext = {iv: b.extents[iv] for iv in leaves}
         preds: list[tuple[int, bool, Expr]] = []   # (level, involves reduce, cond)
@@ -213,39 +271,33 @@ class NestBuilder:
             used = [pos[v] for v in free_vars(cond) if v in pos]
             preds.append((m - 1, any(leaves[p].kind is IterKind.REDUCE for p in used), cond))
 
-        # the innermost statement
-        if tpos < m:
-            from .tensorize import intrin_call
-            preds = self.region_guards(st, b, leaves, tpos, ext, preds)
-            core = intrin_call(self, st, leaves, tpos, vmap)
-            last = tpos - 1
-        else:
-            core = self.update_stmt(st, body, vmap, stor) if is_reduce else self.store_stmt(st, body, vmap, stor)
-            last = m - 1
-        preds = [(min(lv, last), r, c) for lv, r, c in preds]
-        init = None
-        if is_reduce:
-            init = self.init_nest(st, body, vmap, stor, leaves[init_pos:], ext, preds, init_pos, kernel)
+        return ext, preds
 
-        stmt = guard([c for lv, _, c in preds if lv == last], core) if last >= 0 else core
-        self.building[id(st)] = ext
-        for p in range(last, -1, -1):
-            iv = leaves[p]
-            parts = self.children_nests(st, iv)
-            if init is not None and p == init_pos - 1:
-                parts.append(init)
-            inner_stmt = seq(parts + [stmt]) if parts else stmt
-            db = [c for c in self.children.get((id(st), iv), []) if self.is_double_buffered(c)]
-            if db:
-                stmt = self.double_buffered(st, iv, ext[iv], db, inner_stmt)
-            else:
-                stmt = self.make_loop(st, iv, ext[iv], self.wrap_allocs(st, iv, inner_stmt))
-            if p > 0:
-                stmt = guard([c for lv, _, c in preds if lv == p - 1], stmt)
-        del self.building[id(st)]
-        top_guards = [c for lv, _, c in preds if lv < 0]
-        parts = [init] if init is not None and init_pos == 0 else []
-        return guard(top_guards, seq(parts + [stmt]))
+    def store_predicate(self, st: "Stage", b: StageBounds) -> list[Expr]:
+        """``set_store_predicate``'s terms as conditions on the loops bound to their thread
+        axes (this stage's own, else those of the stages it is attached in)."""
+        out = []
+        for tag, value in st.store_predicate:
+            var = self.thread_loop_var(st, b, tag)
+            if var is None:
+                raise LoweringError(f"stage '{st.name}': the store predicate uses {tag}, but no "
+                                    f"loop of the stage or around it is bound to {tag}")
+            out.append(var == Const(value, var.dtype))
+        return out
+
+    def thread_loop_var(self, st: "Stage", b: StageBounds, tag: ThreadTag) -> "Var | None":
+        """The variable of the loop bound to ``tag`` in ``st`` or a stage enclosing it."""
+        cur, bounds, limit = st, b, None
+        while cur is not None:
+            leaves = cur.leaf_iter_vars if limit is None else \
+                cur.leaf_iter_vars[:cur.leaf_iter_vars.index(limit) + 1]
+            for iv in leaves:
+                a = cur.iter_attrs.get(iv)
+                if a is not None and a.thread_tag is tag:
+                    return bounds.loop_var(iv)
+            cur, limit = cur.attach_stage, cur.attach_ivar
+            bounds = self.bounds.get(cur) if cur is not None else None
+        return None
 
     def region_guards(self, st: "Stage", b: StageBounds, leaves: list, tpos: int, ext: dict,
                       preds: list) -> list:

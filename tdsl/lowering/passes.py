@@ -6,7 +6,7 @@ from typing import Any
 from ..arith import Analyzer
 from ..errors import LoweringError
 from ..expr import Const, Expr
-from ..stmt import (Allocate, Barrier, BufferRegion, BufferStore, For, ForKind, IfThenElse, IntrinCall, LetStmt,
+from ..stmt import (AllReduce, Allocate, Barrier, BufferRegion, BufferStore, For, ForKind, IfThenElse, IntrinCall, LetStmt,
                     SeqStmt, Stmt)
 from ..tensor import Range
 from ..visitor import map_children, substitute, transform
@@ -75,6 +75,9 @@ def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
                           [region(r) for r in stmt.outputs], stmt.reset, stmt.update)
     if isinstance(stmt, Barrier):
         return stmt
+    if isinstance(stmt, AllReduce):   # a collective: kept even where its condition is false
+        return AllReduce(stmt.combiner, [ana.simplify(v) for v in stmt.values],
+                         ana.simplify(stmt.cond), stmt.results, stmt.tags)
     return map_children(stmt, lambda n: ana.simplify(n) if isinstance(n, Expr) else n)
 
 

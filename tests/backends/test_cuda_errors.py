@@ -97,15 +97,18 @@ def test_thread_axis_extent_mismatch() -> None:
         td.build(s, [A, D], target="cuda")
 
 
-def test_reduction_across_threads_needs_a_strategy() -> None:
+def test_reduction_across_blocks_is_refused() -> None:
+    """A reduction loop bound to threadIdx is a cross-thread reduction (tests in
+    test_cuda_allreduce.py); bound to blockIdx it would need a second launch: refused."""
     n = td.var("n")
     A = td.placeholder((n, 64), name="A")
     k = td.reduce_axis((0, 64), name="k")
     C = td.compute((n,), lambda i: td.sum(A[i, k], axis=k), name="C")
     s = td.create_schedule(C.op)
-    s[C].bind(s[C].op.axis[0], td.thread_axis("blockIdx.x"))
-    with pytest.raises(ScheduleError, match="reduction across threads.*rfactor"):
-        s[C].bind(k, td.thread_axis("threadIdx.x"))
+    s[C].bind(s[C].op.axis[0], td.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match="reduction loop 'k' to blockIdx.x: blocks cannot "
+                                            "combine partial results.*rfactor"):
+        s[C].bind(k, td.thread_axis("blockIdx.x"))
 
 
 def _kernel(body_fn):

@@ -396,9 +396,9 @@ def test_parallel_a_reduction():
 def test_bind_refusals():
     A, B, C = mm()
     s = td.create_schedule(C.op)
-    with pytest.raises(ScheduleError, match=where("bind", "C", "k") + r"binding reduction loop 'k' "
-                       r"to threadIdx.x is a reduction across threads"):
-        s[C].bind(C.op.reduce_axis[0], td.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=where("bind", "C", "k") + r"cannot bind reduction loop "
+                       r"'k' to vthread: a virtual thread runs serially"):
+        s[C].bind(C.op.reduce_axis[0], td.thread_axis("vthread"))
     with pytest.raises(ScheduleError, match=where("bind", "C", "i") +
                        r"the second argument must be a td.thread_axis"):
         s[C].bind(C.op.axis[0], C.op.axis[1])
