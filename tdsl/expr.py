@@ -51,7 +51,6 @@ class Expr:
     def __ge__(self, other): return _compare(GE, self, other)
     def __eq__(self, other): return _compare(EQ, self, other)  # type: ignore[override]
     def __ne__(self, other): return _compare(NE, self, other)  # type: ignore[override]
-    def equal(self, other): return _compare(EQ, self, other)  # TVM's ``expr.equal``
     def __and__(self, other): return _logical(And, self, other)
     def __rand__(self, other): return _logical(And, other, self)
     def __or__(self, other): return _logical(Or, self, other)
