@@ -37,7 +37,7 @@ from tdsl.visitor import post_order_visit
 from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
                        IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt)
 
-from . import parallel, vectorize
+from . import bfloat, parallel, vectorize
 from .exprs import ExprEmitter
 from .lanes import UNIFORM, VVal, is_zero, uniform
 from .lltypes import (I1, I8, I8P, I64, VOID, StringAttributes, const, loop_metadata,
@@ -503,4 +503,7 @@ def generate(func: PrimFunc, spec: MachineSpec,
              parallel_runtime: bool = True) -> tuple[ir.Module, CodeGen]:
     """LLVM IR for ``func`` (the module, and the generator with its notes)."""
     cg = CodeGen(func, spec, parallel_runtime)
-    return cg.generate(), cg
+    module = cg.generate()
+    if "bfloat" in str(module):   # a bfloat16 operation may call the narrowing helpers
+        bfloat.add_runtime(module)
+    return module, cg

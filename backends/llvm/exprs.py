@@ -78,9 +78,9 @@ class ExprEmitter:
 
     def fbin(self, op: str, x: ir.Value, y: ir.Value, dtype: DType,
              exact: bool = False) -> ir.Value:
-        """A float binary op with the function's fast-math flags (none for float16,
-        none where ``exact``)."""
-        flags = () if exact or dtype is DType.FLOAT16 else self.fastmath
+        """A float binary op with the function's fast-math flags (none for the 16-bit
+        floats, which round after each operation, none where ``exact``)."""
+        flags = () if exact or dtype in (DType.FLOAT16, DType.BFLOAT16) else self.fastmath
         return getattr(self.b, op)(x, y, flags=flags)
 
     # ---- leaves ----------------------------------------------------------------------------

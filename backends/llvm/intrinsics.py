@@ -13,7 +13,7 @@ The dispatcher; the inline float32 math lives in ``vecmath.py``.
 - float64 ``sigmoid(x) = 1 / (1 + exp(-x))`` (and float16's, and float32's when opted out)
   and ``rsqrt(x) = 1 / sqrt(x)`` are expanded into operations of the argument's dtype, so
   float16 rounds after each step as NumPy does.
-- float16 transcendental functions are computed in float32 and rounded to float16
+- float16 and bfloat16 transcendental functions are computed in float32 and rounded back
   (what NumPy's float16 loops do); floor/ceil/trunc/round/abs are exact in float16.
 - ``isnan`` is ``fcmp uno``; ``abs`` of a signed integer wraps (``abs(-128) == -128``
   for int8) and is the identity on uint8.
@@ -121,7 +121,7 @@ def emit_math(cg: "CodeGen", func: Intrinsic, dtype: DType, args: list[ir.Value]
         e = emit_math(cg, Intrinsic.EXP, dtype, [neg], lanes)
         one = const(dtype, 1.0, lanes)
         return cg.fbin("fdiv", one, cg.fbin("fadd", one, e, dtype), dtype)
-    if dtype is DType.FLOAT16 and func not in _EXACT_IN_HALF:
+    if dtype in (DType.FLOAT16, DType.BFLOAT16) and func not in _EXACT_IN_HALF:
         wide = value_type(DType.FLOAT32, lanes)
         r = emit_math(cg, func, DType.FLOAT32, [b.fpext(a, wide) for a in args], lanes)
         return b.fptrunc(r, x.type)
