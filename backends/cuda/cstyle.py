@@ -102,7 +102,11 @@ class NameTable:
 
 
 def c_type(dtype: DType) -> str:
-    return C_TYPES[dtype]
+    try:
+        return C_TYPES[dtype]
+    except KeyError:
+        raise BuildError(f"the CUDA backend does not support {dtype} yet; build for 'llvm' "
+                         f"(or cast to float16/float32 before the kernel)") from None
 
 
 def float_literal(value: float, dtype: DType) -> str:
