@@ -183,7 +183,7 @@ def test_te_names_exist():
         assert getattr(tir, name) is not None
 
 
-@pytest.mark.parametrize("name", ["extern", "scan", "hybrid"])
+@pytest.mark.parametrize("name", ["extern", "scan_placeholder", "hybrid"])
 def test_unsupported_te_names_raise_a_tdsl_error(name):
     with pytest.raises(tvm.TVMError, match="Coming from TVM"):
         getattr(te, name)
@@ -208,3 +208,23 @@ def test_expr_equal_method(rng):
     np.testing.assert_array_equal(got[1], np.where(a % 3 == 0, a, -a))
     np.testing.assert_array_equal(r[1], np.where(a % 3 == 0, a, -a))
     assert str(te.thread_axis("threadIdx.x").var.equal(0)) == "threadIdx.x == 0"
+
+
+@pytest.mark.parametrize("shape", [(7, 4), (30, 9)])
+def test_te_scan_cumsum_like_the_scan_tutorial(rng, shape):
+    m, n = te.var("m"), te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s_update = te.compute((m, n), lambda t, i: s_state[t - 1, i] + X[t, i])
+    s_scan = te.scan(s_init, s_update, s_state, inputs=[X])
+    s = te.create_schedule(s_scan.op)
+    x = rng.standard_normal(shape).astype("float32")
+    ref, got = _run_both(s, [X, s_scan], [x, np.empty_like(x)])
+    for out in (ref, got):
+        tvm.testing.assert_allclose(out[1], np.cumsum(x, axis=0), rtol=1e-5, atol=1e-5)
+    f = tvm.build(s, [X, s_scan], "llvm")
+    dev = tvm.cpu(0)
+    a, b = tvm.nd.array(x, dev), tvm.nd.array(np.zeros(shape, "float32"), dev)
+    f(a, b)
+    tvm.testing.assert_allclose(b.numpy(), np.cumsum(x, axis=0), rtol=1e-5, atol=1e-5)

@@ -8,7 +8,7 @@ from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, Te
                   abs, all, any, ceil, comm_reducer, cos, create_schedule,
                   decl_tensor_intrin, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
                   log10, max, max_value, min, min_value, power, reduce_axis, round,
-                  rsqrt, sigmoid, sin, size_var, sqrt, sum, tanh, thread_axis, trunc, var)
+                  rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, thread_axis, trunc, var)
 from tdsl.expr import Expr
 
 from .tir import const
@@ -45,8 +45,7 @@ def lang_op_names() -> list[str]:
 NOT_SUPPORTED = {
     "extern": "te.extern (an opaque stage calling a C or packed function) is not implemented",
     "extern_primfunc": "te.extern_primfunc needs TVMScript, which tdsl does not have",
-    "scan": "te.scan (recurrences) is not implemented",
-    "scan_placeholder": "te.scan is not implemented",
+    "scan_placeholder": "te.scan_placeholder is not implemented (use te.placeholder)",
     "hybrid": "te.hybrid scripts are not supported",
     "create_prim_func": "tdsl has no TensorIR; use tvm.lower",
 }
@@ -64,4 +63,4 @@ __all__ = ["placeholder", "compute", "var", "size_var", "reduce_axis", "thread_a
            "PlaceholderOp", "Operation", "comm_reducer", "sum", "max", "min", "max_value",
            "min_value", "const", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
-           "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin"]
+           "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin", "scan"]
