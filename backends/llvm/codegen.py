@@ -35,9 +35,9 @@ from tdsl.errors import BuildError
 from tdsl.expr import Const, Var
 from tdsl.visitor import post_order_visit
 from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
-                       IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt)
+                       ExternCall, IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt)
 
-from . import bfloat, parallel, vectorize
+from . import bfloat, externs, parallel, vectorize
 from .exprs import ExprEmitter
 from .lanes import UNIFORM, VVal, is_zero, uniform
 from .lltypes import (I1, I8, I8P, I64, VOID, StringAttributes, const, loop_metadata,
@@ -496,6 +496,7 @@ _STMTS: dict[type, Callable[[CodeGen, Any], None]] = {
     SeqStmt: CodeGen._seq, Evaluate: CodeGen._evaluate, LetStmt: CodeGen._let,
     IfThenElse: CodeGen._if, BufferStore: CodeGen._store, Allocate: CodeGen._allocate,
     For: CodeGen._for, Barrier: CodeGen._barrier, IntrinCall: CodeGen._intrin_call,
+    ExternCall: lambda cg, s: externs.emit(cg, s),
 }
 
 

@@ -42,6 +42,8 @@ class LLVMModule(Module):
         self.target = target
         self.compiled = compiled
         self._num_threads = 0
+        from .externs import uses_extern
+        self._calls_extern = uses_extern(func)
 
     # ---- execution -----------------------------------------------------------------------------
     @property
@@ -88,6 +90,13 @@ class LLVMModule(Module):
                     cell.value = n
                     c.threads_written = n
                 fn(*args)
+        if self._calls_extern:
+            inner = run
+
+            def run() -> None:
+                from .externs import raise_pending
+                inner()
+                raise_pending()   # what a packed function raised during the call
         run.arrays = arrays  # type: ignore[attr-defined]  # keeps the memory alive
         return run
 
