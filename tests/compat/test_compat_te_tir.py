@@ -183,7 +183,7 @@ def test_te_names_exist():
         assert getattr(tir, name) is not None
 
 
-@pytest.mark.parametrize("name", ["extern", "scan_placeholder", "hybrid"])
+@pytest.mark.parametrize("name", ["extern_primfunc", "scan_placeholder", "hybrid"])
 def test_unsupported_te_names_raise_a_tdsl_error(name):
     with pytest.raises(tvm.TVMError, match="Coming from TVM"):
         getattr(te, name)
@@ -191,7 +191,7 @@ def test_unsupported_te_names_raise_a_tdsl_error(name):
 
 def test_unsupported_tir_names_raise_a_tdsl_error():
     with pytest.raises(tvm.TVMError, match="Coming from TVM"):
-        tir.call_packed
+        tir.decl_buffer
     with pytest.raises(AttributeError):
         tir.no_such_name
 

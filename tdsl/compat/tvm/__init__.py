@@ -15,6 +15,7 @@ import tdsl
 from tdsl.errors import TDSLError
 
 from . import contrib, nd, runtime, target, te, testing, tir
+from .ffi import get_global_func, register_func
 from .runtime import Device, NDArray, cl, cpu, cuda, device, gpu
 from .target import as_tdsl
 
@@ -60,4 +61,5 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["lower", "build", "te", "tir", "nd", "runtime", "target", "testing", "contrib",
-           "device", "cpu", "cuda", "gpu", "cl", "Device", "NDArray", "TVMError", *_LAZY]
+           "device", "cpu", "cuda", "gpu", "cl", "Device", "NDArray", "TVMError",
+           "register_func", "get_global_func", *_LAZY]

@@ -33,6 +33,18 @@ def compute(shape: Any, fcompute: Any, name: str = "compute", tag: str = "",
     return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
 
 
+def extern(shape: Any, inputs: Any, fcompute: Any, name: str = "extern", dtype: Any = None,
+           in_buffers: Any = None, out_buffers: Any = None, tag: str = "",
+           attrs: Any = None) -> Any:
+    """Tensors computed by a packed or C function (``tir.call_packed``/``call_extern``)."""
+    if isinstance(shape, list) and shape and isinstance(shape[0], (list, tuple)):
+        shape = [_shape(s) for s in shape]
+    else:
+        shape = _shape(shape)
+    return tdsl.extern(shape, inputs, fcompute, name=name, dtype=dtype, in_buffers=in_buffers,
+                       out_buffers=out_buffers, tag=tag, attrs=attrs)
+
+
 def pow(x: Any, y: Any) -> Expr:  # noqa: A001
     return power(x, y)
 
@@ -43,7 +55,6 @@ def lang_op_names() -> list[str]:
 
 #: TVM v0.19 ``te`` names tdsl does not implement, and why (see README "Coming from TVM")
 NOT_SUPPORTED = {
-    "extern": "te.extern (an opaque stage calling a C or packed function) is not implemented",
     "extern_primfunc": "te.extern_primfunc needs TVMScript, which tdsl does not have",
     "scan_placeholder": "te.scan_placeholder is not implemented (use te.placeholder)",
     "hybrid": "te.hybrid scripts are not supported",
@@ -63,4 +74,4 @@ __all__ = ["placeholder", "compute", "var", "size_var", "reduce_axis", "thread_a
            "PlaceholderOp", "Operation", "comm_reducer", "sum", "max", "min", "max_value",
            "min_value", "const", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
-           "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin", "scan"]
+           "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin", "scan", "extern"]

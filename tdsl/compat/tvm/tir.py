@@ -99,14 +99,25 @@ def fmod(a: Any, b: Any) -> Expr:
     return truncmod(a, b)
 
 
+def call_packed(name: str, *args: Any) -> Any:
+    """In an extern stage's fcompute: call the packed function ``name``."""
+    return tdsl.call_packed(name, *args)
+
+
+def call_extern(dtype: Any, name: str, *args: Any) -> Any:
+    """In an extern stage's fcompute: call the C function ``name``."""
+    return tdsl.call_extern(dtype, name, *args)
+
+
 def __getattr__(name: str) -> Any:
-    if name in ("call_packed", "call_extern", "call_intrin", "call_llvm_intrin", "decl_buffer"):
-        raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no packed-function "
-                             f"FFI or custom buffers); see the README section 'Coming from TVM'")
+    if name in ("call_intrin", "call_llvm_intrin", "decl_buffer"):
+        raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no TIR "
+                             f"intrinsic calls or custom buffers); see the README section "
+                             f"'Coming from TVM'")
     raise AttributeError(f"module 'tvm.tir' (tdsl.compat) has no attribute {name!r}")
 
 
-__all__ = ["const", "Select", "IntImm", "FloatImm", "Var", "SizeVar", "Cast", "cast",
+__all__ = ["call_packed", "call_extern", "const", "Select", "IntImm", "FloatImm", "Var", "SizeVar", "Cast", "cast",
            "indexdiv", "indexmod", "floordiv", "floormod", "truncdiv", "truncmod", "ceildiv",
            "div", "max", "min", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
