@@ -154,6 +154,14 @@ def raise_pending() -> None:
         raise err
 
 
+def packed_calls(func: PrimFunc) -> set[str]:
+    """Names of the packed functions ``func`` calls."""
+    out: set[str] = set()
+    post_order_visit(func.body, lambda n: out.add(n.func) if isinstance(n, ExternCall)
+                     and n.packed else None)
+    return out
+
+
 def uses_extern(func: PrimFunc) -> bool:
     found: list = []
     post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, ExternCall) else None)

@@ -137,4 +137,10 @@ class LLVMModule(Module):
         """Write a shared library ``path`` (``.so``) with a C header and metadata beside
         it; a ``.o`` path writes just the object (any target)."""
         from .export import export_library
+        from .externs import packed_calls
+        calls = packed_calls(self.func)
+        if calls:
+            raise BuildError(f"export_library: the function calls packed function(s) "
+                             f"{sorted(calls)} (call_packed), which live in this Python "
+                             f"process; a shared library cannot call them")
         export_library(self, path, cc=cc, options=options)

@@ -150,3 +150,12 @@ def test_extern_is_refused_by_cuda():
     s[Z].bind(tx, td.thread_axis("threadIdx.x"))
     with pytest.raises(BuildError, match="extern"):
         td.build(s, [X, Z], target="cuda")
+
+
+def test_export_library_refuses_packed_calls(tmp_path):
+    X = td.placeholder((4,), name="X")
+    Y = td.extern((4,), [X], lambda ins, outs: td.call_packed("tdsl.test.matmul", ins[0]),
+                  name="Y")
+    f = td.build(td.create_schedule(Y.op), [X, Y], target="llvm")
+    with pytest.raises(BuildError, match="packed function"):
+        f.export_library(str(tmp_path / "y.so"))
