@@ -175,6 +175,13 @@ class ExternOp(OpaqueOp):
                             f"call_extern(...), got {type(spec).__name__}")
         self.call = spec
 
+    def structural_parts(self, canon: Any) -> None:
+        """The call (function, kind, arguments) for structural equality and hashing."""
+        c = self.call
+        canon.visit_all((c.func, c.packed, c.dtype.value))
+        for a in c.args:
+            canon.visit(("buffer", a.tensor) if isinstance(a, ExternBuffer) else a)
+
     def lower_stmt(self, nest: "NestBuilder", st: "Stage") -> "Stmt":
         args: list[Any] = []
         for a in self.call.args:

@@ -97,6 +97,14 @@ class ScanOp(OpaqueOp):
             memo[id(op)] = any(self._reads_state(t.op, memo) for t in op.input_tensors)
         return memo[id(op)]
 
+    def structural_parts(self, canon: Any) -> None:
+        """The init and update bodies (over their own axes) for structural equality."""
+        canon.visit(self.init_len)
+        for ops, bodies in ((self.init_ops, self.init_body), (self.update_ops, self.update_body)):
+            for op, body in zip(ops, bodies):
+                canon.visit_all([iv.dom.extent for iv in op.axis])
+                canon.scoped(op.axis, lambda body=body: canon.visit(body))
+
     def lower_stmt(self, nest: "NestBuilder", st: "Stage") -> "Stmt":
         from .lowering.nest import seq
         stor = nest.storage[st]

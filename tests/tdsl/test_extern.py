@@ -159,3 +159,24 @@ def test_export_library_refuses_packed_calls(tmp_path):
     f = td.build(td.create_schedule(Y.op), [X, Y], target="llvm")
     with pytest.raises(BuildError, match="packed function"):
         f.export_library(str(tmp_path / "y.so"))
+
+
+def test_structural_hash_tells_extern_calls_and_scans_apart():
+    from tdsl.structural import structural_equal
+
+    def ext(fname):
+        X = td.placeholder((8,), name="X")
+        return td.extern((8,), [X], lambda ins, outs: td.call_packed(fname, ins[0], outs[0]))
+
+    assert structural_equal(ext("f"), ext("f"))
+    assert not structural_equal(ext("f"), ext("g"))
+
+    def cum(scale):
+        n = td.var("n")
+        X = td.placeholder((n, 3), name="X")
+        st = td.placeholder((n, 3), name="st")
+        return td.scan(td.compute((1, 3), lambda _, i: X[0, i]),
+                       td.compute((n, 3), lambda t, i: st[t - 1, i] * scale + X[t, i]), st)
+
+    assert structural_equal(cum(1.0), cum(1.0))
+    assert not structural_equal(cum(1.0), cum(2.0))
