@@ -122,7 +122,8 @@ class ScanOp(OpaqueOp):
                 value = nest.lower_expr(body, {iv.var: ix for iv, ix in zip(op.axis, index)})
                 stmt: "Stmt" = BufferStore(buf, value, index)
                 for v, ext in reversed(list(zip(loops, ranges))):
-                    stmt = For(v, Const(0, v.dtype), ext, ForKind.SERIAL, stmt)
+                    stmt = For(v, Const(0, v.dtype), ext, ForKind.SERIAL, stmt,
+                               annotations={"scan": self.name})
                 parts.append(stmt)
         return seq(parts)
 

@@ -113,3 +113,13 @@ def test_scan_rejects_bad_arguments():
         td.scan(init, init, init)
     with pytest.raises(TDSLError, match="one tensor per state"):
         td.scan([init], [init, init], [state])
+
+
+def test_cuda_refuses_scan_clearly():
+    X, S = cumsum_scan()
+    Z = td.compute(S.shape, lambda i, j: S[i, j] * 2.0, name="Z")
+    s = td.create_schedule(Z.op)
+    s[Z].bind(Z.op.axis[0], td.thread_axis("blockIdx.x"))
+    from tdsl.errors import BuildError
+    with pytest.raises(BuildError, match="scan stage 'scan'"):
+        td.build(s, [X, Z], target="cuda")
