@@ -172,7 +172,7 @@ def _runtime_namespace() -> dict[str, Any]:
 def _extern_call(func: str, packed: bool, args: list) -> None:
     """Run an extern stage's call: each buffer (a storage list with its dims and strides)
     becomes a NumPy array for the call and is copied back after it."""
-    from .extern import call_with_arrays
+    from .extern_op import call_with_arrays
     arrays, values = [], []
     for data, shape, strides, dtype in args:
         if shape is None:
@@ -534,7 +534,7 @@ class _Codegen:
 
     def extern_call(self, s: ExternCall, depth: int) -> None:
         """Whole buffers go to the function as NumPy arrays (copied out of and back into
-        their storage lists); see ``tdsl.extern``."""
+        their storage lists); see ``tdsl.extern_op``."""
         if self.kernel is not None:
             raise LoweringError(f"call of '{s.func}' (an extern stage) inside a GPU kernel")
         parts = []

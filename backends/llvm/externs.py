@@ -98,7 +98,7 @@ def emit(cg: Any, s: ExternCall) -> None:
 
 def _trampoline(func: str, spec: tuple) -> Any:
     from tdsl.dtype import as_dtype
-    from tdsl.extern import get_global_func
+    from tdsl.extern_op import get_global_func
 
     def run(slots: Any) -> int:
         try:
