@@ -8,7 +8,7 @@ loops); the stage itself has no loops to schedule.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .errors import ShapeError, TDSLError
 from .expr import Const, Expr, Reduce, TensorLoad, Var

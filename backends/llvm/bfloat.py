@@ -13,7 +13,6 @@ from .lltypes import BFloatType
 
 I16 = ir.IntType(16)
 I32 = ir.IntType(32)
-I64 = ir.IntType(64)
 
 
 def _round_bits(b: ir.IRBuilder, bits: ir.Value, width: int) -> ir.Value:
