@@ -190,7 +190,7 @@ class ExternCall(Stmt):
     """
 
     __slots__ = ("func", "packed", "dtype", "args")
-    _fields = ("func", "packed", "args")
+    _fields = ("func", "packed", "dtype", "args")
 
     def __init__(self, func: str, packed: bool, dtype: Any, args: Sequence[Any]):
         self.func = func
