@@ -180,3 +180,29 @@ def test_structural_hash_tells_extern_calls_and_scans_apart():
 
     assert structural_equal(cum(1.0), cum(1.0))
     assert not structural_equal(cum(1.0), cum(2.0))
+
+
+@pytest.mark.parametrize("n", [64, 67])
+def test_default_operator_schedules_skip_opaque_stages(n):
+    import tdsl.ops as ops
+    A = td.placeholder((n, n), name="A")
+    B = td.placeholder((n, n), name="B")
+    C = td.extern((n, n), [A, B], lambda ins, outs: td.call_packed(
+        "tdsl.test.matmul", ins[0], ins[1], outs[0], False, False), name="C")
+    D = td.compute((n, n), lambda i, j: td.exp(C[i, j] * 0.01), name="D")
+    m = td.var("m")
+    X = td.placeholder((m, n), name="X")
+    st = td.placeholder((m, n), name="st")
+    S = td.scan(td.compute((1, n), lambda _, i: X[0, i]),
+                td.compute((m, n), lambda t, i: st[t - 1, i] + X[t, i]), st)
+    k = td.reduce_axis((0, n), name="k")
+    R = td.compute((m,), lambda t: td.sum(S[t, k], axis=k), name="R")
+    rng = np.random.default_rng(n)
+    a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    x = rng.random((9, n), dtype=np.float32)
+    d, r = np.empty((n, n), np.float32), np.empty(9, np.float32)
+    td.build(ops.schedule([D], "llvm"), [A, B, D], target="llvm")(a, b, d)
+    td.build(ops.schedule([R], "llvm"), [X, R], target="llvm")(x, r)
+    np.testing.assert_allclose(d, np.exp(a @ b * 0.01), rtol=1e-5)
+    np.testing.assert_allclose(r, np.cumsum(x, 0).sum(1), rtol=1e-5)
+    ops.schedule([R], "cuda")   # schedules the other stages, leaves the scan alone
