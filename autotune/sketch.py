@@ -33,6 +33,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from tdsl.expr import Reduce, TensorLoad
 from tdsl.target import Target, TargetKind
+from tdsl.opaque import is_opaque
 from tdsl.tensor import ComputeOp, IterVar
 from tdsl.visitor import free_vars, post_order_visit
 
@@ -136,13 +137,15 @@ class SketchSource:
         lab = stage_labels(sch)
         plans: dict[str, StagePlan] = {}
         for st in sch.stages:
-            if st.is_placeholder:
+            if st.is_placeholder or is_opaque(st.op):   # extern/scan: nothing to schedule
                 continue
             op = st.op
             sp = [self._ext(iv) for iv in op.axis]
             rd = [self._ext(iv) for iv in op.reduce_axis]
             if not op.reduce_axis:
-                rule = Rule.ROOT if st.is_output else Rule.INLINE
+                # an extern/scan stage reads its inputs whole from memory: not inlined
+                keep = st.is_output or any(is_opaque(r.op) for r in sch.readers(st))
+                rule = Rule.ROOT if keep else Rule.INLINE
             else:
                 rule = Rule.TILE if _has_reuse(op) else Rule.REDUCE
             plans[lab[id(st)]] = StagePlan(lab[id(st)], rule, sp, rd)

@@ -206,3 +206,25 @@ def test_default_operator_schedules_skip_opaque_stages(n):
     np.testing.assert_allclose(d, np.exp(a @ b * 0.01), rtol=1e-5)
     np.testing.assert_allclose(r, np.cumsum(x, 0).sum(1), rtol=1e-5)
     ops.schedule([R], "cuda")   # schedules the other stages, leaves the scan alone
+
+
+def test_sketch_space_keeps_extern_and_its_inputs_at_root():
+    import random
+    from tdsl.autotune.sketch import SketchSource
+    n = 32
+    A = td.placeholder((n, n), name="A")
+    B = td.placeholder((n, n), name="B")
+    A2 = td.compute((n, n), lambda i, j: A[i, j] + 1.0, name="A2")
+    C = td.extern((n, n), [A2, B], lambda ins, outs: td.call_packed(
+        "tdsl.test.matmul", ins[0], ins[1], outs[0], False, False), name="C")
+    k = td.reduce_axis((0, n), name="k")
+    D = td.compute((n, n), lambda i, j: td.sum(C[i, k] * B[k, j], axis=k), name="D")
+    src = SketchSource([D], td.Target("llvm"), {})
+    rng = random.Random(0)
+    gen = np.random.default_rng(0)
+    a, b = gen.random((n, n), dtype=np.float32), gen.random((n, n), dtype=np.float32)
+    for _ in range(4):
+        point = [rng.randrange(len(knob.entities)) for knob in src.space.knobs.values()]
+        d = np.empty((n, n), np.float32)
+        td.build(src.schedule(point), [A, B, D], target="llvm")(a, b, d)
+        np.testing.assert_allclose(d, ((a + 1) @ b) @ b, rtol=1e-4)
