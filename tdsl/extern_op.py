@@ -200,7 +200,11 @@ class ExternOp(OpaqueOp):
         if any(not (getattr(o, "value", None) == 0) for o in stor.offsets):
             raise LoweringError(f"extern '{self.name}': its input '{t.name}' is computed over "
                                 f"a region only (compute_at); compute it at root")
-        return stor.buffers[t.value_index]
+        buf = stor.buffers[t.value_index]
+        if buf.strides is not None:
+            raise LoweringError(f"extern '{self.name}': its input '{t.name}' has padded rows "
+                                f"(storage_align); an extern function reads compact arrays")
+        return buf
 
 
 def extern(shape: Any, inputs: Sequence[Tensor], fcompute: Callable, name: str = "extern",

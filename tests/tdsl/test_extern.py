@@ -228,3 +228,14 @@ def test_sketch_space_keeps_extern_and_its_inputs_at_root():
         d = np.empty((n, n), np.float32)
         td.build(src.schedule(point), [A, B, D], target="llvm")(a, b, d)
         np.testing.assert_allclose(d, ((a + 1) @ b) @ b, rtol=1e-4)
+
+
+def test_extern_refuses_a_storage_aligned_input():
+    X = td.placeholder((8, 8), name="X")
+    X1 = td.compute((8, 8), lambda i, j: X[i, j] + 1.0, name="X1")
+    Y = td.extern((8, 8), [X1], lambda ins, outs: td.call_packed("tdsl.test.matmul", ins[0]),
+                  name="Y")
+    s = td.create_schedule(Y.op)
+    s[X1].storage_align(X1.op.axis[0], 16, 1)
+    with pytest.raises(LoweringError, match="storage_align"):
+        td.lower(s, [X, Y])
