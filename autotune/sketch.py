@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from tdsl.expr import TensorLoad
+from tdsl.opaque import is_opaque
 from tdsl.target import Target, TargetKind, cpu_facts
 from tdsl.tensor import ComputeOp, IterVar
 from tdsl.visitor import post_order_visit
@@ -166,9 +167,10 @@ class SketchSource:
         op = st.op
         if op.reduce_axis:
             return Rule.TILE if facts.reuse_worth_tiling(op, self.sizes) else Rule.REDUCE
-        if st.is_output:
-            return Rule.ROOT
         readers = [r.op for r in sch.readers(st)]
+        # an extern/scan stage reads its inputs whole from memory: they are not inlined
+        if st.is_output or any(is_opaque(r) for r in readers):
+            return Rule.ROOT
         if facts.expensive(op) and facts.read_count(op, readers) > 1:
             return Rule.MATERIALIZE
         return Rule.INLINE
@@ -178,7 +180,7 @@ class SketchSource:
         lab = stage_labels(sch)
         plans: dict[str, StagePlan] = {}
         for st in sch.stages:
-            if st.is_placeholder:
+            if st.is_placeholder or is_opaque(st.op):   # extern/scan: nothing to schedule
                 continue
             op = st.op
             plans[lab[id(st)]] = StagePlan(

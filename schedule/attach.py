@@ -33,6 +33,9 @@ def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
     check_compute_at_args(stage, parent, scope)
     if stage.is_placeholder:
         raise ScheduleError("compute_at", stage.name, "an input has no loop nest to move")
+    if not isinstance(stage.op, ComputeOp):
+        raise ScheduleError("compute_at", stage.name, f"a {stage.op.kind} stage computes its "
+                            f"whole output at root; it cannot be attached to a loop")
     if stage.is_output:
         raise ScheduleError("compute_at", stage.name, "an output must be computed whole (at root)")
     if parent is stage:
@@ -72,7 +75,13 @@ def compute_at(stage: Stage, parent: Stage, scope: IterVar) -> None:
 
 def compute_inline(stage: Stage) -> None:
     if not isinstance(stage.op, ComputeOp):
-        raise ScheduleError("compute_inline", stage.name, "an input cannot be inlined")
+        what = "an input" if stage.is_placeholder else f"a {stage.op.kind} stage"
+        raise ScheduleError("compute_inline", stage.name, f"{what} cannot be inlined")
+    from tdsl.opaque import is_opaque
+    for r in stage._sch.readers(stage):
+        if is_opaque(r.op):
+            raise ScheduleError("compute_inline", stage.name, f"it is read by the {r.op.kind} "
+                                f"stage '{r.name}', which reads whole tensors from memory")
     # a body that is a Reduce is a reduction even with no reduce axis left (the stage rfactor
     # makes when it factors out the only reduce axis): it has no value to substitute
     if stage.op.reduce_axis or any(isinstance(b, Reduce) for b in stage.op.body):

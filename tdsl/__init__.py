@@ -19,6 +19,8 @@ from .tensor import (ComputeOp, IterVar, PlaceholderOp, Range, Tensor, compute, 
 
 __version__ = "0.1.0"   # the only place the version is written (pyproject reads it)
 
+from .scan_op import scan  # noqa: E402
+from .extern_op import call_extern, call_packed, extern, get_global_func, register_func  # noqa: E402
 from .lowering import lower  # noqa: E402
 from .build_module import build, load_module  # noqa: E402
 from tdsl.schedule import Schedule, Stage, create_schedule  # noqa: E402

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 
+import ml_dtypes
 import numpy as np
 
 from .errors import DTypeError
@@ -14,9 +15,14 @@ class DType(str, enum.Enum):
     BOOL = "bool"
     INT8 = "int8"
     UINT8 = "uint8"
+    INT16 = "int16"
+    UINT16 = "uint16"
     INT32 = "int32"
+    UINT32 = "uint32"
     INT64 = "int64"
+    UINT64 = "uint64"
     FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
     FLOAT32 = "float32"
     FLOAT64 = "float64"
 
@@ -37,7 +43,7 @@ class DType(str, enum.Enum):
 
     @property
     def is_signed(self) -> bool:
-        return self in (DType.INT8, DType.INT32, DType.INT64) or self.is_float
+        return self in (DType.INT8, DType.INT16, DType.INT32, DType.INT64) or self.is_float
 
     @property
     def bits(self) -> int:
@@ -49,14 +55,20 @@ class DType(str, enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
+        """The NumPy dtype; bfloat16 is ``ml_dtypes.bfloat16`` (each operation on it computes
+        in float32 and rounds to nearest even, as tdsl's backends do)."""
+        if self is DType.BFLOAT16:
+            return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(self.value)
 
 
-_FLOATS = frozenset({DType.FLOAT16, DType.FLOAT32, DType.FLOAT64})
-_INTS = frozenset({DType.INT8, DType.UINT8, DType.INT32, DType.INT64})
+_FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32, DType.FLOAT64})
+_INTS = frozenset({DType.INT8, DType.UINT8, DType.INT16, DType.UINT16, DType.INT32,
+                   DType.UINT32, DType.INT64, DType.UINT64})
 _BITS = {
-    DType.BOOL: 1, DType.INT8: 8, DType.UINT8: 8, DType.INT32: 32, DType.INT64: 64,
-    DType.FLOAT16: 16, DType.FLOAT32: 32, DType.FLOAT64: 64,
+    DType.BOOL: 1, DType.INT8: 8, DType.UINT8: 8, DType.INT16: 16, DType.UINT16: 16,
+    DType.INT32: 32, DType.UINT32: 32, DType.INT64: 64, DType.UINT64: 64,
+    DType.FLOAT16: 16, DType.BFLOAT16: 16, DType.FLOAT32: 32, DType.FLOAT64: 64,
 }
 
 #: The dtype of loop variables, symbolic sizes and index arithmetic.

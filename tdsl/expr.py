@@ -51,12 +51,15 @@ class Expr:
     def __ge__(self, other): return _compare(GE, self, other)
     def __eq__(self, other): return _compare(EQ, self, other)  # type: ignore[override]
     def __ne__(self, other): return _compare(NE, self, other)  # type: ignore[override]
-    def equal(self, other): return _compare(EQ, self, other)  # TVM's ``expr.equal``
     def __and__(self, other): return _logical(And, self, other)
     def __rand__(self, other): return _logical(And, other, self)
     def __or__(self, other): return _logical(Or, self, other)
     def __ror__(self, other): return _logical(Or, other, self)
     def __invert__(self): return Not(_as_bool(self))
+
+    def equal(self, other: Any) -> "Expr":
+        """``self == other`` as an expression (TVM's ``PrimExpr.equal``)."""
+        return _compare(EQ, self, other)
 
     __hash__ = object.__hash__
 
@@ -281,6 +284,9 @@ class Intrinsic(str, enum.Enum):
     SQRT = "sqrt"; RSQRT = "rsqrt"; TANH = "tanh"; SIGMOID = "sigmoid"; ERF = "erf"
     ABS = "abs"; FLOOR = "floor"; CEIL = "ceil"; ROUND = "round"; TRUNC = "trunc"
     POW = "pow"; SIN = "sin"; COS = "cos"; ISNAN = "isnan"
+    # integer bit operations (tdsl.bitwise): two's complement, shifts by 0..bits-1
+    BITWISE_AND = "bitwise_and"; BITWISE_OR = "bitwise_or"; BITWISE_XOR = "bitwise_xor"
+    BITWISE_NOT = "bitwise_not"; SHIFT_LEFT = "shift_left"; SHIFT_RIGHT = "shift_right"
 
     def __str__(self) -> str:
         return self.value
@@ -292,6 +298,11 @@ _FLOAT_ONLY = {
     Intrinsic.FLOOR, Intrinsic.CEIL, Intrinsic.ROUND, Intrinsic.TRUNC, Intrinsic.POW,
     Intrinsic.SIN, Intrinsic.COS, Intrinsic.ISNAN,
 }
+#: intrinsics defined on integers only
+BIT_OPS = frozenset({
+    Intrinsic.BITWISE_AND, Intrinsic.BITWISE_OR, Intrinsic.BITWISE_XOR, Intrinsic.BITWISE_NOT,
+    Intrinsic.SHIFT_LEFT, Intrinsic.SHIFT_RIGHT,
+})
 
 
 class Call(Expr):
@@ -458,6 +469,8 @@ def call(name: "str | Intrinsic", *args: Any) -> Call:
             raise DTypeError(f"{func}: arguments mix dtypes {like} and {c.dtype}; cast first")
     if func in _FLOAT_ONLY and not like.is_float:
         raise DTypeError(f"{func}: needs a float argument, got {like}; cast with .astype('float32')")
+    if func in BIT_OPS and not like.is_int:
+        raise DTypeError(f"{func}: needs integer arguments, got {like}")
     dtype = DType.BOOL if func is Intrinsic.ISNAN else like
     return Call(func, conv, dtype)
 

@@ -33,7 +33,7 @@ from .expr import (Add, And, BinaryOp, BufferLoad, Call, Cast, CmpOp, Const, Div
                    FloorDiv, FloorMod, Intrinsic, Max, Min, Mul, Not, Or, Select, SizeVar,
                    Sub, Var)
 from .printer import expr_to_str
-from .stmt import (AllReduce, Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
+from .stmt import (AllReduce, Allocate, ExternCall, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
                    IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt, StorageScope,
                    ThreadTag)
 from .visitor import post_order_visit, uses_var
@@ -137,6 +137,13 @@ _FLOAT_INTRIN = {
     Intrinsic.POW: "_np.power", Intrinsic.SIN: "_np.sin", Intrinsic.COS: "_np.cos",
     Intrinsic.ISNAN: "_isnan",
 }
+#: integer bit operations on Python ints (wrapped to the dtype afterwards; Python's >> is
+#: arithmetic, and an unsigned value is never negative, so it is logical there)
+_BIT_CODE = {
+    Intrinsic.BITWISE_AND: "(({0}) & ({1}))", Intrinsic.BITWISE_OR: "(({0}) | ({1}))",
+    Intrinsic.BITWISE_XOR: "(({0}) ^ ({1}))", Intrinsic.BITWISE_NOT: "(~({0}))",
+    Intrinsic.SHIFT_LEFT: "(({0}) << ({1}))", Intrinsic.SHIFT_RIGHT: "(({0}) >> ({1}))",
+}
 
 
 def _oob(name: str, indices: tuple, shape: tuple) -> Any:
@@ -151,7 +158,7 @@ def _runtime_namespace() -> dict[str, Any]:
         "_int_floormod": _int_floormod, "_sigmoid": _sigmoid, "_rsqrt": _rsqrt,
         "_erf": _erf, "_isnan": _isnan, "_oob": _oob, "_alloc": _alloc,
         "_kernel_alloc": _kernel_alloc, "_launch": _launch, "_thread_extent": _thread_extent,
-        "_allreduce_table": _allreduce_table,
+        "_allreduce_table": _allreduce_table, "_extern_call": _extern_call,
         "__builtins__": __builtins__,
     }
     for d in DType:
@@ -160,6 +167,26 @@ def _runtime_namespace() -> dict[str, Any]:
             ns[f"_wrap_{d.value}"] = _make_wrap(d)
             ns[f"_f2i_{d.value}"] = _float_to_int(d)
     return ns
+
+
+def _extern_call(func: str, packed: bool, args: list) -> None:
+    """Run an extern stage's call: each buffer (a storage list with its dims and strides)
+    becomes a NumPy array for the call and is copied back after it."""
+    from .extern_op import call_with_arrays
+    arrays, values = [], []
+    for data, shape, strides, dtype in args:
+        if shape is None:
+            values.append(data)
+            continue
+        flat = np.array(data, dtype=dtype.numpy)
+        arr = np.lib.stride_tricks.as_strided(
+            flat, shape, [int(t) * flat.itemsize for t in strides]) if flat.size else \
+            np.empty(shape, dtype.numpy)
+        arrays.append((data, flat, arr))
+        values.append(arr)
+    call_with_arrays(func, packed, values)
+    for data, flat, _ in arrays:
+        data[:] = list(flat) if flat.dtype.kind in "fV" else flat.tolist()
 
 
 # ---- storage ---------------------------------------------------------------------------------
@@ -399,6 +426,8 @@ class _Codegen:
         args = ", ".join(self.expr(a) for a in e.args)
         if e.func is Intrinsic.ABS and e.dtype.is_int:
             return self.wrap(f"abs({args})", e.dtype)
+        if e.func in _BIT_CODE:
+            return self.wrap(_BIT_CODE[e.func].format(*(self.expr(a) for a in e.args)), e.dtype)
         if e.func is not Intrinsic.ISNAN and not e.dtype.is_float:
             raise LoweringError(f"{e.func} on {e.dtype} in {expr_to_str(e)}: needs floats")
         return f"{_FLOAT_INTRIN[e.func]}({args})"
@@ -502,6 +531,23 @@ class _Codegen:
             self.emit(depth, f"if _hw[{_HW_INDEX[ThreadTag.THREAD_X]}] % 32 == 0:")
             depth += 1
         self.stmt(fallback, depth)
+
+    def extern_call(self, s: ExternCall, depth: int) -> None:
+        """Whole buffers go to the function as NumPy arrays (copied out of and back into
+        their storage lists); see ``tdsl.extern_op``."""
+        if self.kernel is not None:
+            raise LoweringError(f"call of '{s.func}' (an extern stage) inside a GPU kernel")
+        parts = []
+        for a in s.args:
+            if isinstance(a, Buffer):
+                info = self.buffer(a)
+                self.consts[f"_D_{a.dtype}"] = a.dtype
+                parts.append(f"({info.data}, ({', '.join(info.shape)},), "
+                             f"({', '.join(info.strides)},), _D_{a.dtype})")
+            else:
+                parts.append(f"({self.expr(a)}, None, None, _D_{a.dtype})")
+                self.consts[f"_D_{a.dtype}"] = a.dtype
+        self.emit(depth, f"_extern_call({s.func!r}, {s.packed}, [{', '.join(parts)}])")
 
     def all_reduce(self, s: AllReduce, depth: int) -> None:
         """Each thread posts its share in a per-block table, waits at a barrier, then
@@ -774,7 +820,7 @@ _STMT_GEN: dict[type, Callable[[_Codegen, Any, int], None]] = {
     For: _Codegen.loop, SeqStmt: _Codegen.seq, IfThenElse: _Codegen.if_then_else,
     BufferStore: _Codegen.store, Allocate: _Codegen.allocate, LetStmt: _Codegen.let,
     Barrier: _Codegen.barrier, Evaluate: _Codegen.evaluate, IntrinCall: _Codegen.intrin_call,
-    AllReduce: _Codegen.all_reduce,
+    AllReduce: _Codegen.all_reduce, ExternCall: _Codegen.extern_call,
 }
 
 

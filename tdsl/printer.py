@@ -17,7 +17,7 @@ from .deep import retry_deep
 from .dtype import DType
 from .expr import (Add, And, BufferLoad, Call, Cast, CmpOp, Const, Div, Expr, FloorDiv,
                    FloorMod, Max, Min, Mul, Not, Or, Reduce, Select, Sub, TensorLoad, Var)
-from .stmt import (AllReduce, Allocate, Barrier, Buffer, BufferRegion, BufferStore, Evaluate, For,
+from .stmt import (AllReduce, Allocate, Barrier, Buffer, BufferRegion, BufferStore, Evaluate, ExternCall, For,
                    ForKind, IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt,
                    StorageScope)
 
@@ -260,6 +260,9 @@ _STMT_HANDLERS: dict[type, Callable[[_Printer, Any, int], None]] = {
            f"[{', '.join(p.expr(v) for v in s.values)}], where={p.expr(s.cond)}, "
            f"over={[t.value for t in s.tags]})"),
     Evaluate: lambda p, s, d: p.emit(d, p.expr(s.value)),
+    ExternCall: lambda p, s, d: p.emit(
+        d, f"{'call_packed' if s.packed else 'call_extern'}({s.func!r}, "
+           f"{', '.join(p.buf(a) if isinstance(a, Buffer) else p.expr(a) for a in s.args)})"),
 }
 
 

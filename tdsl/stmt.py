@@ -181,6 +181,24 @@ class Barrier(Stmt):
     __slots__ = ()
 
 
+class ExternCall(Stmt):
+    """A call of an external function by name, on whole buffers (``td.extern``).
+
+    ``packed``: a function registered with ``tdsl.register_func`` (it receives NumPy arrays
+    and Python numbers); otherwise a C symbol of the process (it receives a pointer per
+    buffer and a C scalar per expression).  ``args`` holds ``Buffer``s and expressions.
+    """
+
+    __slots__ = ("func", "packed", "dtype", "args")
+    _fields = ("func", "packed", "dtype", "args")
+
+    def __init__(self, func: str, packed: bool, dtype: Any, args: Sequence[Any]):
+        self.func = func
+        self.packed = packed
+        self.dtype = as_dtype(dtype)
+        self.args = tuple(args)
+
+
 class Evaluate(Stmt):
     __slots__ = ("value",)
     _fields = ("value",)

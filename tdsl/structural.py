@@ -346,6 +346,10 @@ class _Canon:
         else:
             self.emit("Operation", k, type(op).__qualname__)
             self.visit_all(op.input_tensors)
+            describe = getattr(op, "structural_parts", None)
+            if describe is not None:   # an opaque op: its shapes, dtypes and what it runs
+                self.visit_all([(t.dtype.value, t.shape) for t in op.outputs])
+                describe(self)
 
 
 _HANDLERS: dict[type, Callable[[_Canon, Any], None]] = {

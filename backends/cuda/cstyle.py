@@ -28,12 +28,21 @@ from tdsl.stmt import (Buffer, BufferStore, Evaluate, For, ForKind, IfThenElse, 
                        Stmt)
 from tdsl.tensor import Range
 
+#: integer types C promotes to int: results are cast back to them
+_NARROW_INTS = (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16)
+
+#: C operators of the integer bit intrinsics (operands are parenthesized)
+_BIT_SYMBOLS = {Intrinsic.BITWISE_AND: "&", Intrinsic.BITWISE_OR: "|", Intrinsic.BITWISE_XOR: "^",
+                Intrinsic.BITWISE_NOT: "~", Intrinsic.SHIFT_LEFT: "<<", Intrinsic.SHIFT_RIGHT: ">>"}
+
 # C operator precedence (smaller binds tighter)
 PRIMARY, UNARY, MUL, ADD, REL, EQUAL, LAND, LOR, COND = 1, 2, 3, 4, 6, 7, 11, 12, 13
 
 C_TYPES = {
     DType.BOOL: "bool", DType.INT8: "signed char", DType.UINT8: "unsigned char",
     DType.INT32: "int", DType.INT64: "long long", DType.FLOAT16: "tdsl_half",
+    DType.INT16: "short", DType.UINT16: "unsigned short", DType.UINT32: "unsigned int",
+    DType.UINT64: "unsigned long long",
     DType.FLOAT32: "float", DType.FLOAT64: "double",
 }
 
@@ -93,7 +102,11 @@ class NameTable:
 
 
 def c_type(dtype: DType) -> str:
-    return C_TYPES[dtype]
+    try:
+        return C_TYPES[dtype]
+    except KeyError:
+        raise BuildError(f"the CUDA backend does not support {dtype} yet; build for 'llvm' "
+                         f"(or cast to float16/float32 before the kernel)") from None
 
 
 def float_literal(value: float, dtype: DType) -> str:
@@ -237,7 +250,7 @@ class CStyleRenderer:
         if dt.is_int and isinstance(e.a, Const) and isinstance(e.b, Const) and sym != "/":
             return self._const(Const(_wrap(_fold(sym, e.a.value, e.b.value), dt), dt))
         code = f"{self.operand(e.a, prec)} {sym} {self.operand(e.b, prec - 1)}"
-        if dt in (DType.INT8, DType.UINT8):
+        if dt in _NARROW_INTS:
             return f"({c_type(dt)})({code})", UNARY
         return code, prec
 
@@ -261,7 +274,7 @@ class CStyleRenderer:
                 self.nonneg(e.a) and self.ana.can_prove(e.b > 0):
             sym = "/" if is_div else "%"
             code = f"{self.operand(e.a, MUL)} {sym} {self.operand(e.b, MUL - 1)}"
-            if dt in (DType.INT8, DType.UINT8):
+            if dt in _NARROW_INTS:
                 return f"({c_type(dt)})({code})", UNARY
             return code, MUL
         self.helpers.add("floordiv")
@@ -272,8 +285,7 @@ class CStyleRenderer:
         """An argument to an overloaded helper: the exact C type of ``e``."""
         if isinstance(e, Const) and e.dtype.is_int:
             return f"({c_type(e.dtype)}){int(e.value)}"
-        if e.dtype in (DType.INT8, DType.UINT8, DType.INT32, DType.INT64) and \
-                not isinstance(e, (Var, BufferLoad)):
+        if e.dtype.is_int and not isinstance(e, (Var, BufferLoad)):
             return f"({c_type(e.dtype)})({self.expr(e)})"
         return self.expr(e)
 
@@ -286,7 +298,7 @@ class CStyleRenderer:
             return self.half_result(code) if dt is DType.FLOAT16 else (code, PRIMARY)
         fn = "min" if is_min else "max"
         code = f"{fn}({self.typed_operand(e.a)}, {self.typed_operand(e.b)})"
-        if dt in (DType.INT8, DType.UINT8, DType.BOOL):
+        if dt in _NARROW_INTS or dt is DType.BOOL:
             return f"({c_type(dt)}){code}", UNARY
         return code, PRIMARY
 
@@ -320,9 +332,16 @@ class CStyleRenderer:
                 return f"llabs({x})", PRIMARY
             if arg_dt is DType.INT32:
                 return f"abs({x})", PRIMARY
-            if arg_dt is DType.UINT8:
+            if not arg_dt.is_signed:
                 return x, PRIMARY
             return f"({c_type(arg_dt)})abs((int){_paren(x)})", UNARY
+        if f in _BIT_SYMBOLS:
+            sym = _BIT_SYMBOLS[f]
+            if f is Intrinsic.BITWISE_NOT:
+                code = f"~{self.operand(e.args[0], UNARY)}"
+            else:
+                code = f"{self.operand(e.args[0], UNARY)} {sym} {self.operand(e.args[1], UNARY)}"
+            return f"({c_type(dt)})({code})", UNARY
         if not arg_dt.is_float:
             raise BuildError(f"CUDA codegen: {f} on {arg_dt} in {e!r} needs a float argument")
         suffix = "" if arg_dt is DType.FLOAT64 else "f"

@@ -156,6 +156,15 @@ class _Splitter:
         raise self.unbound(s)
 
     def unbound(self, s: Stmt) -> BuildError:
+        from tdsl.stmt import ExternCall
+        if isinstance(s, ExternCall):
+            return BuildError(f"CUDA: the extern stage calling '{s.func}' (td.extern) runs on "
+                              f"the host, which the CUDA backend does not support; build for "
+                              f"'llvm'")
+        if isinstance(s, For) and "scan" in s.annotations:
+            return BuildError(f"CUDA: the scan stage '{s.annotations['scan']}' (td.scan) runs "
+                              f"as serial loops on the host, which the CUDA backend does not "
+                              f"support yet; build for 'llvm'")
         stages = _stage_names(s)
         what = f"stage '{stages[0]}'" if len(stages) == 1 else \
             ("stages " + ", ".join(f"'{n}'" for n in stages)) if stages else "a statement"

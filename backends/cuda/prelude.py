@@ -26,6 +26,10 @@ TDSL_FLOORDIV(int)
 TDSL_FLOORDIV(long long)
 TDSL_FLOORDIV(signed char)
 TDSL_FLOORDIV(unsigned char)
+TDSL_FLOORDIV(short)
+TDSL_FLOORDIV(unsigned short)
+TDSL_FLOORDIV(unsigned int)
+TDSL_FLOORDIV(unsigned long long)
 #undef TDSL_FLOORDIV"""
 
 _HALF = """\

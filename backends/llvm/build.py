@@ -79,7 +79,9 @@ def compile_func(func: PrimFunc, target: Target) -> Compiled:
         cache.disk_put(key, obj, {"entry": compiled.entry, "parallel": compiled.uses_parallel,
                                   "notes": compiled.notes, "ir": text})
     if spec.runnable:
-        compiled.library = jit.link(compiled.obj, compiled.exports(), compiled.uses_parallel)
+        from . import externs
+        compiled.library = jit.link(compiled.obj, compiled.exports(), compiled.uses_parallel,
+                                    externs.symbols(func))
     compiled.compile_seconds = time.perf_counter() - t0
     cache.memory_put(key, compiled)
     return compiled

@@ -35,9 +35,9 @@ from tdsl.errors import BuildError
 from tdsl.expr import Const, Var
 from tdsl.visitor import post_order_visit
 from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
-                       IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt)
+                       ExternCall, IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt)
 
-from . import cabi, parallel, vectorize
+from . import bfloat, cabi, externs, parallel, vectorize
 from .exprs import ExprEmitter
 from .lanes import UNIFORM, VVal, is_zero, uniform
 from .lltypes import (I1, I8, I8P, I32, I64, VOID, StringAttributes, const, loop_metadata,
@@ -499,6 +499,7 @@ _STMTS: dict[type, Callable[[CodeGen, Any], None]] = {
     SeqStmt: CodeGen._seq, Evaluate: CodeGen._evaluate, LetStmt: CodeGen._let,
     IfThenElse: CodeGen._if, BufferStore: CodeGen._store, Allocate: CodeGen._allocate,
     For: CodeGen._for, Barrier: CodeGen._barrier, IntrinCall: CodeGen._intrin_call,
+    ExternCall: lambda cg, s: externs.emit(cg, s),
 }
 
 
@@ -506,4 +507,7 @@ def generate(func: PrimFunc, spec: MachineSpec,
              parallel_runtime: bool = True) -> tuple[ir.Module, CodeGen]:
     """LLVM IR for ``func`` (the module, and the generator with its notes)."""
     cg = CodeGen(func, spec, parallel_runtime)
-    return cg.generate(), cg
+    module = cg.generate()
+    if "bfloat" in str(module):   # a bfloat16 operation may call the narrowing helpers
+        bfloat.add_runtime(module)
+    return module, cg

@@ -53,7 +53,9 @@ if TYPE_CHECKING:
 
 C_TYPES = {
     DType.BOOL: "uint8_t", DType.INT8: "int8_t", DType.UINT8: "uint8_t",
-    DType.INT32: "int32_t", DType.INT64: "int64_t", DType.FLOAT16: "uint16_t",
+    DType.INT16: "int16_t", DType.UINT16: "uint16_t", DType.INT32: "int32_t",
+    DType.UINT32: "uint32_t", DType.INT64: "int64_t", DType.UINT64: "uint64_t",
+    DType.FLOAT16: "uint16_t", DType.BFLOAT16: "uint16_t",
     DType.FLOAT32: "float", DType.FLOAT64: "double",
 }
 
@@ -126,8 +128,8 @@ def c_header(func: PrimFunc, entry: str, written: "frozenset[int]", target: str,
     lines += [
         " *",
         " * Arrays are dense row-major (C-contiguous), aligned to their element size, and",
-        " * a written array must not overlap another argument. float16 is passed as",
-        " * uint16_t (IEEE binary16 bits), bool as uint8_t (0 or 1).",
+        " * a written array must not overlap another argument. float16 and bfloat16 are passed",
+        " * as uint16_t (their bits), bool as uint8_t (0 or 1).",
         " *",
     ]
     lines += _cpu_lines(spec)

@@ -78,9 +78,9 @@ class ExprEmitter:
 
     def fbin(self, op: str, x: ir.Value, y: ir.Value, dtype: DType,
              exact: bool = False) -> ir.Value:
-        """A float binary op with the function's fast-math flags (none for float16,
-        none where ``exact``)."""
-        flags = () if exact or dtype is DType.FLOAT16 else self.fastmath
+        """A float binary op with the function's fast-math flags (none for the 16-bit
+        floats, which round after each operation, none where ``exact``)."""
+        flags = () if exact or dtype in (DType.FLOAT16, DType.BFLOAT16) else self.fastmath
         return getattr(self.b, op)(x, y, flags=flags)
 
     # ---- leaves ----------------------------------------------------------------------------
@@ -360,7 +360,9 @@ class ExprEmitter:
         if dst.is_float:
             return b.fpext(x, t) if dst.bits > src.bits else b.fptrunc(x, t)
         # float -> int: truncate toward zero, saturating (no poison)
-        via = dst if dst.bits >= 32 else DType.INT32
+        # narrow types (and uint32) go through a wider signed type, so a negative value
+        # wraps like the interpreter's (uint64 keeps fptoui: its whole range is valid)
+        via = DType.INT64 if dst is DType.UINT32 else dst if dst.bits >= 32 else DType.INT32
         vt = value_type(via, lanes)
         name = "fptosi.sat" if via.is_signed else "fptoui.sat"
         from .intrinsics import type_suffix

@@ -13,7 +13,7 @@ The dispatcher; the inline float32 math lives in ``vecmath.py``.
 - float64 ``sigmoid(x) = 1 / (1 + exp(-x))`` (and float16's, and float32's when opted out)
   and ``rsqrt(x) = 1 / sqrt(x)`` are expanded into operations of the argument's dtype, so
   float16 rounds after each step as NumPy does.
-- float16 transcendental functions are computed in float32 and rounded to float16
+- float16 and bfloat16 transcendental functions are computed in float32 and rounded back
   (what NumPy's float16 loops do); floor/ceil/trunc/round/abs are exact in float16.
 - ``isnan`` is ``fcmp uno``; ``abs`` of a signed integer wraps (``abs(-128) == -128``
   for int8) and is the identity on uint8.
@@ -45,6 +45,30 @@ _EXACT_IN_HALF = {Intrinsic.FLOOR, Intrinsic.CEIL, Intrinsic.TRUNC, Intrinsic.RO
 _INSTRUCTIONS = {Intrinsic.SQRT, Intrinsic.FLOOR, Intrinsic.CEIL, Intrinsic.TRUNC,
                  Intrinsic.ROUND}
 _LIBM = {Intrinsic.TANH: "tanh", Intrinsic.ERF: "erf"}
+
+
+_BIT_OPS = {Intrinsic.BITWISE_AND, Intrinsic.BITWISE_OR, Intrinsic.BITWISE_XOR,
+            Intrinsic.BITWISE_NOT, Intrinsic.SHIFT_LEFT, Intrinsic.SHIFT_RIGHT}
+
+
+def _bit_op(cg: "CodeGen", func: Intrinsic, dtype: DType, args: list[ir.Value],
+            lanes: int) -> ir.Value:
+    """Integer bit operations: ``and or xor``, ``not`` as ``xor -1``, ``shl``, and ``ashr``
+    (signed) or ``lshr`` (unsigned)."""
+    b = cg.b
+    x = args[0]
+    if func is Intrinsic.BITWISE_NOT:
+        return b.xor(x, const(dtype, -1 if dtype.is_signed else (1 << dtype.bits) - 1, lanes))
+    y = args[1]
+    if func is Intrinsic.BITWISE_AND:
+        return b.and_(x, y)
+    if func is Intrinsic.BITWISE_OR:
+        return b.or_(x, y)
+    if func is Intrinsic.BITWISE_XOR:
+        return b.xor(x, y)
+    if func is Intrinsic.SHIFT_LEFT:
+        return b.shl(x, y)
+    return b.ashr(x, y) if dtype.is_signed else b.lshr(x, y)
 
 
 def call_llvm(cg: "CodeGen", name: str, args: list[ir.Value]) -> ir.Value:
@@ -82,6 +106,8 @@ def emit_math(cg: "CodeGen", func: Intrinsic, dtype: DType, args: list[ir.Value]
             return x
         zero = const(dtype, 0, lanes)
         return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+    if func in _BIT_OPS:
+        return _bit_op(cg, func, dtype, args, lanes)
     if not dtype.is_float:
         raise BuildError(f"{func}: needs a float argument, got {dtype}")
     if func is Intrinsic.RSQRT:
@@ -97,7 +123,7 @@ def emit_math(cg: "CodeGen", func: Intrinsic, dtype: DType, args: list[ir.Value]
         e = emit_math(cg, Intrinsic.EXP, dtype, [neg], lanes)
         one = const(dtype, 1.0, lanes)
         return cg.fbin("fdiv", one, cg.fbin("fadd", one, e, dtype), dtype)
-    if dtype is DType.FLOAT16 and func not in _EXACT_IN_HALF:
+    if dtype in (DType.FLOAT16, DType.BFLOAT16) and func not in _EXACT_IN_HALF:
         wide = value_type(DType.FLOAT32, lanes)
         r = emit_math(cg, func, DType.FLOAT32, [b.fpext(a, wide) for a in args], lanes)
         return b.fptrunc(r, x.type)

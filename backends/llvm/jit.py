@@ -90,8 +90,10 @@ class JitLibrary:
         return self.addresses[symbol]
 
 
-def link(obj: bytes, exports: list[str], needs_gomp: bool) -> JitLibrary:
-    """Link object code into the JIT and return the addresses of ``exports``."""
+def link(obj: bytes, exports: list[str], needs_gomp: bool,
+         imports: "dict[str, int] | None" = None) -> JitLibrary:
+    """Link object code into the JIT and return the addresses of ``exports``; ``imports``
+    gives addresses of symbols the code calls (extern stages' trampolines)."""
     builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
     if needs_gomp:
         from .threadpool import parallel_runtime_address
@@ -105,7 +107,7 @@ def link(obj: bytes, exports: list[str], needs_gomp: bool) -> JitLibrary:
                                  "runtime) was not found")
             for sym in GOMP_SYMBOLS:
                 builder.import_symbol(sym, ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value)
-    for sym, addr in libgcc_symbols().items():
+    for sym, addr in {**libgcc_symbols(), **(imports or {})}.items():
         builder.import_symbol(sym, addr)
     for sym in exports:
         builder.export_symbol(sym)

@@ -8,6 +8,28 @@ from llvmlite.ir.values import FunctionAttributes
 
 from tdsl.dtype import DType
 
+class BFloatType(ir.types._BaseFloatType):
+    """LLVM's ``bfloat`` (llvmlite has no class for it): 16 bits, float32's exponent range.
+    LLVM computes each operation on it in float32 and rounds to nearest even, as
+    ``ml_dtypes.bfloat16`` does."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self) -> str:
+        return "bfloat"
+
+    def format_constant(self, value: float) -> str:
+        import ml_dtypes
+        import numpy as np
+        # the exact value as a double in hex, which LLVM accepts when bfloat holds it exactly
+        exact = float(np.array(value, dtype=np.float32).astype(ml_dtypes.bfloat16)
+                      .astype(np.float64))
+        return "0x" + np.array(exact, dtype=">f8").tobytes().hex().upper()
+
+
+BFloatType._create_instance()
+
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
@@ -16,8 +38,10 @@ VOID = ir.VoidType()
 I8P = I8.as_pointer()
 
 _SCALAR = {
-    DType.BOOL: I1, DType.INT8: I8, DType.UINT8: I8, DType.INT32: I32, DType.INT64: I64,
-    DType.FLOAT16: ir.HalfType(), DType.FLOAT32: ir.FloatType(), DType.FLOAT64: ir.DoubleType(),
+    DType.BOOL: I1, DType.INT8: I8, DType.UINT8: I8, DType.INT16: ir.IntType(16),
+    DType.UINT16: ir.IntType(16), DType.INT32: I32, DType.UINT32: I32, DType.INT64: I64,
+    DType.UINT64: I64,
+    DType.FLOAT16: ir.HalfType(), DType.BFLOAT16: BFloatType(), DType.FLOAT32: ir.FloatType(), DType.FLOAT64: ir.DoubleType(),
 }
 
 
@@ -102,6 +126,8 @@ def type_suffix(t: ir.Type) -> str:
         return f"v{t.count}{type_suffix(t.element)}"
     if isinstance(t, ir.HalfType):
         return "f16"
+    if isinstance(t, BFloatType):
+        return "bf16"
     if isinstance(t, ir.FloatType):
         return "f32"
     if isinstance(t, ir.DoubleType):

@@ -43,6 +43,8 @@ class LLVMModule(Module):
         self.target = target
         self.compiled = compiled
         self._num_threads = 0
+        from .externs import uses_extern
+        self._calls_extern = uses_extern(func)
 
     # ---- execution -----------------------------------------------------------------------------
     @property
@@ -93,6 +95,13 @@ class LLVMModule(Module):
                 status = fn(*args)
                 if status:
                     raise_status(status, entry)
+        if self._calls_extern:
+            inner = run
+
+            def run() -> None:
+                from .externs import raise_pending
+                inner()
+                raise_pending()   # what a packed function raised during the call
         run.arrays = arrays  # type: ignore[attr-defined]  # keeps the memory alive
         return run
 
@@ -133,4 +142,10 @@ class LLVMModule(Module):
         """Write a shared library ``path`` (``.so``) with a C header and metadata beside
         it; a ``.o`` path writes just the object (any target)."""
         from .export import export_library
+        from .externs import packed_calls
+        calls = packed_calls(self.func)
+        if calls:
+            raise BuildError(f"export_library: the function calls packed function(s) "
+                             f"{sorted(calls)} (call_packed), which live in this Python "
+                             f"process; a shared library cannot call them")
         export_library(self, path, cc=cc, options=options)

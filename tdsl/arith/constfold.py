@@ -16,8 +16,8 @@ from ..expr import (Add, And, BinaryOp, Call, Cast, CmpOp, Const, Div, EQ, Expr,
                     FloorMod, GE, GT, Intrinsic, LE, LT, Max, Min, Mul, NE, Not, Or, Select, Sub)
 from ..visitor import transform
 
-_RANGES = {DType.INT8: (-128, 127), DType.UINT8: (0, 255),
-           DType.INT32: (-2**31, 2**31 - 1), DType.INT64: (-2**63, 2**63 - 1)}
+_RANGES = {d: ((-2 ** (d.bits - 1), 2 ** (d.bits - 1) - 1) if d.is_signed else (0, 2 ** d.bits - 1))
+           for d in DType if d.is_int}
 
 
 def int_range(dtype: DType) -> tuple[int, int]:

@@ -27,7 +27,8 @@ from .linear import RANK_DATA, Lin, gkey, lin_add, lin_const, lin_key, lin_scale
 _LOADS = (BufferLoad, TensorLoad, Reduce)
 _VARS = (Var, SizeVar)
 _AB = ("a", "b")
-_DATA_INTS = frozenset({DType.INT8, DType.UINT8})
+#: integer dtypes of data (not of indices): their arithmetic may wrap
+_DATA_INTS = frozenset(d for d in DType if d.is_int and d not in (DType.INT32, DType.INT64))
 _DECIDE_ZERO = {EQ: lambda c: c == 0, NE: lambda c: c != 0,
                 LE: lambda c: True if c == 0 else None, GE: lambda c: True if c == 0 else None,
                 LT: lambda c: False if c == 0 else None, GT: lambda c: False if c == 0 else None}
@@ -228,4 +229,4 @@ def _key(node: Expr) -> tuple:
 
 
 _INDEX_INTS = frozenset({DType.INT32, DType.INT64})
-_HALF = {d: 2 ** (d.bits - 1) for d in (DType.INT8, DType.UINT8, DType.INT32, DType.INT64)}
+_HALF = {d: 2 ** (d.bits - 1) for d in DType if d.is_int}

@@ -164,6 +164,9 @@ class NestBuilder:
         """The stage's nest; on the CPU, an attached stage whose vectorized or unrolled loops
         run over a clamped region gets two copies: constant extents for full tiles, guards
         for the partial tile at the end of the domain."""
+        from ..opaque import is_opaque
+        if is_opaque(st.op):
+            return st.op.lower_stmt(self, st)
         b = self.bounds[st]
         kernel = self.in_kernel(st)
         if not kernel and st.attach_type is AttachType.SCOPE and any(

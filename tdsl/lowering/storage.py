@@ -66,5 +66,8 @@ def allocated_storage(st: "Stage", bounds: dict["Stage", StageBounds], ana: Anal
                              else declared)
                 offsets.append(r.min)
     strides = aligned_strides(shape, st.storage_alignment, ana)
-    bufs = [Buffer(t.name, shape, t.dtype, strides, storage_scope(st)) for t in op.outputs]
+    # (the outputs of an opaque operation may differ in shape; they are computed at root)
+    bufs = [Buffer(t.name, shape if len(op.outputs) == 1 or st.attach_type is not
+                   AttachType.ROOT else list(t.shape), t.dtype, strides, storage_scope(st))
+            for t in op.outputs]
     return Storage(bufs, offsets, True)

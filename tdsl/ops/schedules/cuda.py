@@ -12,6 +12,7 @@ kernel.  Injective producers are inlined (packing and padding stages included).
 """
 from __future__ import annotations
 
+from tdsl.opaque import is_opaque
 from tdsl.lowering.inline import inlined_bodies
 from tdsl.schedule import Schedule, Stage
 from tdsl.schedule.stage import AttachType
@@ -58,7 +59,8 @@ def apply(s: Schedule, target: Target) -> None:
     bodies = inlined_bodies(s)
     done: set = set()
     for st in list(reversed(s.stages)):
-        if st.is_placeholder or is_inlined(st) or st in done or st.attach_type is AttachType.SCOPE:
+        if st.is_placeholder or is_inlined(st) or st in done or st.attach_type is AttachType.SCOPE \
+                or is_opaque(st.op):   # extern/scan stages have no loops to schedule
             continue
         pat = stage_pattern(st)
         gemm = cuda_gemm.gemm_anchor(s, st, bodies)   # matmul family: 2-level tiles

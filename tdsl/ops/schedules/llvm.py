@@ -16,6 +16,7 @@ Tile sizes adapt to the vector width and register count of the target (16 float3
 """
 from __future__ import annotations
 
+from tdsl.opaque import is_opaque
 from tdsl.errors import TDSLError
 
 import functools
@@ -643,7 +644,8 @@ def apply(s: Schedule, target: Target) -> None:
     bodies = inlined_bodies(s)
     done: set = set()
     for st in list(reversed(s.stages)):
-        if st.is_placeholder or is_inlined(st) or st in done or st.attach_type is AttachType.SCOPE:
+        if st.is_placeholder or is_inlined(st) or st in done or st.attach_type is AttachType.SCOPE \
+                or is_opaque(st.op):   # extern/scan stages have no loops to schedule
             continue
         pat = stage_pattern(st)
         if pat is Pattern.INJECTIVE:

@@ -1,0 +1,1 @@
+"""``tvm.contrib``: ``cc`` (compiler driver) and ``utils`` (temporary directories)."""

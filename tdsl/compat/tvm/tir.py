@@ -1,0 +1,127 @@
+"""``tvm.tir``: scalar expressions — constants, ``Select``, index arithmetic and math.
+
+Division helpers follow TVM: ``indexdiv``/``indexmod``/``floordiv``/``floormod`` round
+toward minus infinity, ``truncdiv``/``truncmod`` toward zero (C semantics),
+``ceildiv`` up.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tdsl
+from tdsl import (abs, all, any, cast, ceil, cos, erf, exp, exp2, floor, if_then_else, isnan,
+                  log, log2, log10, max_value, min_value, power, round, rsqrt, sigmoid, sin,
+                  sqrt, tanh, trunc)
+from tdsl import expr as _e
+from tdsl.bitwise import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left,
+                          shift_right)
+from tdsl.expr import (Add, And, Call, Cast, Const, Div, EQ, Expr, FloorDiv, FloorMod, GE, GT,
+                       LE, LT, Max, Min, Mul, NE, Not, Or, Sub, Var, SizeVar)
+
+IntImm = FloatImm = Const
+PrimExpr = Expr
+
+
+def const(value: Any, dtype: "str | None" = None) -> Const:
+    """A constant (dtype from the value when not given: int32, float32 or bool)."""
+    return _e.const(value, dtype)
+
+
+def Select(cond: Any, true_value: Any, false_value: Any) -> Expr:  # noqa: N802
+    """``true_value if cond else false_value`` (tdsl evaluates only the chosen branch)."""
+    return if_then_else(cond, true_value, false_value)
+
+
+def _pair(a: Any, b: Any) -> tuple[Expr, Expr]:
+    return _e._operands("div", a, b)
+
+
+def floordiv(a: Any, b: Any) -> Expr:
+    a, b = _pair(a, b)
+    return a // b
+
+
+def floormod(a: Any, b: Any) -> Expr:
+    a, b = _pair(a, b)
+    return a % b
+
+
+indexdiv = floordiv
+indexmod = floormod
+
+
+def truncdiv(a: Any, b: Any) -> Expr:
+    """Integer division rounding toward zero (C's ``/``)."""
+    a, b = _pair(a, b)
+    if a.dtype.is_float:
+        return trunc(a / b)
+    q, r = a // b, a % b
+    # floor and trunc differ when the remainder is nonzero and the signs differ
+    fix = (r != 0) & ((a < 0) != (b < 0))
+    return if_then_else(fix, q + 1, q)
+
+
+def truncmod(a: Any, b: Any) -> Expr:
+    """Remainder with the sign of the dividend (C's ``%``)."""
+    a, b = _pair(a, b)
+    return a - truncdiv(a, b) * b
+
+
+def ceildiv(a: Any, b: Any) -> Expr:
+    """``ceil(a / b)`` for integers."""
+    a, b = _pair(a, b)
+    return (a + b - 1) // b if _nonneg(b) else -((-a) // b)
+
+
+def _nonneg(b: Expr) -> bool:
+    return isinstance(b, Const) and b.value > 0
+
+
+def div(a: Any, b: Any) -> Expr:
+    """``a / b``: true division for floats, truncating for integers (TVM's ``tir.Div``)."""
+    a, b = _pair(a, b)
+    return a / b if a.dtype.is_float else truncdiv(a, b)
+
+
+def max(a: Any, b: Any) -> Expr:  # noqa: A001
+    return tdsl.maximum(a, b)
+
+
+def min(a: Any, b: Any) -> Expr:  # noqa: A001
+    return tdsl.minimum(a, b)
+
+
+def pow(x: Any, y: Any) -> Expr:  # noqa: A001
+    return power(x, y)
+
+
+def fmod(a: Any, b: Any) -> Expr:
+    return truncmod(a, b)
+
+
+def call_packed(name: str, *args: Any) -> Any:
+    """In an extern stage's fcompute: call the packed function ``name``."""
+    return tdsl.call_packed(name, *args)
+
+
+def call_extern(dtype: Any, name: str, *args: Any) -> Any:
+    """In an extern stage's fcompute: call the C function ``name``."""
+    return tdsl.call_extern(dtype, name, *args)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("call_intrin", "call_llvm_intrin", "decl_buffer"):
+        raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no TIR "
+                             f"intrinsic calls or custom buffers); see the README section "
+                             f"'Coming from TVM'")
+    raise AttributeError(f"module 'tvm.tir' (tdsl.compat) has no attribute {name!r}")
+
+
+__all__ = ["call_packed", "call_extern", "const", "Select", "IntImm", "FloatImm", "Var", "SizeVar", "Cast", "cast",
+           "indexdiv", "indexmod", "floordiv", "floormod", "truncdiv", "truncmod", "ceildiv",
+           "div", "max", "min", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",
+           "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
+           "power", "pow", "fmod", "if_then_else", "all", "any", "max_value", "min_value",
+           "Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT",
+           "LE", "GT", "GE", "And", "Or", "Not", "Call", "PrimExpr", "bitwise_and", "bitwise_or",
+           "bitwise_xor", "bitwise_not", "shift_left", "shift_right"]

@@ -1,0 +1,230 @@
+"""``te``/``tir`` through the compat layer, modeled on TVM's tutorials and tests/python/te:
+schedule primitives, tuple outputs, comm_reducer with tir.Select, and the division helpers
+(checked against NumPy on random data with negative values, LLVM and the interpreter)."""
+import numpy as np
+import pytest
+
+import tdsl
+import tdsl.interpreter
+import tvm
+import tvm.testing
+from tvm import te, tir
+
+
+def _run_both(s, args, arrays):
+    """Run the schedule through the interpreter and through LLVM; return both outputs."""
+    ref = [a.copy() for a in arrays]
+    tdsl.interpreter.run(tvm.lower(s, args), *ref)
+    got = [a.copy() for a in arrays]
+    tvm.build(s, args, "llvm")(*got)
+    return ref, got
+
+
+@pytest.mark.parametrize("m", [64, 67])
+def test_schedule_primitives_tutorial_style(rng, m):
+    n = te.var("n")
+    A = te.placeholder((m, n), name="A")
+    B = te.placeholder((m, n), name="B")
+    C = te.compute((m, n), lambda i, j: A[i, j] * B[i, j], name="C")
+    D = te.compute((m, n), lambda i, j: C[i, j] + 1.0, name="D")
+    s = te.create_schedule(D.op)
+    xo, yo, xi, yi = s[D].tile(D.op.axis[0], D.op.axis[1], x_factor=10, y_factor=5)
+    fused = s[D].fuse(xi, yi)
+    s[D].reorder(yo, xo, fused)
+    s[C].compute_at(s[D], xo)
+    a, b = rng.random((m, 13)).astype("float32"), rng.random((m, 13)).astype("float32")
+    ref, got = _run_both(s, [A, B, D], [a, b, np.zeros((m, 13), "float32")])
+    np.testing.assert_allclose(ref[2], a * b + 1, rtol=1e-6)
+    np.testing.assert_allclose(got[2], a * b + 1, rtol=1e-6)
+
+
+def test_compute_at_of_an_argument_stage(rng):
+    """schedule_primitives.py: B is both an argument and computed at C's loop."""
+    m = te.var("m")
+    A = te.placeholder((m,), name="A")
+    B = te.compute((m,), lambda i: A[i] + 1, name="B")
+    C = te.compute((m,), lambda i: B[i] * 2, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    a = rng.random(29).astype("float32")
+    ref, got = _run_both(s, [A, B, C], [a, np.zeros(29, "float32"), np.zeros(29, "float32")])
+    for out in (ref, got):
+        np.testing.assert_allclose(out[1], a + 1, rtol=1e-6)
+        np.testing.assert_allclose(out[2], (a + 1) * 2, rtol=1e-6)
+
+
+def test_split_nparts_and_inline(rng):
+    m = 50
+    A = te.placeholder((m,), name="A")
+    B = te.compute((m,), lambda i: A[i] * 2, name="B")
+    C = te.compute((m,), lambda i: B[i] + 3, name="C")
+    s = te.create_schedule(C.op)
+    s[B].compute_inline()
+    xo, xi = s[C].split(C.op.axis[0], nparts=7)
+    s[C].unroll(xi)
+    a = rng.random(m).astype("float32")
+    _, got = _run_both(s, [A, C], [a, np.zeros(m, "float32")])
+    np.testing.assert_allclose(got[1], a * 2 + 3, rtol=1e-6)
+
+
+def test_tuple_outputs_and_argmax_reducer(rng):
+    """tuple_inputs.py: a multi-output compute and an argmax comm_reducer with tir.Select."""
+    def fcombine(x, y):
+        lhs = tir.Select((x[1] >= y[1]), x[0], y[0])
+        rhs = tir.Select((x[1] >= y[1]), x[1], y[1])
+        return lhs, rhs
+
+    def fidentity(t0, t1):
+        return tir.const(-1, t0), te.min_value(t1)
+
+    argmax = te.comm_reducer(fcombine, fidentity, name="argmax")
+    m, n = te.var("m"), te.var("n")
+    idx = te.placeholder((m, n), name="idx", dtype="int32")
+    val = te.placeholder((m, n), name="val", dtype="int32")
+    k = te.reduce_axis((0, n), "k")
+    T0, T1 = te.compute((m,), lambda i: argmax((idx[i, k], val[i, k]), axis=k), name="T")
+    s = te.create_schedule(T0.op)
+    vals = rng.integers(-100, 100, size=(9, 11)).astype("int32")
+    ids = np.tile(np.arange(11, dtype="int32"), (9, 1))
+    _, got = _run_both(s, [idx, val, T0, T1], [ids, vals, np.zeros(9, "int32"),
+                                                np.zeros(9, "int32")])
+    np.testing.assert_array_equal(got[3], vals.max(axis=1))
+    np.testing.assert_array_equal(vals[np.arange(9), got[2]], vals.max(axis=1))
+
+    A0 = te.placeholder((m, n), name="A0")
+    A1 = te.placeholder((m, n), name="A1")
+    B0, B1 = te.compute((m, n), lambda i, j: (A0[i, j] + 2, A1[i, j] * 3), name="B")
+    s = te.create_schedule(B0.op)
+    a0, a1 = rng.random((5, 6)).astype("float32"), rng.random((5, 6)).astype("float32")
+    _, got = _run_both(s, [A0, A1, B0, B1], [a0, a1, np.zeros((5, 6), "float32"),
+                                            np.zeros((5, 6), "float32")])
+    np.testing.assert_allclose(got[2], a0 + 2, rtol=1e-6)
+    np.testing.assert_allclose(got[3], a1 * 3, rtol=1e-6)
+
+
+def _np_trunc_div(a, b):
+    return (np.abs(a) // np.abs(b)) * np.sign(a) * np.sign(b)
+
+
+_DIV = {
+    "floordiv": (tir.floordiv, lambda a, b: a // b),
+    "floormod": (tir.floormod, lambda a, b: a % b),
+    "indexdiv": (tir.indexdiv, lambda a, b: a // b),
+    "indexmod": (tir.indexmod, lambda a, b: a % b),
+    "truncdiv": (tir.truncdiv, _np_trunc_div),
+    "truncmod": (tir.truncmod, lambda a, b: a - _np_trunc_div(a, b) * b),
+    "ceildiv": (tir.ceildiv, lambda a, b: -((-a) // b)),
+    "div": (tir.div, _np_trunc_div),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DIV))
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_division_helpers_match_numpy(rng, name, dtype):
+    fn, ref = _DIV[name]
+    n = 97
+    A = te.placeholder((n,), name="A", dtype=dtype)
+    B = te.placeholder((n,), name="B", dtype=dtype)
+    C = te.compute((n,), lambda i: fn(A[i], B[i]), name="C")
+    s = te.create_schedule(C.op)
+    a = rng.integers(-50, 50, size=n).astype(dtype)
+    b = rng.integers(1, 9, size=n).astype(dtype) * rng.choice([-1, 1], size=n).astype(dtype)
+    if name == "ceildiv":
+        b = np.abs(b)
+    r, got = _run_both(s, [A, B, C], [a, b, np.zeros(n, dtype)])
+    np.testing.assert_array_equal(r[2], ref(a, b))
+    np.testing.assert_array_equal(got[2], ref(a, b))
+
+
+def test_ceildiv_by_constant_and_float_truncdiv(rng):
+    n = 40
+    A = te.placeholder((n,), name="A", dtype="int32")
+    C = te.compute((n,), lambda i: tir.ceildiv(A[i], 4), name="C")
+    s = te.create_schedule(C.op)
+    a = rng.integers(-30, 30, size=n).astype("int32")
+    _, got = _run_both(s, [A, C], [a, np.zeros(n, "int32")])
+    np.testing.assert_array_equal(got[1], -((-a) // 4))
+    X = te.placeholder((n,), name="X")
+    Y = te.compute((n,), lambda i: tir.truncdiv(X[i], tir.const(0.5, "float32")), name="Y")
+    s = te.create_schedule(Y.op)
+    x = (rng.random(n).astype("float32") - 0.5) * 10
+    _, got = _run_both(s, [X, Y], [x, np.zeros(n, "float32")])
+    np.testing.assert_allclose(got[1], np.trunc(x / 0.5), rtol=1e-6)
+
+
+def test_tir_math_and_select(rng):
+    n = 31
+    A = te.placeholder((n,), name="A")
+    C = te.compute((n,), lambda i: tir.Select(A[i] > 0.5, tir.exp(A[i]), tir.sqrt(A[i]))
+                   + tir.max(A[i], tir.const(0.25, "float32")), name="C")
+    s = te.create_schedule(C.op)
+    a = rng.random(n).astype("float32")
+    _, got = _run_both(s, [A, C], [a, np.zeros(n, "float32")])
+    want = np.where(a > 0.5, np.exp(a), np.sqrt(a)) + np.maximum(a, 0.25)
+    np.testing.assert_allclose(got[1], want, rtol=1e-5)
+
+
+def test_shape_with_whole_floats(rng):
+    """opt_gemm.py writes (N / bn, K, bn): Python 3 makes N / bn a float."""
+    N, K, bn = 64, 8, 16
+    B = te.placeholder((K, N), name="B")
+    P = te.compute((N / bn, K, bn), lambda x, y, z: B[y, x * bn + z], name="P")
+    assert [int(d) for d in P.shape] == [4, 8, 16]
+    s = te.create_schedule(P.op)
+    b = rng.random((K, N)).astype("float32")
+    _, got = _run_both(s, [B, P], [b, np.zeros((4, 8, 16), "float32")])
+    np.testing.assert_array_equal(got[1], b.reshape(K, 4, 16).transpose(1, 0, 2))
+
+
+def test_te_names_exist():
+    for name in te.__all__:
+        assert getattr(te, name) is not None
+    for name in tir.__all__:
+        assert getattr(tir, name) is not None
+
+
+@pytest.mark.parametrize("name", ["extern_primfunc", "scan_placeholder", "hybrid"])
+def test_unsupported_te_names_raise_a_tdsl_error(name):
+    with pytest.raises(tvm.TVMError, match="Coming from TVM"):
+        getattr(te, name)
+
+
+def test_unsupported_tir_names_raise_a_tdsl_error():
+    with pytest.raises(tvm.TVMError, match="Coming from TVM"):
+        tir.decl_buffer
+    with pytest.raises(AttributeError):
+        tir.no_such_name
+
+
+def test_expr_equal_method(rng):
+    """``x.equal(y)`` (TVM's PrimExpr.equal), as in ``tx.var.equal(0)`` predicates."""
+    n = 23
+    A = te.placeholder((n,), name="A", dtype="int32")
+    C = te.compute((n,), lambda i: tir.Select(tir.indexmod(A[i], 3).equal(0), A[i], -A[i]),
+                   name="C")
+    s = te.create_schedule(C.op)
+    a = rng.integers(-20, 20, size=n).astype("int32")
+    r, got = _run_both(s, [A, C], [a, np.zeros(n, "int32")])
+    np.testing.assert_array_equal(got[1], np.where(a % 3 == 0, a, -a))
+    np.testing.assert_array_equal(r[1], np.where(a % 3 == 0, a, -a))
+    assert str(te.thread_axis("threadIdx.x").var.equal(0)) == "threadIdx.x == 0"
+
+
+@pytest.mark.parametrize("shape", [(7, 4), (30, 9)])
+def test_te_scan_cumsum_like_the_scan_tutorial(rng, shape):
+    m, n = te.var("m"), te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s_update = te.compute((m, n), lambda t, i: s_state[t - 1, i] + X[t, i])
+    s_scan = te.scan(s_init, s_update, s_state, inputs=[X])
+    s = te.create_schedule(s_scan.op)
+    x = rng.standard_normal(shape).astype("float32")
+    ref, got = _run_both(s, [X, s_scan], [x, np.empty_like(x)])
+    for out in (ref, got):
+        tvm.testing.assert_allclose(out[1], np.cumsum(x, axis=0), rtol=1e-5, atol=1e-5)
+    f = tvm.build(s, [X, s_scan], "llvm")
+    dev = tvm.cpu(0)
+    a, b = tvm.nd.array(x, dev), tvm.nd.array(np.zeros(shape, "float32"), dev)
+    f(a, b)
+    tvm.testing.assert_allclose(b.numpy(), np.cumsum(x, axis=0), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,125 @@
+"""td.scan (TVM's te.scan): recurrences over the first axis, lowered to sequential loops,
+checked against NumPy on random data through the interpreter and LLVM."""
+import numpy as np
+import pytest
+
+import tdsl as td
+from tdsl.errors import ScheduleError, TDSLError
+
+
+def run_both(s, args, arrays):
+    a1 = [a.copy() for a in arrays]
+    td.interpreter.run(td.lower(s, args), *a1)
+    a2 = [a.copy() for a in arrays]
+    td.build(s, args, target="llvm")(*a2)
+    return a1, a2
+
+
+def cumsum_scan():
+    m, n = td.var("m"), td.var("n")
+    X = td.placeholder((m, n), name="X")
+    state = td.placeholder((m, n), name="state")
+    init = td.compute((1, n), lambda _, i: X[0, i], name="init")
+    update = td.compute((m, n), lambda t, i: state[t - 1, i] + X[t, i], name="update")
+    return X, td.scan(init, update, state, inputs=[X])
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (9, 5), (40, 17)])
+def test_cumsum_symbolic_sizes(shape):
+    X, S = cumsum_scan()
+    s = td.create_schedule(S.op)
+    x = np.random.default_rng(shape[0]).standard_normal(shape).astype("float32")
+    y = np.full(shape, np.nan, "float32")
+    for out in run_both(s, [X, S], [x, y]):
+        np.testing.assert_allclose(out[1], np.cumsum(x, axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_scan_feeds_a_scheduled_consumer_and_reads_a_computed_input():
+    m, n = td.var("m"), td.var("n")
+    X = td.placeholder((m, n), name="X")
+    Y = td.compute((m, n), lambda t, i: X[t, i] * 2.0, name="Y")
+    state = td.placeholder((m, n), name="state")
+    init = td.compute((2, n), lambda t, i: Y[t, i], name="init")
+    # a stage between the update and the state runs inside each step
+    prev = td.compute((m, n), lambda t, i: state[t - 1, i] * 0.5 + state[t - 2, i], name="prev")
+    update = td.compute((m, n), lambda t, i: prev[t, i] + Y[t, i], name="update")
+    S = td.scan(init, update, state)
+    Z = td.compute((m, n), lambda t, i: S[t, i] + 1.0, name="Z")
+    s = td.create_schedule(Z.op)
+    io, ii = s[Z].split(Z.op.axis[1], factor=4)
+    s[Z].vectorize(ii)
+    s[Y].parallel(Y.op.axis[0])
+    x = np.random.default_rng(3).standard_normal((23, 7)).astype("float32")
+    want = np.empty_like(x)
+    want[:2] = 2 * x[:2]
+    for t in range(2, 23):
+        want[t] = want[t - 1] * 0.5 + want[t - 2] + 2 * x[t]
+    z = np.empty_like(x)
+    for out in run_both(s, [X, Z], [x, z]):
+        np.testing.assert_allclose(out[1], want + 1, rtol=1e-4, atol=1e-4)
+
+
+def test_two_states():
+    n = td.var("n")
+    state_a = td.placeholder((n, 3), name="sa")
+    state_b = td.placeholder((n, 3), name="sb")
+    X = td.placeholder((n, 3), name="X")
+    ia = td.compute((1, 3), lambda _, j: X[0, j], name="ia")
+    ib = td.compute((1, 3), lambda _, j: td.const(1.0, "float32"), name="ib")
+    ua = td.compute((n, 3), lambda t, j: state_a[t - 1, j] + X[t, j], name="ua")
+    ub = td.compute((n, 3), lambda t, j: state_b[t - 1, j] * X[t, j], name="ub")
+    A, B = td.scan([ia, ib], [ua, ub], [state_a, state_b], name="both")
+    s = td.create_schedule([A.op])
+    x = np.random.default_rng(4).uniform(0.5, 1.5, (11, 3)).astype("float32")
+    a, b = np.empty_like(x), np.empty_like(x)
+    wb = np.cumprod(x, axis=0)
+    wb[0] = 1.0
+    wb[1:] = np.cumprod(x[1:], axis=0)
+    for out in run_both(s, [X, A, B], [x, a, b]):
+        np.testing.assert_allclose(out[1], np.cumsum(x, axis=0), rtol=1e-5)
+        np.testing.assert_allclose(out[2], wb, rtol=1e-5)
+
+
+def test_scan_stage_cannot_be_attached_or_inlined():
+    m, n = td.var("m"), td.var("n")
+    X = td.placeholder((m, n), name="X")
+    Y = td.compute((m, n), lambda t, i: X[t, i] + 1.0, name="Y")
+    state = td.placeholder((m, n), name="state")
+    S = td.scan(td.compute((1, n), lambda _, i: Y[0, i], name="init"),
+                td.compute((m, n), lambda t, i: state[t - 1, i] + Y[t, i], name="update"),
+                state)
+    Z = td.compute((m, n), lambda t, i: S[t, i] * 2.0, name="Z")
+    s = td.create_schedule(Z.op)
+    with pytest.raises(ScheduleError, match="scan stage"):
+        s[S].compute_at(s[Z], Z.op.axis[0])
+    with pytest.raises(ScheduleError, match="scan stage"):
+        s[S].compute_inline()
+    with pytest.raises(ScheduleError, match="read by the scan stage"):
+        s[Y].compute_inline()
+    with pytest.raises(ScheduleError):
+        s[S].split(S.op.axis[0], factor=2)
+
+
+def test_scan_rejects_bad_arguments():
+    n = td.var("n")
+    state = td.placeholder((n, 4), name="state")
+    X = td.placeholder((n, 4), name="X")
+    init = td.compute((1, 4), lambda _, j: X[0, j], name="init")
+    k = td.reduce_axis((0, 4), name="k")
+    red = td.compute((n, 4), lambda t, j: td.sum(state[t - 1, k], axis=k), name="red")
+    with pytest.raises(TDSLError, match="reduction"):
+        td.scan(init, red, state)
+    with pytest.raises(TDSLError, match="placeholder"):
+        td.scan(init, init, init)
+    with pytest.raises(TDSLError, match="one tensor per state"):
+        td.scan([init], [init, init], [state])
+
+
+def test_cuda_refuses_scan_clearly():
+    X, S = cumsum_scan()
+    Z = td.compute(S.shape, lambda i, j: S[i, j] * 2.0, name="Z")
+    s = td.create_schedule(Z.op)
+    s[Z].bind(Z.op.axis[0], td.thread_axis("blockIdx.x"))
+    from tdsl.errors import BuildError
+    with pytest.raises(BuildError, match="scan stage 'scan'"):
+        td.build(s, [X, Z], target="cuda")
