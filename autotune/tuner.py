@@ -13,6 +13,14 @@ the ``remeasure_top`` fastest programs (and the untuned ones) are timed again,
 round-robin over ``remeasure_rounds`` rounds (``MeasureOption.remeasure``); those
 figures go to the database (``Database.add_remeasure``) and pick the best.
 
+The loop is a ``TuneSession`` (``Tuner.session``) stepped one batch at a time: ``tune``
+steps it to the end, the task scheduler (``task_scheduler``) interleaves the sessions
+of many tasks.  Tuners sharing a database file re-read each other's records before a
+batch and claim the programs they measure (never one program twice), and measure
+while holding the machine's timing lease (``lease.TimingLease``), so two of them
+never time at once; a timing taken without it is marked contended and timed again
+alone (``_retime_contended``) before the next batch.
+
 ``XGBTuner`` ranks candidates with an ``XGBoostCostModel`` retrained after every
 batch (``transfer_from`` adds records of other tasks to its training data);
 ``RandomTuner`` and ``GridSearchTuner`` are the baselines.  Proposing and training
