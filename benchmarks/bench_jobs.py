@@ -1,6 +1,7 @@
 """Tuning jobs: the task scheduler vs tuning the tasks one after another, same budget.
 
     python benchmarks/bench_jobs.py [--budget 1200] [--trials 384] [--quick] [--batch 8]
+                                    [--threads N]
 
 A 12-task job (the operator suite of the search benchmark, each with a weight = how
 many times a model of them runs the kernel) is tuned twice, each time into a fresh
@@ -67,8 +68,10 @@ def suite(quick: bool) -> list[tuple[str, list, int]]:
 
 
 def option(timeout: float) -> autotune.MeasureOption:
-    return autotune.measure_option(runner=autotune.LocalRunner(timeout=timeout, repeat=3,
-                                                               min_repeat_ms=10.0))
+    threads = os.environ.get("TDSL_NUM_THREADS")
+    return autotune.measure_option(runner=autotune.LocalRunner(
+        timeout=timeout, repeat=3, min_repeat_ms=10.0,
+        n_threads=int(threads) if threads else None))
 
 
 def run_scheduler(tasks, weights, trials, budget, batch, db, timeout):
@@ -129,7 +132,12 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=15, help="interleaved re-timing rounds")
     p.add_argument("--run-timeout", type=float, default=10.0, help="seconds per candidate")
     p.add_argument("--quick", action="store_true", help="six smaller tasks, short budget")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads of every kernel, tuned and re-timed (default: all CPUs; 1 "
+                        "gives steadier figures on a loaded machine)")
     ns = p.parse_args()
+    if ns.threads:
+        os.environ["TDSL_NUM_THREADS"] = str(ns.threads)
     spec = suite(ns.quick)
     budget = ns.budget or (180.0 if ns.quick else 1200.0)
     trials = ns.trials or 32 * len(spec)
