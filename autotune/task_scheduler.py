@@ -25,8 +25,9 @@ gradient is
 ``weight_i * (alpha * backward + (1 - alpha) * forward)``: ``backward`` is how much
 its best latency fell per round over the last ``backward_window`` rounds,
 ``forward`` an optimistic guess of the next round's gain -- the smaller of
-``best / rounds`` (latency falling as 1/rounds) and the gap to ``beta`` times the
-best throughput among similar tasks (same output operator tag).  The most
+``best / rounds`` (latency falling as 1/rounds) and the gap to the latency at
+``1 / beta`` of the best throughput among similar tasks (the same output operator
+tag and an arithmetic intensity within 2x: a GEMV is not held to a matmul's FLOP/s).  The most
 negative gradient wins; with probability ``eps_greedy`` a random task does; a
 task whose space is exhausted (or that stopped early) is left out.  Every task's
 records go to one database, so a killed job resumes where it was.
@@ -160,11 +161,33 @@ def weighted_latency(best: Sequence[Optional[Record]], weights: Sequence[float])
 
 
 def _tag(task: Task) -> str:
-    """Tasks with the same output operator tag (and dtype) are similar: their throughputs
-    bound each other's optimistic forward gradient."""
+    """The kind of a task: its output operator's tag and dtype (the workload when untagged)."""
     op = task.outputs[-1]
     return f"{getattr(op, 'tag', '')}|{op.outputs[0].dtype}" if getattr(op, "tag", "") else \
         f"untagged:{task.workload}"
+
+
+def _intensity(task: Task) -> float:
+    """FLOP per byte of the task's arguments: what bounds its throughput (a GEMV and a
+    large matmul have the same tag but not the same reachable FLOP/s)."""
+    import numpy as np
+    from .irutil import eval_int
+    total = 0
+    for t in task.args:
+        n = math.prod(max(1, eval_int(s, task.sizes, 1)) for s in t.shape)
+        total += n * np.dtype(str(t.dtype) if str(t.dtype) != "bool" else "bool").itemsize
+    return task.flop / max(1, total)
+
+
+def _similar(tasks: Sequence[Task]) -> list[list[int]]:
+    """For each task, the tasks similar to it (itself included): the same kind and an
+    arithmetic intensity within a factor of two -- the throughput one of them reached
+    is one the others may hope for (the forward gradient's second estimate)."""
+    tags = [_tag(t) for t in tasks]
+    inten = [_intensity(t) for t in tasks]
+    return [[j for j in range(len(tasks)) if tags[j] == tags[i] and
+             0.5 <= (inten[j] or 1e-30) / (inten[i] or 1e-30) <= 2.0]
+            for i in range(len(tasks))]
 
 
 class TaskScheduler:
@@ -218,7 +241,7 @@ class TaskScheduler:
         self.callbacks = list(callbacks)
         self.transfer = transfer
         self.rng = random.Random(seed)
-        self.tags = [_tag(t) for t in self.tasks]
+        self.similar = _similar(self.tasks)
 
     def _tuner(self, i: int) -> Any:
         from .tuner import RandomTuner, XGBTuner
@@ -316,12 +339,6 @@ class TaskScheduler:
         if self.rng.random() < self.eps_greedy:
             return self.rng.choice(live)
         best = [s.best_cost for s in sessions]
-        # the best throughput (FLOP/s) of each group of similar tasks
-        group_best: dict[str, float] = {}
-        for i, t in enumerate(self.tasks):
-            if math.isfinite(best[i]) and t.flop > 0:
-                group_best[self.tags[i]] = max(group_best.get(self.tags[i], 0.0),
-                                               t.flop / best[i])
         grads = {}
         for i in live:
             c = best[i]
@@ -332,7 +349,9 @@ class TaskScheduler:
             backward = (h[-1] - h[-1 - w]) / w if len(h) > w and math.isfinite(h[-1 - w]) \
                 else 0.0
             g_next = c - c / max(1, rounds[i])
-            top = group_best.get(self.tags[i], 0.0)
+            # the best throughput (FLOP/s) reached by a similar task
+            top = max((self.tasks[j].flop / best[j] for j in self.similar[i]
+                       if math.isfinite(best[j]) and best[j] > 0), default=0.0)
             if top > 0 and self.tasks[i].flop > 0:
                 g_next = min(g_next, self.beta * self.tasks[i].flop / top)
             forward = g_next - c
