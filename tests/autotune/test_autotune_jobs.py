@@ -181,3 +181,14 @@ def test_cli_tune_all_tunes_every_declared_operator(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tdsl", "tune", str(src), "--all", "--weights",
                           "nope=2", "--db", db], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and "nope" in bad.stderr
+
+
+def test_similar_tasks_share_kind_and_arithmetic_intensity():
+    from tdsl.autotune.task_scheduler import _similar
+    mm = lambda m, n, k: autotune.create_auto_task(
+        [ops.matmul(td.placeholder((m, k), name="a"), td.placeholder((k, n), name="b"))])
+    tasks = [mm(256, 256, 256), mm(1, 1024, 1024), mm(300, 200, 256),
+             autotune.create_auto_task([ops.exp(td.placeholder((64, 64), name="x"))])]
+    sim = _similar(tasks)
+    # a GEMV is not held to a large matmul's FLOP/s; two large matmuls are alike
+    assert 1 not in sim[0] and 2 in sim[0] and sim[1] == [1] and sim[3] == [3]
