@@ -13,7 +13,9 @@ Records go to a SQLite ``Database`` as they are measured; ``apply_history_best``
 makes ``td.build`` use the best one.  Modules: ``space`` (knobs), ``template``,
 ``task``, ``features``, ``cost_model``, ``search``, ``tuner``, ``measure`` (+
 ``measure_jobs``, ``workers``), ``database``, ``sketch`` and ``auto_schedule``,
-``dispatch``, ``dynamic``, ``distributed``, ``progress``, ``plot``.
+``dispatch``, ``dynamic``, ``distributed``, ``progress``, ``plot``, ``task_scheduler``
+(``extract_tasks``, ``tune_tasks``: jobs of many tasks under one budget), ``lease``
+(the timing lease tuners sharing a database hold while measuring).
 """
 from .cost_model import RandomModel, XGBoostCostModel, pairwise_accuracy
 from .database import Database, Record, open_database
@@ -27,6 +29,8 @@ from .tuner import GridSearchTuner, RandomTuner, TuneResult, Tuner, XGBTuner
 from .auto_schedule import auto_schedule, create_auto_task, verify_candidates
 from .dynamic import DispatchModule, build_dynamic, tune_dynamic
 from .distributed import DaskRunner
+from .task_scheduler import JobResult, TaskScheduler, extract_tasks, tune_tasks
+from .lease import TimingLease
 from .progress import progress_bar
 from .plot import plot_tuning_curve
 
@@ -40,4 +44,5 @@ __all__ = [
     "Database", "Record", "open_database", "apply_history_best", "ApplyHistoryBest",
     "auto_schedule", "create_auto_task", "verify_candidates", "tune_dynamic", "build_dynamic", "DispatchModule",
     "progress_bar", "plot_tuning_curve", "DaskRunner",
+    "extract_tasks", "tune_tasks", "TaskScheduler", "JobResult", "TimingLease",
 ]

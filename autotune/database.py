@@ -27,6 +27,13 @@ stored yet (``Record.content_key``), so importing a file twice adds nothing.
 Tuners sharing one file: each re-reads the rows others wrote (``records_after``)
 before a batch and ``claim``s the programs it is about to measure (the ``claims``
 table), so no program is measured twice.
+
+Tuners sharing one machine: the ``leases`` table holds named leases with an expiry
+(``acquire_lease``/``renew_lease``/``release_lease``; ``lease.TimingLease`` holds the
+machine's timing lease around each measurement, renewing it); a lease whose holder
+died lapses at its expiry (at once for a dead process on this host).  A record timed
+without the lease (it was not had in time) is marked in the ``contended`` table
+(``Record.contended``) until it is timed again alone.
 """
 from __future__ import annotations
 
@@ -91,7 +98,21 @@ CREATE TABLE IF NOT EXISTS claims (
     expires REAL NOT NULL,
     PRIMARY KEY (task_key, prog_hash)
 );
+CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS contended (
+    record_id INTEGER PRIMARY KEY,
+    timestamp REAL NOT NULL
+);
 """
+
+#: The re-measure pass of a contended timing re-taken alone (``Tuner._retime_contended``):
+#: it replaces the record's cost but is no ranking pass (``best_records`` ignores it when
+#: looking for the latest pass, so it never puts its record ahead of a real top-k pass).
+RETIME_PASS = 1
 
 _FIELDS = ("task_key", "task_desc", "target", "config", "trace", "prog_hash", "costs", "error_no",
            "error_msg", "flop", "all_cost", "timestamp", "signature", "workload", "sizes")
@@ -121,6 +142,7 @@ class Record:
     id: Optional[int] = None
     final_costs: tuple[float, ...] = ()   # the latest interleaved re-measurement, if any
     final_pass: int = 0                   # which re-measure pass (0: never re-measured)
+    contended: bool = False               # timed while another process held the timing lease
 
     @property
     def valid(self) -> bool:
@@ -282,6 +304,10 @@ class Database:
         except sqlite3.OperationalError as e:
             if "readonly" not in str(e):    # a read-only file is read as it is
                 raise
+        # an older file opened read-only may lack the table of contended marks
+        self._contended_sql = "EXISTS (SELECT 1 FROM contended c WHERE c.record_id = r.id)" \
+            if self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                  "name = 'contended'").fetchone() else "0"
 
     def _check_schema(self) -> None:
         """Refuse an SQLite file whose tables are not ours (before adding any)."""
@@ -422,6 +448,57 @@ class Database:
             self._conn.execute("DELETE FROM claims WHERE task_key = ? AND owner = ?",
                                (task_key, owner))
 
+    # ---- leases and contended timings ---------------------------------------------------------
+    def acquire_lease(self, name: str, owner: str, ttl: float) -> bool:
+        """Take the lease ``name`` for ``owner`` until ``ttl`` seconds from now, if it is free
+        (no row, expired, held by a dead process of this host, or already ``owner``'s)."""
+        now = time.time()
+        with self._transaction("cannot take a lease"):
+            row = self._conn.execute("SELECT owner, expires FROM leases WHERE name = ?",
+                                     (name,)).fetchone()
+            if row and row[0] != owner and row[1] > now and _alive(row[0]):
+                return False
+            self._conn.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?)",
+                               (name, owner, now + ttl))
+        return True
+
+    def renew_lease(self, name: str, owner: str, ttl: float) -> bool:
+        """Extend ``owner``'s lease to ``ttl`` seconds from now; False when it is not theirs."""
+        with self._guard("cannot renew a lease"):
+            cur = self._conn.execute("UPDATE leases SET expires = ? WHERE name = ? AND owner = ?",
+                                     (time.time() + ttl, name, owner))
+        return cur.rowcount == 1
+
+    def release_lease(self, name: str, owner: str) -> None:
+        with self._guard("cannot release a lease"):
+            self._conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
+
+    def lease_holder(self, name: str) -> "tuple[str, float] | None":
+        """(owner, expiry time) of a lease that is held now, else None."""
+        with self._guard("cannot read leases"):
+            row = self._conn.execute("SELECT owner, expires FROM leases WHERE name = ?",
+                                     (name,)).fetchone()
+        if row and row[1] > time.time() and _alive(row[0]):
+            return row[0], row[1]
+        return None
+
+    def mark_contended(self, record_id: int) -> None:
+        """Mark a record's timing as contended (taken without the timing lease)."""
+        with self._guard("cannot mark a record"):
+            self._conn.execute("INSERT OR REPLACE INTO contended VALUES (?, ?)",
+                               (int(record_id), time.time()))
+
+    def clear_contended(self, record_id: int) -> None:
+        with self._guard("cannot mark a record"):
+            self._conn.execute("DELETE FROM contended WHERE record_id = ?", (int(record_id),))
+
+    def contended(self, task_key: "str | None" = None) -> list[Record]:
+        """The records (of a task) whose timing is marked contended."""
+        where = "WHERE EXISTS (SELECT 1 FROM contended c WHERE c.record_id = r.id)"
+        if task_key is None:
+            return self._rows(where)
+        return self._rows(where + " AND r.task_key = ?", (task_key,))
+
     # ---- reading ---------------------------------------------------------------------------
     def records_after(self, task_key: str, after_id: int) -> list[Record]:
         """The records of a task stored after row ``after_id`` (by any process)."""
@@ -429,7 +506,8 @@ class Database:
 
     def _rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Record]:
         sql = (f"SELECT r.id, {', '.join('r.' + f for f in _FIELDS)}, r.feature_version, "
-               f"r.features, m.pass, m.costs FROM records r LEFT JOIN remeasures m ON m.id = "
+               f"r.features, m.pass, m.costs, {self._contended_sql} FROM records r "
+               f"LEFT JOIN remeasures m ON m.id = "
                f"(SELECT MAX(id) FROM remeasures WHERE record_id = r.id) {where} ORDER BY r.id")
         with self._guard("cannot read records"):
             rows = self._conn.execute(sql, params).fetchall()
@@ -440,13 +518,14 @@ class Database:
         rid = row[0]
         try:
             (key, desc, target, config, trace, ph, costs, err, msg, flop, all_cost, ts, sig,
-             workload, sizes, fver, feats, fpass, fcosts) = row[1:]
+             workload, sizes, fver, feats, fpass, fcosts, contended) = row[1:]
             cost_list = json.loads(costs)
             if not isinstance(cost_list, list):
                 raise TypeError(f"costs must be a list, got {costs!r:.80}")
             rec = Record(key, desc, target, json.loads(config), trace, ph, tuple(cost_list),
                          error_no(err), msg, flop, all_cost, ts, json.loads(sig),
-                         workload, json.loads(sizes), None, fver, rid)
+                         workload, json.loads(sizes), None, fver, rid,
+                         contended=bool(contended))
             if feats is not None:
                 if not isinstance(feats, bytes):
                     raise TypeError(f"features must be a blob, got {type(feats).__name__}")
@@ -586,7 +665,7 @@ def best_records(records: Iterable[Record], k: int = 1) -> list[Record]:
     re-measured cost, all timed under the same conditions), then the others by cost.
     A record whose cost is not finite and > 0 is never chosen."""
     valid = [r for r in records if r.valid and 0 < r.cost < math.inf]
-    latest = max((r.final_pass for r in valid), default=0)
+    latest = max((r.final_pass for r in valid if r.final_pass > RETIME_PASS), default=0)
     return sorted(valid, key=lambda r: (not (latest and r.final_pass == latest), r.cost))[:k]
 
 

@@ -5,14 +5,16 @@ computation once per representative size (powers of two by default); every
 candidate is a schedule of the *symbolic* computation, so each tuned kernel is
 correct for any size.  ``build_dynamic`` builds the best kernel of each size and
 returns a ``DispatchModule`` that picks, per call, the kernel tuned for the
-bucket of the actual size (the smallest representative at least as large, else
-the largest).
+nearest size: per symbolic dimension, the nearest tuned size on a log scale
+(``select``: the tuned size tuple with the least sum of ``|log(actual / tuned)|``
+over the dimensions, which on a full grid is the nearest size of each dimension
+taken separately; ties go to the larger size, whose tiles fit more of the work).
 """
 from __future__ import annotations
 
-import bisect
 import inspect
 import itertools
+import math
 from typing import Any, Mapping, Sequence
 
 from tdsl.errors import TuningError
@@ -65,6 +67,20 @@ def tune_dynamic(args: Sequence[Any], target: Any = "llvm",
     return grid
 
 
+def nearest(keys: Sequence[Sequence[int]], actual: Sequence[int]) -> int:
+    """Index of the tuned size tuple in ``keys`` nearest to ``actual``: the least sum over
+    dimensions of ``|log(actual) - log(tuned)|`` (sizes below 1 count as 1), ties to the
+    larger tuned size.  On a full grid of tuned sizes this is, per dimension, the nearest
+    tuned size on a log scale (the sum separates by dimension)."""
+    logs = [math.log(max(1, a)) for a in actual]
+
+    def distance(i: int) -> tuple:
+        key = keys[i]
+        return (sum(abs(la - math.log(max(1, k))) for la, k in zip(logs, key)),
+                tuple(-k for k in key))
+    return min(range(len(keys)), key=distance)
+
+
 class DispatchModule:
     """Kernels of one symbolic computation, each tuned for a size bucket."""
 
@@ -78,14 +94,12 @@ class DispatchModule:
         self._bindings = {v.name: func.bindings[v] for v in func.size_vars}
 
     def select(self, arrays: Sequence[Any]) -> Any:
-        """The kernel for the size bucket of ``arrays``."""
+        """The kernel tuned for the size nearest to that of ``arrays`` (log scale)."""
         actual = []
         for n in self.names:
             pi, d = self._bindings[n]
             actual.append(int(arrays[pi].shape[d]))
-        key = tuple(actual)
-        i = bisect.bisect_left(self.keys, key)
-        return self.kernels[min(i, len(self.kernels) - 1)][1]
+        return self.kernels[nearest(self.keys, actual)][1]
 
     def __call__(self, *arrays: Any) -> None:
         self.select(arrays)(*arrays)

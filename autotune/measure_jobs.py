@@ -7,8 +7,8 @@ traceback.  Each worker memoizes the unpickled computation, its random inputs an
 the reference outputs per task key; ``reference_job`` makes them resident once per
 task (before any candidate, under its own timeout) and writes the outputs to an
 on-disk cache, from which a replacement process (after a crash) or a resumed job
-loads them instead of recomputing.  Only a Dask worker, which has no reference
-step, computes the reference inside its first candidate's job.
+loads them instead of recomputing.  A Dask worker runs the same jobs in its own
+isolated process (``distributed.measure_isolated``), reference step included.
 """
 from __future__ import annotations
 
@@ -187,8 +187,8 @@ def _task_data(payload: bytes, key: str, sizes: Mapping[str, int], target: str, 
                name: str, seed: int = 0, path: "str | None" = None
                ) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
     """(arrays, reference outputs by argument index): from this process's memory, else the
-    reference cache at ``path``, else computed here (a Dask worker, which has no separate
-    reference step)."""
+    reference cache at ``path``, else computed here (when the reference step failed or
+    its cache is gone)."""
     got = _data.get((key, target, seed))
     if got is not None and (got[1] or not check):
         return got
@@ -286,15 +286,3 @@ def _time_once(mod: Any, arrays: Sequence[np.ndarray]) -> float:
     t0 = time.perf_counter()
     mod(*arrays)
     return time.perf_counter() - t0
-
-
-def remote_measure(payload: bytes, key: str, sizes: Mapping[str, int], target: str, trace: str,
-                   config: dict, opts: dict, best_cost: float, name: str) -> tuple[Any, Any, str]:
-    """Build and time one candidate in this process (a Dask worker)."""
-    import os
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="tdsl-remote-") as d:
-        path, kind, msg = build_job(payload, key, trace, target, os.path.join(d, "k.so"), name)
-        if kind is not None:
-            return None, kind, msg
-        return run_job(payload, key, sizes, target, path, trace, config, opts, best_cost, None, name)

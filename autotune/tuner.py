@@ -14,6 +14,14 @@ the ``remeasure_top`` fastest programs (and the untuned ones within
 round-robin over ``remeasure_rounds`` rounds (``MeasureOption.remeasure``); those
 figures go to the database (``Database.add_remeasure``) and pick the best.
 
+The loop is a ``TuneSession`` (``Tuner.session``) stepped one batch at a time: ``tune``
+steps it to the end, the task scheduler (``task_scheduler``) interleaves the sessions
+of many tasks.  Tuners sharing a database file re-read each other's records before a
+batch and claim the programs they measure (never one program twice), and measure
+while holding the machine's timing lease (``lease.TimingLease``), so two of them
+never time at once; a timing taken without it is marked contended and timed again
+alone (``_retime_contended``) before the next batch.
+
 ``XGBTuner`` ranks candidates with an ``XGBoostCostModel`` retrained after every
 batch (``transfer_from`` adds records of other tasks to its training data);
 ``RandomTuner`` and ``GridSearchTuner`` are the baselines.  Proposing and training
@@ -28,7 +36,8 @@ import random
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -36,7 +45,8 @@ from tdsl.errors import TDSLError, TuningError
 from tdsl.keywords import check_keywords
 
 from .cost_model import XGBoostCostModel
-from .database import Database, Record, best_records, claim_owner, open_database
+from .database import RETIME_PASS, Database, Record, best_records, claim_owner, open_database
+from .lease import TimingLease
 from .features import FEATURE_LEN, FEATURE_VERSION, extract_features
 from .measure import MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult, measure_option
 
@@ -117,7 +127,7 @@ class Tuner:
              early_stopping: "int | None" = None, batch_size: int = 24,
              timeout: "float | None" = None, error_limit: int = 64,
              measure_default: bool = True, remeasure_top: int = 5,
-             remeasure_rounds: int = 3) -> TuneResult:
+             remeasure_rounds: int = 3, lease: "TimingLease | bool | None" = None) -> TuneResult:
         """Measure up to ``n_trial`` candidates in total (records already in ``db`` count).
 
         ``callbacks`` are called as ``cb(tuner, inputs, results)`` after each batch;
@@ -128,108 +138,32 @@ class Tuner:
         untuned programs (``default_candidates``) in the first batch;
         ``remeasure_top``/``remeasure_rounds``: re-time that many of the fastest
         programs (plus the untuned ones), interleaved, in that many rounds at the end
-        (0: don't), and pick the best by those figures.
+        (0: don't), and pick the best by those figures.  ``lease``: the machine's
+        timing lease (``lease.TimingLease``) held while measuring, so tuners sharing
+        the database never time at once (default: on for a local runner and a
+        database file; ``False``: off).
         """
-        own_option = measure_option is None
-        mopt = measure_option or _default_option()
-        database = open_database(db)
-        res = TuneResult(self.task.key)
-        t0 = time.perf_counter()
-        history = database.records(self.task.key)
-        self._resume(history, res)
-        owner = claim_owner()
-        seen = max((r.id for r in history if r.id is not None), default=0)
-        own_ids: set[int] = set()
-        self.resumed = res.resumed
-        last_improve = res.resumed
-        any_ok = any(r.valid for r in history)
-        consecutive_errors = 0
-        empty_batches = 0
-        defaults = [c for c in self.default_candidates() if c.prog_hash not in self.measured] \
-            if measure_default else []
-        self.measured.update(c.prog_hash for c in defaults)
+        session = self.session(n_trial, measure_option, callbacks, db, early_stopping,
+                               batch_size, timeout, error_limit, measure_default, lease)
         try:
-            while res.resumed + res.concurrent + res.trials < n_trial:
-                if timeout is not None and time.perf_counter() - t0 > timeout:
-                    break
-                seen = self._catch_up(database, seen, own_ids, res)
-                # programs other tuners are measuring now will count too
-                done = res.resumed + res.concurrent + res.trials + \
-                    database.in_flight(self.task.key, owner)
-                if done >= n_trial:
-                    break
-                want = min(batch_size, n_trial - done)
-                batch, defaults = defaults[:want], defaults[want:]
-                if len(batch) < want:
-                    batch += self.next_batch(want - len(batch))
-                # another tuner on this database may be measuring the same programs: take
-                # only those claimed now (the others count as measured, never proposed again)
-                mine = database.claim(self.task.key, [c.prog_hash if c.valid else
-                                                      _illegal_hash(c) for c in batch], owner)
-                legal = []
-                for c in batch:
-                    if (c.prog_hash if c.valid else _illegal_hash(c)) not in mine:
-                        self.measured.add(c.prog_hash if c.valid else _illegal_hash(c))
-                    elif c.valid:
-                        legal.append(c)
-                    else:
-                        self._record_illegal(database, c, res)
-                if not legal:
-                    empty_batches += 1
-                    if not batch or empty_batches >= 20:
-                        break  # space exhausted (or nothing legal left to propose)
-                    continue
-                empty_batches = 0
-                best_before = self.best_cost
-                inputs = [MeasureInput(self.task, c.config, c.trace, c.prog_hash) for c in legal]
-                for c in legal:
-                    self.measured.add(c.prog_hash)
-
-                def on_result(i: int, r: MeasureResult) -> None:
-                    rec = self._record(legal[i], r)
-                    own_ids.add(database.add(rec))
-                    if rec.valid and rec.cost < self.best_cost:
-                        self.best_cost = rec.cost
-                        self.best_record = rec
-                results = mopt.measure(inputs, self.best_cost, on_result)
-                for r in results:
-                    res.trials += 1
-                    res.errors[r.error_no.name] = res.errors.get(r.error_no.name, 0) + 1
-                    if r.valid:
-                        any_ok = True
-                        consecutive_errors = 0
-                    else:
-                        consecutive_errors += 1
-                    n_done = res.resumed + res.trials
-                    res.curve.append((n_done, self._best_gflops(), time.perf_counter() - t0))
-                if self.best_cost < best_before:
-                    last_improve = res.resumed + res.trials
-                if not any_ok and consecutive_errors >= error_limit:
-                    raise TuningError(f"task {self.task.name!r}: the first {consecutive_errors} "
-                                      f"measurements all failed; last error: "
-                                      f"{results[-1].error_no.name}: {results[-1].error_msg[-500:]}")
-                self.update(legal, results)
-                for cb in callbacks:
-                    cb(self, inputs, results)
-                if early_stopping is not None and \
-                        res.resumed + res.trials - last_improve >= early_stopping:
-                    res.stopped_early = True
-                    break
+            while session.step():
+                pass
             if remeasure_top > 0 and remeasure_rounds > 0:
-                self._remeasure(database, mopt, remeasure_top, remeasure_rounds, res.trials > 0)
+                session.remeasure(remeasure_top, remeasure_rounds)
         finally:
-            if own_option:
-                mopt.close()
-            try:
-                database.release(self.task.key, owner)
-            except TuningError:
-                pass                # claims lapse by themselves
-        res.best = self.best_record
-        res.seconds = time.perf_counter() - t0
-        if res.best is None and res.trials:
-            warnings.warn(f"task {self.task.name!r}: no valid candidate in {res.trials} trials "
-                          f"({res.errors})", stacklevel=2)
-        return res
+            session.close()
+        return session.result(stacklevel=3)
+
+    def session(self, n_trial: int, measure_option: "MeasureOption | None" = None,
+                callbacks: Sequence[Callable] = (), db: "Database | str | None" = None,
+                early_stopping: "int | None" = None, batch_size: int = 24,
+                timeout: "float | None" = None, error_limit: int = 64,
+                measure_default: bool = True,
+                lease: "TimingLease | bool | None" = None) -> "TuneSession":
+        """A tuning run driven one batch at a time (``TuneSession.step``): what ``tune``
+        loops over, and what the task scheduler (``task_scheduler``) interleaves."""
+        return TuneSession(self, n_trial, measure_option, callbacks, db, early_stopping,
+                           batch_size, timeout, error_limit, measure_default, lease)
 
     def _remeasure(self, database: Database, mopt: MeasureOption, k: int, rounds: int,
                    measured_now: bool) -> None:
@@ -259,6 +193,22 @@ class Tuner:
         if best:
             self.best_record = best[0]
             self.best_cost = best[0].cost
+
+    def _retime_contended(self, database: Database, mopt: MeasureOption) -> None:
+        """Time again, alone (the caller holds the timing lease), the records of this task
+        whose timings were contended; their new figures replace the old
+        (``Database.add_remeasure`` with ``RETIME_PASS``) and the marks are dropped."""
+        recs = database.contended(self.task.key)
+        if not recs:
+            return
+        inputs = [MeasureInput(self.task, r.config, r.trace, r.prog_hash) for r in recs]
+        for r, m in zip(recs, mopt.remeasure(inputs, 1)):
+            if m.valid:
+                database.add_remeasure(r, RETIME_PASS, m.costs)
+            database.clear_contended(r.id)
+        best = best_records(database.records(self.task.key), 1)
+        if best:
+            self.best_record, self.best_cost = best[0], best[0].cost
 
     def _catch_up(self, database: Database, seen: int, own_ids: set, res: TuneResult) -> int:
         """Take in the records other tuners wrote to the database since row ``seen``:
@@ -315,6 +265,192 @@ class Tuner:
                             c.trace, h, (), MeasureErrorNo.INSTANTIATION_ERROR, c.error[-2000:],
                             self.task.flop, 0.0, time.time(), self.task.signature,
                             self.task.workload, self.task.sizes))
+
+
+class TuneSession:
+    """One tuning run of a tuner, a batch per ``step`` (see ``Tuner.tune`` for the options).
+
+    ``step`` proposes, claims, measures and records one batch and returns whether the run
+    may go on (budget, ``timeout``, early stopping or an exhausted space end it);
+    ``remeasure`` re-times the fastest programs; ``close`` releases the claims (and the
+    measure option when the session made it); ``result`` is the ``TuneResult``.
+    """
+
+    def __init__(self, tuner: Tuner, n_trial: int, measure_option: "MeasureOption | None",
+                 callbacks: Sequence[Callable], db: "Database | str | None",
+                 early_stopping: "int | None", batch_size: int, timeout: "float | None",
+                 error_limit: int, measure_default: bool,
+                 lease: "TimingLease | bool | None" = None):
+        self.tuner = tuner
+        self.n_trial = n_trial
+        self.own_option = measure_option is None
+        self.mopt = measure_option or _default_option()
+        self.callbacks = list(callbacks)
+        self.database = open_database(db)
+        self.early_stopping = early_stopping
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.error_limit = error_limit
+        self.lease = _timing_lease(lease, self.database, self.mopt)
+        task = tuner.task
+        self.res = TuneResult(task.key)
+        self.t0 = time.perf_counter()
+        history = self.database.records(task.key)
+        tuner._resume(history, self.res)
+        self.owner = claim_owner()
+        self.seen = max((r.id for r in history if r.id is not None), default=0)
+        self.own_ids: set[int] = set()
+        tuner.resumed = self.res.resumed
+        self.last_improve = self.res.resumed
+        self.any_ok = any(r.valid for r in history)
+        self.consecutive_errors = 0
+        self.empty_batches = 0
+        self.finished = False
+        self.defaults = [c for c in tuner.default_candidates()
+                         if c.prog_hash not in tuner.measured] if measure_default else []
+        tuner.measured.update(c.prog_hash for c in self.defaults)
+
+    @property
+    def done(self) -> int:
+        """Trials counted towards the budget: resumed, by other tuners, and measured here."""
+        return self.res.resumed + self.res.concurrent + self.res.trials
+
+    @property
+    def best_cost(self) -> float:
+        return self.tuner.best_cost
+
+    def step(self, batch_size: "int | None" = None) -> bool:
+        """Measure one batch (up to ``batch_size``, default the session's); False when the
+        run is over (then nothing was measured)."""
+        tuner, database, res = self.tuner, self.database, self.res
+        key = tuner.task.key
+        while not self.finished:
+            if self.done >= self.n_trial or (self.timeout is not None and
+                                             time.perf_counter() - self.t0 > self.timeout):
+                break
+            self.seen = tuner._catch_up(database, self.seen, self.own_ids, res)
+            # programs other tuners are measuring now will count too
+            done = self.done + database.in_flight(key, self.owner)
+            if done >= self.n_trial:
+                break
+            want = min(batch_size or self.batch_size, self.n_trial - done)
+            batch, self.defaults = self.defaults[:want], self.defaults[want:]
+            if len(batch) < want:
+                batch += tuner.next_batch(want - len(batch))
+            # another tuner on this database may be measuring the same programs: take
+            # only those claimed now (the others count as measured, never proposed again)
+            mine = database.claim(key, [c.prog_hash if c.valid else _illegal_hash(c)
+                                        for c in batch], self.owner)
+            legal = []
+            for c in batch:
+                if (c.prog_hash if c.valid else _illegal_hash(c)) not in mine:
+                    tuner.measured.add(c.prog_hash if c.valid else _illegal_hash(c))
+                elif c.valid:
+                    legal.append(c)
+                else:
+                    tuner._record_illegal(database, c, res)
+            if not legal:
+                self.empty_batches += 1
+                if not batch or self.empty_batches >= 20:
+                    break  # space exhausted (or nothing legal left to propose)
+                continue
+            self.empty_batches = 0
+            self._measure(legal)
+            if self.early_stopping is not None and \
+                    res.resumed + res.trials - self.last_improve >= self.early_stopping:
+                res.stopped_early = True
+                break
+            return True
+        self.finished = True
+        return False
+
+    def _measure(self, legal: list[Candidate]) -> None:
+        tuner, database, res = self.tuner, self.database, self.res
+        best_before = tuner.best_cost
+        inputs = [MeasureInput(tuner.task, c.config, c.trace, c.prog_hash) for c in legal]
+        for c in legal:
+            tuner.measured.add(c.prog_hash)
+        contended = False
+
+        def on_result(i: int, r: MeasureResult) -> None:
+            rec = tuner._record(legal[i], r)
+            rid = database.add(rec)
+            self.own_ids.add(rid)
+            if contended and rec.valid:
+                database.mark_contended(rid)
+            if rec.valid and rec.cost < tuner.best_cost:
+                tuner.best_cost = rec.cost
+                tuner.best_record = rec
+        with self._timing() as contended:
+            results = self.mopt.measure(inputs, tuner.best_cost, on_result)
+        for r in results:
+            res.trials += 1
+            res.errors[r.error_no.name] = res.errors.get(r.error_no.name, 0) + 1
+            if r.valid:
+                self.any_ok = True
+                self.consecutive_errors = 0
+            else:
+                self.consecutive_errors += 1
+            res.curve.append((res.resumed + res.trials, tuner._best_gflops(),
+                              time.perf_counter() - self.t0))
+        if tuner.best_cost < best_before:
+            self.last_improve = res.resumed + res.trials
+        if not self.any_ok and self.consecutive_errors >= self.error_limit:
+            raise TuningError(f"task {tuner.task.name!r}: the first {self.consecutive_errors} "
+                              f"measurements all failed; last error: "
+                              f"{results[-1].error_no.name}: {results[-1].error_msg[-500:]}")
+        tuner.update(legal, results)
+        for cb in self.callbacks:
+            cb(tuner, inputs, results)
+
+    @contextmanager
+    def _timing(self) -> Iterator[bool]:
+        """Hold the timing lease (if any) around a measurement; yields whether the timings
+        are contended (the lease was not had in time).  Contended timings of this task
+        left by earlier batches (or other tuners) are re-timed first, while it is held."""
+        if self.lease is None:
+            yield False
+            return
+        with self.lease.hold() as contended:
+            if not contended:
+                self.tuner._retime_contended(self.database, self.mopt)
+            yield contended
+
+    def remeasure(self, k: int = 5, rounds: int = 3) -> None:
+        """Re-time the ``k`` fastest programs and the untuned ones (``Tuner._remeasure``)."""
+        with self._timing():
+            self.tuner._remeasure(self.database, self.mopt, k, rounds, self.res.trials > 0)
+
+    def close(self) -> None:
+        if self.own_option:
+            self.mopt.close()
+        try:
+            self.database.release(self.tuner.task.key, self.owner)
+        except TuningError:
+            pass                # claims lapse by themselves
+
+    def result(self, stacklevel: int = 2) -> TuneResult:
+        res = self.res
+        res.best = self.tuner.best_record
+        res.seconds = time.perf_counter() - self.t0
+        if res.best is None and res.trials:
+            warnings.warn(f"task {self.tuner.task.name!r}: no valid candidate in {res.trials} "
+                          f"trials ({res.errors})", stacklevel=stacklevel)
+        return res
+
+
+def _timing_lease(lease: "TimingLease | bool | None", database: Database,
+                  mopt: MeasureOption) -> "TimingLease | None":
+    """The lease a session holds while timing: ``lease`` itself, or by default one on the
+    database's file when candidates are timed on this machine (not for a remote runner
+    or an in-memory database, which no other process shares)."""
+    if isinstance(lease, TimingLease):
+        return lease
+    if lease is False or database.path == ":memory:":
+        return None
+    if lease is None and hasattr(mopt.runner, "measure_batch"):
+        return None
+    return TimingLease(database)
 
 
 def _illegal_hash(c: Candidate) -> str:

@@ -52,20 +52,43 @@ def _serve(conn_in: Any, conn_out: Any) -> None:
             return
         fn, args = msg
         try:
-            value = fn(*args)
-            conn_out.send((True, value))
-        except BaseException as e:  # noqa: BLE001 - reported to the parent, which decides
-            conn_out.send((False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"))
+            try:
+                value = fn(*args)
+                conn_out.send((True, value))
+            except BaseException as e:  # noqa: BLE001 - reported to the parent, which decides
+                conn_out.send((False, f"{type(e).__name__}: {e}\n"
+                                      f"{traceback.format_exc(limit=6)}"))
+        except (BrokenPipeError, EOFError):
+            return                        # the parent is gone
 
 
-def child_main(fd_in: int, fd_out: int) -> None:
+def _die_with_parent(parent: int) -> None:
+    """End this process when its parent (the tuner, or a Dask worker) dies, so a candidate
+    that hangs never outlives it: a thread checks every second (a kernel runs with the
+    GIL released, so the check runs while it hangs)."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os._exit(1)
+            time.sleep(1.0)
+    threading.Thread(target=watch, daemon=True, name="tdsl-parent-watch").start()
+
+
+def child_main(fd_in: int, fd_out: int, parent: int = 0) -> None:
     """Entry point of a worker process (``python -c``): sys.path first, then jobs."""
+    if parent:
+        _die_with_parent(parent)
     conn_in = Connection(fd_in, writable=False)
     conn_out = Connection(fd_out, readable=False)
-    paths = conn_in.recv()
-    sys.path[:0] = [p for p in paths if p not in sys.path]
-    importlib.import_module("tdsl.autotune.measure_jobs")   # warm up before the first timed job
-    conn_out.send("ready")
+    try:
+        paths = conn_in.recv()
+        sys.path[:0] = [p for p in paths if p not in sys.path]
+        importlib.import_module("tdsl.autotune.measure_jobs")   # warm up before the first job
+        conn_out.send("ready")
+    except (EOFError, OSError):
+        return                            # the parent went away while this one started
     _serve(conn_in, conn_out)
 
 
@@ -97,7 +120,8 @@ class _Worker:
         r2, w2 = os.pipe()
         env = dict(os.environ)
         env.update(self.env or {})
-        code = f"from tdsl.autotune.workers import child_main; child_main({r1}, {w2})"
+        code = f"from tdsl.autotune.workers import child_main; " \
+               f"child_main({r1}, {w2}, {os.getpid()})"
         self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(r1, w2), env=env,
                                      stdin=subprocess.DEVNULL)
         os.close(r1)

@@ -4,6 +4,7 @@
 
     tdsl tune ops.py:matmul --target llvm --trials 500 --db tune.db
     tdsl tune mypkg.ops:conv --trials 200 --db tune.db --scheduler-address tcp://10.0.0.5:8786
+    tdsl tune my_ops.py --all --trials 400 --timeout 1800 --db model.db
     tdsl records show tune.db [--task KEY] [--limit 20] [--json]
     tdsl records best tune.db [--json]
     tdsl records export tune.db records.jsonl      (no file: JSON lines to stdout)
@@ -18,6 +19,13 @@ The database may be given by position (as above) or with ``--db`` (default ``tun
 The tuned function is called with no arguments (or with ``--args`` as JSON) and
 returns the tensors to tune (inputs then outputs, or just the outputs), a
 ``(schedule, tensors)`` pair, an ``autotune.Task``, or is an ``@autotune.template``.
+
+``--all`` tunes every operator the file (or module) declares, as one job under one
+budget (``autotune.tune_tasks``: trials go where they lower the job's weighted
+latency most): each ``@autotune.template`` and each public function defined there
+(not imported) that takes no required argument and returns tensors as above.
+Duplicates (the same computation and sizes) are one task.  ``--weights
+name=3,other=1`` says how often each kernel runs (default 1).
 """
 from __future__ import annotations
 
@@ -32,10 +40,9 @@ from typing import Any, Sequence
 DEFAULT_DB = "tune.db"
 
 
-def _load(spec: str) -> Any:
-    if ":" not in spec:
-        raise SystemExit(f"tdsl tune: expected <file.py|module>:<function>, got {spec!r}")
-    where, name = spec.rsplit(":", 1)
+def _module(where: str) -> Any:
+    """The module of a ``tdsl tune`` spec: a file (imported under its own name) or a
+    module name (importable from the current folder)."""
     if where.endswith(".py") or os.path.sep in where:
         path = os.path.abspath(where)
         if not os.path.exists(path):
@@ -46,17 +53,50 @@ def _load(spec: str) -> Any:
         sys.modules[mod_name] = module
         sys.path.insert(0, os.path.dirname(path))
         spec_.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())      # as `python -m` would
-        try:
-            module = importlib.import_module(where)
-        except ModuleNotFoundError as e:
-            raise SystemExit(f"tdsl tune: cannot import {where!r}: {e}") from None
+        return module
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())      # as `python -m` would
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as e:
+        raise SystemExit(f"tdsl tune: cannot import {where!r}: {e}") from None
+
+
+def _load(spec: str) -> Any:
+    if ":" not in spec:
+        raise SystemExit(f"tdsl tune: expected <file.py|module>:<function>, got {spec!r} "
+                         f"(or <file.py|module> --all to tune every operator it declares)")
+    where, name = spec.rsplit(":", 1)
+    module = _module(where)
     try:
         return getattr(module, name)
     except AttributeError:
         raise SystemExit(f"tdsl tune: {where!r} has no attribute {name!r}") from None
+
+
+def _declared(spec: str) -> list[tuple[str, Any]]:
+    """(name, object) of every operator a file or module declares: its templates and its
+    public functions (defined there, not imported) with no required parameter, in the
+    order they are defined."""
+    import inspect
+    from tdsl import autotune
+    where = spec.rsplit(":", 1)[0] if ":" in spec and not os.path.exists(spec) else spec
+    module = _module(where)
+    out = []
+    for name, obj in vars(module).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(obj, autotune.Template):
+            out.append((name, obj))
+        elif inspect.isfunction(obj) and obj.__module__ == module.__name__:
+            params = inspect.signature(obj).parameters.values()
+            if all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                   for p in params):
+                out.append((name, obj))
+    if not out:
+        raise SystemExit(f"tdsl tune --all: {where!r} declares no operator (a template, or a "
+                         f"function with no required argument returning tensors)")
+    return out
 
 
 def _sizes(text: "str | None") -> dict:
@@ -83,38 +123,101 @@ def _task(obj: Any, args: Sequence[Any], target: str, sizes: dict) -> Any:
     return autotune.create_auto_task(list(value), target, sizes=single)
 
 
+def _option(ns: argparse.Namespace) -> Any:
+    from tdsl import autotune
+    if ns.scheduler_address:
+        from tdsl.autotune.distributed import DaskRunner
+        return autotune.measure_option(runner=DaskRunner(
+            ns.scheduler_address, timeout=ns.run_timeout, repeat=ns.repeat,
+            min_repeat_ms=ns.min_repeat_ms))
+    return autotune.measure_option(
+        builder=autotune.LocalBuilder(n_parallel=ns.build_workers),
+        runner=autotune.LocalRunner(timeout=ns.run_timeout, repeat=ns.repeat,
+                                    min_repeat_ms=ns.min_repeat_ms))
+
+
+def _weights(text: "str | None") -> dict:
+    """``matmul=3,softmax=1`` -> {"matmul": 3.0, "softmax": 1.0}."""
+    out = {}
+    for part in (text or "").split(","):
+        if part.strip():
+            if "=" not in part:
+                raise SystemExit(f"tdsl tune: --weights expects name=number,..., got {part!r}")
+            k, v = part.split("=", 1)
+            try:
+                out[k.strip()] = float(v)
+            except ValueError:
+                raise SystemExit(f"tdsl tune: --weights: {v!r} is not a number") from None
+    return out
+
+
 def cmd_tune(ns: argparse.Namespace) -> int:
     from tdsl import autotune
     from tdsl.autotune.progress import progress_bar, summary
-    obj = _load(ns.function)
     args = json.loads(ns.args) if ns.args else []
     sizes = _sizes(ns.sizes)
     if any(len(v) > 1 for v in sizes.values()):
         raise SystemExit("tdsl tune: give one size per symbolic dimension here; use "
                          "autotune.tune_dynamic for several")
+    if ns.all:
+        return _tune_all(ns, args, sizes)
+    if ns.weights:
+        raise SystemExit("tdsl tune: --weights goes with --all")
+    obj = _load(ns.function)
     task = _task(obj, args, ns.target, sizes)
-    if ns.scheduler_address:
-        from tdsl.autotune.distributed import DaskRunner
-        option = autotune.measure_option(runner=DaskRunner(
-            ns.scheduler_address, timeout=ns.run_timeout, repeat=ns.repeat,
-            min_repeat_ms=ns.min_repeat_ms))
-    else:
-        option = autotune.measure_option(
-            builder=autotune.LocalBuilder(n_parallel=ns.build_workers),
-            runner=autotune.LocalRunner(timeout=ns.run_timeout, repeat=ns.repeat,
-                                        min_repeat_ms=ns.min_repeat_ms))
+    option = _option(ns)
     db = autotune.open_database(ns.db)
     tuner = autotune.XGBTuner(task, seed=ns.seed, transfer_from=db if ns.transfer else None) \
         if ns.tuner == "xgb" else autotune.RandomTuner(task, seed=ns.seed)
     bar = progress_bar(ns.trials, desc=task.name, use_tqdm=not ns.no_progress_bar)
     try:
-        result = tuner.tune(ns.trials, option, callbacks=[bar], db=db, batch_size=ns.batch_size,
+        result = tuner.tune(ns.trials, option, callbacks=[bar], db=db,
+                            batch_size=ns.batch_size or 24,
                             early_stopping=ns.early_stopping, timeout=ns.timeout)
     finally:
         bar.close()
         option.close()
     print(summary(result, task))
     return 0 if result.best is not None else 1
+
+
+def _tune_all(ns: argparse.Namespace, args: list, sizes: dict) -> int:
+    """``tdsl tune FILE --all``: every declared operator, one job (``tune_tasks``)."""
+    from tdsl import autotune
+    from tdsl.errors import TDSLError
+    declared = _declared(ns.function)
+    weights = _weights(ns.weights)
+    unknown = sorted(set(weights) - {name for name, _ in declared})
+    if unknown:
+        raise SystemExit(f"tdsl tune --all: --weights names {unknown} that the file does not "
+                         f"declare (it declares {[n for n, _ in declared]})")
+    tasks: list = []
+    task_weights: list = []
+    by_key: dict = {}
+    for name, obj in declared:
+        try:
+            task = _task(obj, args if isinstance(obj, autotune.Template) else [], ns.target,
+                         sizes)
+        except (TDSLError, TypeError, ValueError, AttributeError) as e:
+            print(f"skipping {name}: not a workload ({type(e).__name__}: {e})", file=sys.stderr)
+            continue
+        w = weights.get(name, 1.0)
+        if task.key in by_key:             # the same computation and sizes: one task
+            task_weights[by_key[task.key]] += w
+            continue
+        by_key[task.key] = len(tasks)
+        tasks.append(task)
+        task_weights.append(w)
+    if not tasks:
+        raise SystemExit(f"tdsl tune --all: no operator of {ns.function!r} could be tuned")
+    print(f"tuning {len(tasks)} tasks: {', '.join(t.name for t in tasks)}", file=sys.stderr)
+    job = autotune.tune_tasks(tasks, trials=ns.trials, time_budget=ns.timeout, db=ns.db,
+                              weights=task_weights, measure_option=_option(ns),
+                              batch_size=ns.batch_size or 8, tuner=ns.tuner, seed=ns.seed,
+                              early_stopping=ns.early_stopping,
+                              progress=not ns.no_progress_bar, transfer=ns.transfer)
+    print(job.summary())
+    return 0 if all(b is not None for b in job.best) else 1
 
 
 def _fmt(r: Any) -> str:
@@ -268,7 +371,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"tdsl {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("tune", help="tune a computation or template", formatter_class=fmt)
-    t.add_argument("function", help="<file.py|module>:<function>")
+    t.add_argument("function", help="<file.py|module>:<function>, or <file.py|module> with "
+                   "--all")
+    t.add_argument("--all", action="store_true", help="tune every operator the file declares, "
+                   "as one job under one budget (--trials in total, --timeout)")
+    t.add_argument("--weights", default=None, help="with --all: how often each kernel runs, "
+                   "e.g. 'matmul=3,softmax=1' (default 1 each)")
     t.add_argument("--target", default="llvm", help="target to tune for ('llvm', 'cuda', "
                    "'llvm -mcpu=...')")
     t.add_argument("--trials", type=int, default=200, help="candidates to measure")
@@ -278,7 +386,8 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--sizes", default=None, help="symbolic sizes, e.g. 'n=256;m=64'")
     t.add_argument("--tuner", choices=["xgb", "random"], default="xgb",
                    help="search: XGBoost cost model or random")
-    t.add_argument("--batch-size", type=int, default=24, help="candidates measured per round")
+    t.add_argument("--batch-size", type=int, default=None, help="candidates measured per "
+                   "round (default 24; 8 with --all, where a round tunes one task)")
     t.add_argument("--early-stopping", type=int, default=None,
                    help="stop after this many trials without improvement")
     t.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")

@@ -1,0 +1,102 @@
+"""The timing lease: tuners sharing a database (and so a machine) never time at once.
+
+A lease is a row of the database's ``leases`` table (name, owner, expiry).  Tuners
+on one machine share its name (``timing:<host>``): a tuner holds it around each
+measurement (``TimingLease.hold``), a thread renews it every ``ttl / 3`` seconds
+while held, and it is released after.  A holder that dies stops renewing, so its
+lease lapses at its expiry (at once when the dead process was on this host).
+
+When the lease is not had within ``wait`` seconds the measurement goes ahead
+anyway and ``hold`` yields ``True``: its timings are contended, the tuner marks
+their records (``Database.mark_contended``) and times them again alone the next
+time it holds the lease (``Tuner._retime_contended``).
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from tdsl.errors import TuningError
+
+from .database import Database, claim_owner
+
+
+def machine_lease_name() -> str:
+    """The name of this machine's timing lease."""
+    return f"timing:{socket.gethostname()}"
+
+
+class TimingLease:
+    """The machine's timing lease in ``database`` (a file), held by one owner at a time.
+
+    ``ttl``: seconds a holder's lease lasts without renewal (a dead holder's lease
+    lapses after at most that long); ``wait``: seconds to wait for it before timing
+    anyway, contended; ``poll``: seconds between tries.
+    """
+
+    def __init__(self, database: Database, name: "str | None" = None, ttl: float = 30.0,
+                 wait: float = 900.0, poll: float = 0.05):
+        if database.path == ":memory:":
+            raise TuningError("a timing lease needs a database file shared by the tuners")
+        self.path = database.path
+        self.name = name or machine_lease_name()
+        self.ttl = ttl
+        self.wait = wait
+        self.poll = poll
+        self.owner = claim_owner()
+        self._db = Database(self.path, create=False)   # its own connection (renewed by a thread)
+        #: (start, end, contended) of each hold: what the tests check.
+        self.holds: list[tuple[float, float, bool]] = []
+
+    def acquire(self, wait: "float | None" = None) -> bool:
+        """Take the lease, waiting up to ``wait`` seconds (default ``self.wait``)."""
+        deadline = time.monotonic() + (self.wait if wait is None else wait)
+        delay = self.poll
+        while True:
+            if self._db.acquire_lease(self.name, self.owner, self.ttl):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 0.5)
+
+    def release(self) -> None:
+        self._db.release_lease(self.name, self.owner)
+
+    @contextmanager
+    def hold(self) -> Iterator[bool]:
+        """Hold the lease for the ``with`` body, renewed meanwhile; yields whether the body
+        runs contended (the lease was not had within ``wait`` seconds)."""
+        got = self.acquire()
+        start = time.time()
+        stop = threading.Event()
+        renewer = None
+        if got:
+            renewer = threading.Thread(target=self._renew, args=(stop,), daemon=True,
+                                       name="tdsl-timing-lease")
+            renewer.start()
+        try:
+            yield not got
+        finally:
+            stop.set()
+            if renewer is not None:
+                renewer.join()
+                self.release()
+            self.holds.append((start, time.time(), not got))
+
+    def _renew(self, stop: threading.Event) -> None:
+        db = Database(self.path, create=False)      # a connection of this thread's own
+        try:
+            while not stop.wait(self.ttl / 3):
+                try:
+                    db.renew_lease(self.name, self.owner, self.ttl)
+                except TuningError:
+                    pass          # a busy database: the next renewal comes before expiry
+        finally:
+            db.close()
+
+    def close(self) -> None:
+        self._db.close()

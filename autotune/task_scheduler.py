@@ -1,0 +1,412 @@
+"""Jobs of many tasks: extract a model's kernels, share one trial budget among them.
+
+::
+
+    h = ops.dense(x, w1, b1, activation="relu")
+    y = ops.softmax(ops.dense(h, w2, b2))
+    tasks, weights = autotune.extract_tasks([h, y])        # one kernel per listed tensor
+    job = autotune.tune_tasks(tasks, trials=400, time_budget=600, db="model.db",
+                              weights=weights)
+    with autotune.apply_history_best("model.db"): ...
+
+``extract_tasks(outputs)`` makes one task per tensor listed -- a model's forward pass
+written as ``tdsl.ops`` calls, listing the result of each call that ends a kernel.
+A kernel reaches back to the placeholders and to the *other* listed tensors, which
+become its inputs; tensors between two listed ones are fused into the later kernel.
+Kernels of the same computation at the same sizes (the same task key: names do not
+matter) are one task, whose weight counts how many times the model runs it.
+
+``TaskScheduler`` (``tune_tasks``) does what Ansor's task scheduler does: each
+round it measures one batch of the task whose improvement is expected to lower
+the job's objective -- the weighted total latency ``sum(weight * best seconds)`` --
+the most.  After a round-robin warm-up (each task's untuned programs: the default
+schedule and ``ops.schedule``'s, a baseline for all at little cost), task ``i``'s
+gradient is
+``weight_i * (alpha * backward + (1 - alpha) * forward)``: ``backward`` is how much
+its best latency fell per round over the last ``backward_window`` rounds,
+``forward`` an optimistic guess of the next round's gain -- the smaller of
+``best / rounds`` (latency falling as 1/rounds) and the gap to the latency at
+``1 / beta`` of the best throughput among similar tasks (the same output operator
+tag and an arithmetic intensity within 2x: a GEMV is not held to a matmul's FLOP/s).  The most
+negative gradient wins; with probability ``eps_greedy`` a random task does; a
+task whose space is exhausted (or that stopped early) is left out.  Every task's
+records go to one database, so a killed job resumes where it was.
+"""
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from tdsl.errors import TuningError
+from tdsl.expr import TensorLoad
+from tdsl.keywords import check_keywords
+from tdsl.tensor import PlaceholderOp, Tensor, placeholder
+from tdsl.visitor import transform
+
+from .database import Database, Record, open_database
+from .measure import MeasureOption, measure_option as _measure_option
+from .task import Task
+
+
+# ---- task extraction ----------------------------------------------------------------------
+def _cut(out: Tensor, boundary: dict[int, Tensor], cache: dict[int, Tensor]) -> Tensor:
+    """``out``'s computation with every read of a ``boundary`` tensor (other than ``out``)
+    turned into a read of a placeholder of the same shape, dtype and name."""
+    memo: dict[int, Any] = {}
+
+    def tensor(t: Tensor) -> Tensor:
+        if isinstance(t.op, PlaceholderOp):
+            return t
+        if id(t) in boundary and t is not out:
+            if id(t) not in cache:
+                cache[id(t)] = placeholder(t.shape, t.dtype, name=t.name)
+            return cache[id(t)]
+        return op_of(t.op).outputs[t.value_index]
+
+    def op_of(op: Any) -> Any:
+        if id(op) in memo:
+            return memo[id(op)]
+        changed = False
+
+        def pre(n: Any) -> Any:
+            nonlocal changed
+            if isinstance(n, TensorLoad):
+                new = tensor(n.tensor)
+                idx = tuple(transform(i, pre=pre) for i in n.indices)
+                changed = changed or new is not n.tensor
+                return TensorLoad(new, idx)
+            return None
+        body = [transform(b, pre=pre) for b in op.body]
+        memo[id(op)] = op.with_body(body) if changed else op
+        return memo[id(op)]
+    return tensor(out)
+
+
+@check_keywords
+def extract_tasks(outputs: Sequence[Tensor], target: Any = "llvm",
+                  sizes: "dict | None" = None) -> tuple[list[Task], list[int]]:
+    """The tasks of a model's forward pass and their weights (TVM's ``extract_tasks``).
+
+    ``outputs``: the tensors that end a kernel, e.g. the result of each ``tdsl.ops``
+    call of the forward pass; each becomes one task (``create_auto_task``) whose
+    inputs are the placeholders and the other listed tensors it reads.  Tasks with
+    the same key (the same computation and sizes) are one, and its weight is how many
+    listed tensors it stands for.  ``sizes``: representative sizes of symbolic
+    dimensions.  Returns ``(tasks, weights)`` in order of first appearance.
+    """
+    from .auto_schedule import create_auto_task
+    outs = list(outputs)
+    for t in outs:
+        if not isinstance(t, Tensor):
+            raise TuningError(f"extract_tasks: expected tensors (the results of tdsl.ops calls), "
+                              f"got {type(t).__name__}")
+        if isinstance(t.op, PlaceholderOp):
+            raise TuningError(f"extract_tasks: {t.name!r} is a placeholder, not a kernel output")
+    boundary = {id(t): t for t in outs}
+    cache: dict[int, Tensor] = {}
+    tasks: list[Task] = []
+    weights: list[int] = []
+    index: dict[str, int] = {}
+    for t in outs:
+        task = create_auto_task([_cut(t, boundary, cache)], target, sizes=sizes, name=t.name)
+        if task.key in index:
+            weights[index[task.key]] += 1
+        else:
+            index[task.key] = len(tasks)
+            tasks.append(task)
+            weights.append(1)
+    return tasks, weights
+
+
+# ---- the scheduler --------------------------------------------------------------------------
+@dataclass
+class JobResult:
+    """What a ``tune_tasks`` job did."""
+
+    tasks: list[Task]
+    weights: list[float]
+    best: list[Optional[Record]]
+    trials: list[int]                      # measured now, per task
+    rounds: list[int] = field(default_factory=list)   # the task chosen in each round
+    seconds: float = 0.0
+    curve: list = field(default_factory=list)   # (elapsed s, trials measured, weighted latency)
+
+    @property
+    def weighted_latency(self) -> float:
+        """``sum(weight * best seconds)`` (``inf`` while a task has no valid record)."""
+        return weighted_latency(self.best, self.weights)
+
+    def summary(self) -> str:
+        lines = [f"{'task':<28} {'weight':>6} {'trials':>6} {'best ms':>10} {'GFLOP/s':>8}"]
+        for t, w, b, n in zip(self.tasks, self.weights, self.best, self.trials):
+            ms = f"{b.cost * 1e3:.4f}" if b is not None else "-"
+            gf = f"{b.gflops:.1f}" if b is not None else "-"
+            lines.append(f"{t.name[:28]:<28} {w:>6g} {n:>6} {ms:>10} {gf:>8}")
+        lines.append(f"weighted latency {self.weighted_latency * 1e3:.4f} ms  "
+                     f"({sum(self.trials)} trials in {self.seconds:.1f} s)")
+        return "\n".join(lines)
+
+
+def weighted_latency(best: Sequence[Optional[Record]], weights: Sequence[float]) -> float:
+    total = 0.0
+    for b, w in zip(best, weights):
+        if b is None or not b.valid:
+            return math.inf
+        total += w * b.cost
+    return total
+
+
+def _tag(task: Task) -> str:
+    """The kind of a task: its output operator's tag and dtype (the workload when untagged)."""
+    op = task.outputs[-1]
+    return f"{getattr(op, 'tag', '')}|{op.outputs[0].dtype}" if getattr(op, "tag", "") else \
+        f"untagged:{task.workload}"
+
+
+def _intensity(task: Task) -> float:
+    """FLOP per byte of the task's arguments: what bounds its throughput (a GEMV and a
+    large matmul have the same tag but not the same reachable FLOP/s)."""
+    import numpy as np
+    from .irutil import eval_int
+    total = 0
+    for t in task.args:
+        n = math.prod(max(1, eval_int(s, task.sizes, 1)) for s in t.shape)
+        total += n * np.dtype(str(t.dtype) if str(t.dtype) != "bool" else "bool").itemsize
+    return task.flop / max(1, total)
+
+
+def _similar(tasks: Sequence[Task]) -> list[list[int]]:
+    """For each task, the tasks similar to it (itself included): the same kind and an
+    arithmetic intensity within a factor of two -- the throughput one of them reached
+    is one the others may hope for (the forward gradient's second estimate)."""
+    tags = [_tag(t) for t in tasks]
+    inten = [_intensity(t) for t in tasks]
+    return [[j for j in range(len(tasks)) if tags[j] == tags[i] and
+             0.5 <= (inten[j] or 1e-30) / (inten[i] or 1e-30) <= 2.0]
+            for i in range(len(tasks))]
+
+
+class TaskScheduler:
+    """Shares a trial budget among ``tasks`` by gradient (see the module docstring).
+
+    ``weights``: how often each task's kernel runs (default 1 each);
+    ``batch_size``: candidates measured per round; ``tuner``: ``"xgb"`` or
+    ``"random"``; ``alpha``, ``beta``, ``backward_window``, ``eps_greedy``: the
+    gradient's parameters; ``strategy``: ``"gradient"`` or ``"round-robin"``;
+    ``early_stopping``: a task stops after that many trials without a better one;
+    ``callbacks``: ``cb(scheduler, task_index, inputs, results)`` after each round.
+    """
+
+    @check_keywords
+    def __init__(self, tasks: Sequence[Task], weights: "Sequence[float] | None" = None,
+                 db: "Database | str | None" = None,
+                 measure_option: "MeasureOption | None" = None, tuner: str = "xgb",
+                 seed: int = 0, batch_size: int = 8, alpha: float = 0.2, beta: float = 2.0,
+                 backward_window: int = 3, eps_greedy: float = 0.05,
+                 strategy: str = "gradient", early_stopping: "int | None" = None,
+                 callbacks: Sequence[Callable] = (), transfer: bool = False):
+        self.tasks = list(tasks)
+        if not self.tasks:
+            raise TuningError("TaskScheduler: no task to tune")
+        for t in self.tasks:
+            if not isinstance(t, Task):
+                raise TuningError(f"TaskScheduler: tasks must be autotune.Task objects "
+                                  f"(create_auto_task, extract_tasks), got {type(t).__name__}")
+        self.weights = [1.0] * len(self.tasks) if weights is None else [float(w) for w in weights]
+        if len(self.weights) != len(self.tasks) or \
+                any(not (w > 0 and math.isfinite(w)) for w in self.weights):
+            raise TuningError(f"TaskScheduler: weights must be one finite positive number per "
+                              f"task ({len(self.tasks)}), got {list(self.weights)}")
+        if strategy not in ("gradient", "round-robin"):
+            raise TuningError(f"TaskScheduler: strategy must be 'gradient' or 'round-robin', "
+                              f"got {strategy!r}")
+        if tuner not in ("xgb", "random"):
+            raise TuningError(f"TaskScheduler: tuner must be 'xgb' or 'random', got {tuner!r}")
+        self.database = open_database(db)
+        self.own_option = measure_option is None
+        self.mopt = measure_option or _measure_option()
+        self.tuner_kind = tuner
+        self.seed = seed
+        self.batch_size = batch_size
+        self.alpha = alpha
+        self.beta = beta
+        self.backward_window = backward_window
+        self.eps_greedy = eps_greedy
+        self.strategy = strategy
+        self.early_stopping = early_stopping
+        self.callbacks = list(callbacks)
+        self.transfer = transfer
+        self.rng = random.Random(seed)
+        self.similar = _similar(self.tasks)
+
+    def _tuner(self, i: int) -> Any:
+        from .tuner import RandomTuner, XGBTuner
+        task = self.tasks[i]
+        if self.tuner_kind == "random":
+            return RandomTuner(task, seed=self.seed + i)
+        return XGBTuner(task, seed=self.seed + i,
+                        transfer_from=self.database if self.transfer else None)
+
+    def tune(self, trials: "int | None" = None, time_budget: "float | None" = None,
+             remeasure_top: int = 3, remeasure_rounds: int = 3,
+             progress: bool = True) -> JobResult:
+        """Run rounds until ``trials`` (in total, records already in the database count)
+        are measured or ``time_budget`` seconds have passed; then re-time each task's
+        ``remeasure_top`` fastest programs (``remeasure_rounds`` interleaved rounds)."""
+        if trials is None and time_budget is None:
+            raise TuningError("tune_tasks: give trials=, time_budget= or both")
+        from .tuner import _timing_lease
+        t0 = time.perf_counter()
+        n = len(self.tasks)
+        budget = trials if trials is not None else sys.maxsize
+        lease = _timing_lease(None, self.database, self.mopt)
+        tuners = [self._tuner(i) for i in range(n)]
+        sessions = [tuners[i].session(budget, self.mopt, db=self.database,
+                                      early_stopping=self.early_stopping,
+                                      batch_size=self.batch_size,
+                                      lease=lease if lease is not None else False,
+                                      callbacks=[self._callback(i)])
+                    for i in range(n)]
+        result = JobResult(self.tasks, self.weights, [None] * n, [0] * n)
+        history: list[list[float]] = [[s.best_cost] for s in sessions]
+        rounds = [0] * n
+        alive = [True] * n
+        bar = _Bar(trials, time_budget, progress)
+
+        def over() -> bool:
+            job_done = sum(s.done for s in sessions)
+            return job_done >= budget or \
+                (time_budget is not None and time.perf_counter() - t0 >= time_budget)
+
+        try:
+            # warm-up: one round of each task without a valid record yet, round-robin
+            # (a resumed task with a valid record needs none)
+            queue = [i for i in range(n) if not math.isfinite(sessions[i].best_cost)]
+            while any(alive) and not over():
+                i = queue.pop(0) if queue else self._choose(sessions, history, rounds, alive)
+                if not alive[i]:
+                    continue
+                before = sessions[i].res.trials
+                # a warm-up round measures just the untuned programs: a baseline for every
+                # task at little cost, before the budget goes where it gains the most
+                size = len(sessions[i].defaults) if not rounds[i] and sessions[i].defaults \
+                    else self.batch_size
+                if not sessions[i].step(min(size, budget - sum(s.done for s in sessions))):
+                    alive[i] = False
+                    continue
+                rounds[i] += 1
+                history[i].append(sessions[i].best_cost)
+                result.rounds.append(i)
+                result.trials[i] = sessions[i].res.trials
+                result.best[i] = tuners[i].best_record
+                wl = weighted_latency(result.best, self.weights)
+                result.curve.append((time.perf_counter() - t0, sum(result.trials), wl))
+                bar.update(sessions[i].res.trials - before, self.tasks[i].name, wl,
+                           time.perf_counter() - t0)
+            if remeasure_top > 0 and remeasure_rounds > 0:
+                for i, s in enumerate(sessions):
+                    s.remeasure(remeasure_top, remeasure_rounds)
+        finally:
+            bar.close()
+            for s in sessions:
+                s.close()
+            if self.own_option:
+                self.mopt.close()
+            if lease is not None:
+                lease.close()
+        for i, t in enumerate(tuners):
+            result.best[i] = t.best_record
+            result.trials[i] = sessions[i].res.trials
+        result.seconds = time.perf_counter() - t0
+        return result
+
+    def _callback(self, i: int) -> Callable:
+        def cb(tuner: Any, inputs: Any, results: Any) -> None:
+            for f in self.callbacks:
+                f(self, i, inputs, results)
+        return cb
+
+    def _choose(self, sessions: Sequence[Any], history: Sequence[list[float]],
+                rounds: Sequence[int], alive: Sequence[bool]) -> int:
+        """The task of the next round (see the module docstring)."""
+        live = [i for i in range(len(sessions)) if alive[i]]
+        if self.strategy == "round-robin":
+            return min(live, key=lambda i: (rounds[i], i))
+        if self.rng.random() < self.eps_greedy:
+            return self.rng.choice(live)
+        best = [s.best_cost for s in sessions]
+        grads = {}
+        for i in live:
+            c = best[i]
+            if not math.isfinite(c):
+                return i        # no valid program yet: anything found is a gain
+            h = history[i]
+            w = self.backward_window
+            backward = (h[-1] - h[-1 - w]) / w if len(h) > w and math.isfinite(h[-1 - w]) \
+                else 0.0
+            g_next = c - c / max(1, rounds[i])
+            # the best throughput (FLOP/s) reached by a similar task
+            top = max((self.tasks[j].flop / best[j] for j in self.similar[i]
+                       if math.isfinite(best[j]) and best[j] > 0), default=0.0)
+            if top > 0 and self.tasks[i].flop > 0:
+                g_next = min(g_next, self.beta * self.tasks[i].flop / top)
+            forward = g_next - c
+            grads[i] = self.weights[i] * (self.alpha * backward + (1 - self.alpha) * forward)
+        low = min(grads.values())
+        return self.rng.choice([i for i, g in grads.items() if g == low])
+
+
+class _Bar:
+    """One progress bar over the whole job (tqdm when installed, else a line per round)."""
+
+    def __init__(self, trials: "int | None", time_budget: "float | None", enabled: bool):
+        self.enabled = enabled
+        self.trials = trials
+        self.time_budget = time_budget
+        self.done = 0
+        self.bar: Any = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=trials, desc="tuning job", unit="trial", file=sys.stderr,
+                                dynamic_ncols=True)
+            except ImportError:
+                self.bar = None
+
+    def update(self, n: int, task: str, wl: float, elapsed: float) -> None:
+        if not self.enabled:
+            return
+        self.done += n
+        lat = f"{wl * 1e3:.3f} ms" if math.isfinite(wl) else "-"
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"task {task}  weighted latency {lat}")
+            self.bar.update(n)
+        else:
+            total = f"/{self.trials}" if self.trials else ""
+            print(f"[tuning job] {self.done}{total} trials  last {task}  weighted latency {lat}  "
+                  f"elapsed {elapsed:.0f}s", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@check_keywords
+def tune_tasks(tasks: Sequence[Task], trials: "int | None" = None,
+               time_budget: "float | None" = None, db: "Database | str | None" = None,
+               weights: "Sequence[float] | None" = None,
+               measure_option: "MeasureOption | None" = None, batch_size: int = 8,
+               tuner: str = "xgb", seed: int = 0, strategy: str = "gradient",
+               early_stopping: "int | None" = None, remeasure_top: int = 3,
+               remeasure_rounds: int = 3, progress: bool = True,
+               callbacks: Sequence[Callable] = (), transfer: bool = False) -> JobResult:
+    """Tune ``tasks`` together under one budget (``trials`` in total and/or
+    ``time_budget`` seconds), all records into ``db``; see ``TaskScheduler``."""
+    sched = TaskScheduler(tasks, weights, db, measure_option, tuner=tuner, seed=seed,
+                          batch_size=batch_size, strategy=strategy,
+                          early_stopping=early_stopping, callbacks=callbacks, transfer=transfer)
+    return sched.tune(trials, time_budget, remeasure_top, remeasure_rounds, progress)

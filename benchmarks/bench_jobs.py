@@ -1,0 +1,171 @@
+"""Tuning jobs: the task scheduler vs tuning the tasks one after another, same budget.
+
+    python benchmarks/bench_jobs.py [--budget 1200] [--trials 384] [--quick] [--batch 8]
+                                    [--threads N]
+
+A 12-task job (the operator suite of the search benchmark, each with a weight = how
+many times a model of them runs the kernel) is tuned twice, each time into a fresh
+database, under the same time budget and the same total trials:
+
+* ``scheduler``: ``autotune.tune_tasks`` (gradient-based allocation, one budget);
+* ``sequential``: each task in turn, with an equal share of the trials and of the time.
+
+Both end as a tuning job does, re-timing each task's 3 fastest programs (2 interleaved
+rounds) before choosing its best.
+
+Then the best kernel of every task from each run is built and timed again in this
+process, the two runs' kernels interleaved (medians over ``--rounds`` rounds), and
+the weighted latency ``sum(weight * seconds)`` of each run is printed side by side
+with its ratio (target: the scheduler's at least 20% lower).  ``--quick``: six tasks
+at smaller sizes and a short budget (a check that it works, not a figure to report).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+for _k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+    os.environ.pop(_k, None)
+
+import tdsl as td  # noqa: E402
+from tdsl import autotune, ops  # noqa: E402
+from tdsl.autotune.dispatch import best_record, schedule_from_record  # noqa: E402
+from tdsl.autotune.measure_jobs import random_arrays  # noqa: E402
+
+
+def _p(shape, name):
+    return td.placeholder(shape, "float32", name=name)
+
+
+def suite(quick: bool) -> list[tuple[str, list, int]]:
+    """(name, outputs, weight) of each task; ``quick``: six smaller ones."""
+    q = 4 if quick else 1          # sizes divided by this in quick mode
+    out = []
+
+    def add(name, t, w):
+        out.append((name, [t], w))
+    n = 1024 // q
+    add("matmul", ops.matmul(_p((n, n), "A"), _p((n, n), "B")), 2)
+    add("dense", ops.dense(_p((1, 4096 // q), "x"), _p((4096 // q, 4096 // q), "w")), 4)
+    add("batch_matmul", ops.batch_matmul(_p((16, 256 // q, 64), "a"), _p((16, 64, 256 // q), "b")), 8)
+    add("softmax", ops.softmax(_p((4096 // q, 1024 // q), "x")), 8)
+    add("gemv_tanh", ops.dense(_p((1, 2048 // q), "x"), _p((2048 // q, 2048 // q), "w"),
+                               _p((2048 // q,), "b"), activation="tanh"), 2)
+    a, b, c, d = (_p((1 << (24 if not quick else 20),), nm) for nm in "ABCD")
+    add("elemwise", ops.add(d, ops.multiply(ops.add(a, b), c)), 8)
+    if quick:
+        return out
+    add("conv2d", ops.conv2d(_p((1, 64, 56, 56), "x"), _p((64, 64, 3, 3), "w"), padding=1), 6)
+    add("depthwise", ops.conv2d(_p((1, 128, 56, 56), "x"), _p((128, 1, 3, 3), "w"), padding=1,
+                                groups=128), 6)
+    add("max_pool", ops.max_pool2d(_p((1, 64, 112, 112), "x"), 3, 2), 1)
+    add("layernorm", ops.layernorm(_p((4096, 1024), "x"), _p((1024,), "g"), _p((1024,), "b")), 8)
+    add("argmax", ops.argmax(_p((4096, 1024), "x"), axis=1), 1)
+    add("transpose", ops.transpose(_p((4096, 1024), "x")), 4)
+    return out
+
+
+def option(timeout: float) -> autotune.MeasureOption:
+    threads = os.environ.get("TDSL_NUM_THREADS")
+    return autotune.measure_option(runner=autotune.LocalRunner(
+        timeout=timeout, repeat=3, min_repeat_ms=10.0,
+        n_threads=int(threads) if threads else None))
+
+
+def run_scheduler(tasks, weights, trials, budget, batch, db, timeout):
+    t0 = time.perf_counter()
+    job = autotune.tune_tasks(tasks, trials=trials, time_budget=budget, db=db, weights=weights,
+                              measure_option=option(timeout), batch_size=batch,
+                              remeasure_top=3, remeasure_rounds=2, progress=True)
+    return time.perf_counter() - t0, job.trials
+
+
+def run_sequential(tasks, trials, budget, batch, db, timeout):
+    t0 = time.perf_counter()
+    share_trials = max(1, trials // len(tasks))
+    share_time = budget / len(tasks)
+    mopt = option(timeout)
+    done = []
+    try:
+        for task in tasks:
+            res = autotune.XGBTuner(task).tune(share_trials, mopt, db=db, batch_size=batch,
+                                              timeout=share_time, remeasure_top=3,
+                                              remeasure_rounds=2)
+            done.append(res.trials)
+    finally:
+        mopt.close()
+    return time.perf_counter() - t0, done
+
+
+def retime(tasks, dbs, rounds: int) -> list[list[float]]:
+    """Median seconds of each db's best kernel of each task, the dbs interleaved."""
+    mods = []
+    for task in tasks:
+        row = []
+        arrays = random_arrays(task.args, task.sizes, 0)
+        for db in dbs:
+            rec = best_record(autotune.Database(db, create=False).records(task.key))
+            if rec is None:
+                row.append(None)
+                continue
+            sch = schedule_from_record(rec, task.outputs)
+            row.append(td.build(sch, task.args, target="llvm"))
+        mods.append((row, arrays))
+    samples = [[[] for _ in dbs] for _ in tasks]
+    for _ in range(rounds):
+        for ti, (row, arrays) in enumerate(mods):
+            for di, m in enumerate(row):
+                if m is not None:
+                    r = m.time_evaluator(number=1, repeat=1, min_repeat_ms=10)(*arrays)
+                    samples[ti][di].append(r.results[0])
+    return [[float(np.median(s)) if s else float("inf") for s in row] for row in samples]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds of tuning per run (default 1200; 180 with --quick)")
+    p.add_argument("--trials", type=int, default=None,
+                   help="trials per run in total (default 16 per task: a budget that does not "
+                        "tune every task to its end, where sharing it well matters)")
+    p.add_argument("--batch", type=int, default=8, help="candidates per round")
+    p.add_argument("--rounds", type=int, default=15, help="interleaved re-timing rounds")
+    p.add_argument("--run-timeout", type=float, default=10.0, help="seconds per candidate")
+    p.add_argument("--quick", action="store_true", help="six smaller tasks, short budget")
+    p.add_argument("--threads", type=int, default=None,
+                   help="threads of every kernel, tuned and re-timed (default: all CPUs; 1 "
+                        "gives steadier figures on a loaded machine)")
+    ns = p.parse_args()
+    if ns.threads:
+        os.environ["TDSL_NUM_THREADS"] = str(ns.threads)
+    spec = suite(ns.quick)
+    budget = ns.budget or (180.0 if ns.quick else 1200.0)
+    trials = ns.trials or 16 * len(spec)
+    tasks = [autotune.create_auto_task(outs, "llvm", name=name) for name, outs, _ in spec]
+    weights = [w for _, _, w in spec]
+    tmp = tempfile.mkdtemp(prefix="bench-jobs-")
+    dbs = [os.path.join(tmp, "scheduler.db"), os.path.join(tmp, "sequential.db")]
+    print(f"{len(tasks)} tasks, {trials} trials and {budget:.0f} s per run, batch {ns.batch}; "
+          f"databases in {tmp}", flush=True)
+    s_time, s_trials = run_scheduler(tasks, weights, trials, budget, ns.batch, dbs[0],
+                                     ns.run_timeout)
+    print(f"scheduler: {s_time:.0f} s, trials per task {s_trials}", flush=True)
+    q_time, q_trials = run_sequential(tasks, trials, budget, ns.batch, dbs[1], ns.run_timeout)
+    print(f"sequential: {q_time:.0f} s, trials per task {q_trials}", flush=True)
+    times = retime(tasks, dbs, ns.rounds)
+    print(f"\n{'task':<14} {'weight':>6} {'sched tr':>8} {'seq tr':>6} {'sched ms':>10} "
+          f"{'seq ms':>10}")
+    for t, w, st, qt, (a, b) in zip(tasks, weights, s_trials, q_trials, times):
+        print(f"{t.name:<14} {w:>6} {st:>8} {qt:>6} {a * 1e3:>10.4f} {b * 1e3:>10.4f}")
+    wl = [sum(w * row[i] for w, row in zip(weights, times)) for i in range(2)]
+    print(f"\nweighted latency: scheduler {wl[0] * 1e3:.3f} ms, sequential {wl[1] * 1e3:.3f} ms; "
+          f"scheduler is {100 * (1 - wl[0] / wl[1]):.1f}% lower (target >= 20%)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

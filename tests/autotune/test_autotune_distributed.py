@@ -1,0 +1,64 @@
+"""The Dask runner survives faults: a real LocalCluster (2 worker processes) with a hanging,
+a segfaulting and worker-killing candidates; no result is lost, workers live."""
+import json
+import os
+import time
+
+import pytest
+
+from tdsl import autotune
+from tdsl.autotune import MeasureErrorNo, MeasureInput
+
+from tests.autotune.helpers import small_matmul
+
+distributed = pytest.importorskip("distributed", reason="the optional 'distributed' package "
+                                  "(pip install tdsl[distributed]) is not installed")
+
+
+def _candidates(task, n):
+    out = []
+    for p in task.space.iter_points():
+        c = task.candidate(p)
+        if c.valid:
+            out.append(c)
+        if len(out) == n:
+            return out
+    raise AssertionError("not enough valid candidates")
+
+
+def test_dask_runner_survives_hang_segfault_and_dead_workers(tmp_path, monkeypatch):
+    task = autotune.create_task(small_matmul, (32, 32, 32))
+    cands = _candidates(task, 9)
+    roles = {0: "hang", 1: "segv", 6: "kill-worker-once", 7: "kill-worker"}
+    monkeypatch.setenv("TDSL_TEST_SABOTAGE", json.dumps([[cands[i].config, w]
+                                                         for i, w in roles.items()]))
+    monkeypatch.setenv("TDSL_TEST_SABOTAGE_DIR", str(tmp_path))
+    monkeypatch.setenv("TDSL_REFERENCE_DIR", str(tmp_path / "ref"))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None, silence_logs=50,
+                                  preload=["tests.autotune.dask_sabotage"]) as cluster, \
+            distributed.Client(cluster) as client:
+        from tdsl.autotune.distributed import DaskRunner
+        runner = DaskRunner(client, timeout=3.0, repeat=2, min_repeat_ms=2)
+        pids = set(client.run(os.getpid).values())
+        inputs = [MeasureInput(task, c.config, c.trace, c.prog_hash) for c in cands]
+        # batch 1: a hang and a segfault among four good candidates
+        arrived = []
+        t0 = time.perf_counter()
+        res = runner.measure_batch(inputs[:6], float("inf"),
+                                   lambda i, r: arrived.append((i, time.perf_counter() - t0)))
+        names = [r.error_no.name for r in res]
+        assert names == ["RUN_TIMEOUT", "RUN_CRASH"] + ["NO_ERROR"] * 4, \
+            [(r.error_no.name, r.error_msg[:200]) for r in res]
+        assert "killed after 3 s" in res[0].error_msg
+        assert "exit code -11" in res[1].error_msg
+        assert sorted(i for i, _ in arrived) == list(range(6))     # each written as it came
+        returned = time.perf_counter() - t0
+        assert arrived[0][1] < returned - 1.0         # handed over before the batch ended
+        assert set(client.run(os.getpid).values()) == pids          # no worker died
+        # batch 2: a candidate whose worker dies once is retried elsewhere and measured; one
+        # that kills every worker it runs on is given up after its retry (RUN_CRASH)
+        res2 = runner.measure_batch(inputs[6:], float("inf"))
+        assert [r.error_no.name for r in res2] == ["NO_ERROR", "RUN_CRASH", "NO_ERROR"], \
+            [(r.error_no.name, r.error_msg[:200]) for r in res2]
+        assert "died" in res2[1].error_msg

@@ -1,0 +1,194 @@
+"""Jobs of many tasks: extract_tasks, the task scheduler's choices, tune_tasks, `tdsl tune --all`."""
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tdsl as td
+from tdsl import autotune, ops
+from tdsl.autotune import Database
+from tdsl.autotune.task_scheduler import TaskScheduler
+from tdsl.errors import TuningError
+
+from tests.autotune.helpers import fast_option
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _mlp(n=24, d=16, out=10):
+    x = td.placeholder((n, d), name="x")
+    w1, b1 = td.placeholder((d, d), name="w1"), td.placeholder((d,), name="b1")
+    w2, b2 = td.placeholder((d, d), name="w2"), td.placeholder((d,), name="b2")
+    w3 = td.placeholder((out, d), name="w3")
+    h1 = ops.dense(x, w1, b1, activation="relu")
+    h2 = ops.dense(h1, w2, b2, activation="relu")     # the same kernel as h1
+    y = ops.softmax(ops.dense(h2, w3))                 # dense + softmax: one kernel
+    return (x, w1, b1, w2, b2, w3), (h1, h2, y)
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def test_extract_tasks_cuts_at_listed_tensors_and_dedups():
+    _, (h1, h2, y) = _mlp()
+    tasks, weights = autotune.extract_tasks([h1, h2, y])
+    assert weights == [2, 1]
+    assert [t.name for t in tasks] == [h1.name, y.name]
+    # the softmax kernel reads the previous layer's output as an input, not its computation
+    names = [a.name for a in tasks[1].args]
+    assert h2.name in names and "x" not in names and "w1" not in names
+    rng = np.random.default_rng(0)
+    for task, ref in ((tasks[0], lambda a: np.maximum(a[0] @ a[1].T + a[2], 0)),
+                      (tasks[1], lambda a: _softmax(a[0] @ a[1].T))):
+        arrays = [rng.uniform(-1, 1, [int(s) for s in t.shape]).astype("float32")
+                  for t in task.args]
+        expect = ref(arrays[:-1])
+        s = td.create_schedule([t.op for t in task.args[-1:]])
+        interp = [a.copy() for a in arrays]
+        td.interpreter.run(td.lower(s, task.args), *interp)
+        np.testing.assert_allclose(interp[-1], expect, rtol=1e-4, atol=1e-5)
+        td.build(s, task.args, target="llvm")(*arrays)
+        np.testing.assert_allclose(arrays[-1], expect, rtol=1e-4, atol=1e-5)
+
+
+def test_extract_tasks_rejects_non_kernels():
+    (x, *_), (h1, _, _) = _mlp()
+    with pytest.raises(TuningError, match="placeholder"):
+        autotune.extract_tasks([x, h1])
+    with pytest.raises(TuningError, match="expected tensors"):
+        autotune.extract_tasks([h1, "y"])
+
+
+class _Session:
+    def __init__(self, best):
+        self.best_cost = best
+
+
+def _scheduler(weights, flops=None):
+    tasks = []
+    for i, _ in enumerate(weights):
+        n = 8 + 4 * i
+        A = td.placeholder((n, n), name="A")
+        tasks.append(autotune.create_auto_task([ops.exp(A)]))
+    return TaskScheduler(tasks, weights, eps_greedy=0.0)
+
+
+def test_gradient_goes_to_the_task_whose_gain_lowers_the_weighted_latency_most():
+    sched = _scheduler([1, 10, 1])
+    # equal latencies: the heavily weighted task gains the job most
+    assert sched._choose([_Session(1e-3)] * 3, [[1e-3]] * 3, [1, 1, 1], [True] * 3) == 1
+    # a task that has had many rounds is expected to gain little more (1/rounds)
+    assert sched._choose([_Session(1e-3)] * 3, [[1e-3]] * 3, [1, 50, 1], [True] * 3) != 1
+    # a task without a valid program comes first; a finished one never
+    assert sched._choose([_Session(1e-3), _Session(1e-3), _Session(math.inf)],
+                         [[1e-3], [1e-3], [math.inf]], [1, 1, 1], [True] * 3) == 2
+    assert sched._choose([_Session(1e-3)] * 3, [[1e-3]] * 3, [1, 1, 1],
+                         [True, False, True]) in (0, 2)
+
+
+def test_gradient_follows_recent_improvement():
+    sched = _scheduler([1, 1])
+    flat = [1e-3] * 6
+    falling = [8e-3, 6e-3, 4e-3, 2e-3, 1.5e-3, 1e-3]
+    assert sched._choose([_Session(1e-3), _Session(1e-3)], [flat, falling], [5, 5],
+                         [True, True]) == 1
+
+
+def test_scheduler_checks_its_inputs():
+    sched = _scheduler([1, 1])
+    with pytest.raises(TuningError, match="weights"):
+        TaskScheduler(sched.tasks, [1, -1])
+    with pytest.raises(TuningError, match="one finite positive number per task"):
+        TaskScheduler(sched.tasks, [1])
+    with pytest.raises(TuningError, match="autotune.Task"):
+        TaskScheduler([object()])
+    with pytest.raises(TuningError, match="trials=, time_budget="):
+        TaskScheduler(sched.tasks).tune()
+
+
+def test_tune_tasks_shares_one_budget_and_one_database(tmp_path):
+    _, (h1, h2, y) = _mlp()
+    tasks, weights = autotune.extract_tasks([h1, h2, y])
+    db = str(tmp_path / "job.db")
+    seen = []
+    job = autotune.tune_tasks(tasks, trials=10, db=db, weights=weights, tuner="random",
+                              measure_option=fast_option(), batch_size=3, remeasure_top=1,
+                              remeasure_rounds=1, progress=False,
+                              callbacks=[lambda s, i, inp, res: seen.append((i, len(res)))])
+    assert sum(job.trials) == 10
+    assert {i for i, _ in seen} == {0, 1}            # warm-up: every task measured
+    assert all(b is not None and b.valid for b in job.best)
+    assert math.isfinite(job.weighted_latency)
+    assert job.weighted_latency == pytest.approx(2 * job.best[0].cost + job.best[1].cost)
+    with Database(db, create=False) as d:
+        assert {k for k, *_ in d.tasks()} == {t.key for t in tasks}
+        assert d.count() == 10
+    # a resumed job: the records count, nothing is measured twice
+    again = autotune.tune_tasks(tasks, trials=10, db=db, weights=weights, tuner="random",
+                                measure_option=fast_option(), remeasure_top=0, progress=False)
+    assert sum(again.trials) == 0
+    assert all(b is not None for b in again.best)
+
+
+def test_tune_tasks_stops_at_the_time_budget(tmp_path):
+    _, (h1, h2, y) = _mlp()
+    tasks, _ = autotune.extract_tasks([h1, y])
+    job = autotune.tune_tasks(tasks, time_budget=0.0, db=str(tmp_path / "t.db"),
+                              measure_option=fast_option(), progress=False, remeasure_top=0)
+    assert sum(job.trials) == 0 and job.weighted_latency == math.inf
+
+
+def test_cli_tune_all_tunes_every_declared_operator(tmp_path):
+    src = tmp_path / "my_ops.py"
+    src.write_text(textwrap.dedent('''
+        import tdsl as td
+        from tdsl import ops
+        from tdsl.ops import relu          # imported: not declared here
+
+        def scale():
+            x = td.placeholder((32, 32), name="x")
+            return [x, ops.multiply(x, 2.0)]
+
+        def scale_again():                 # the same computation: one task, weight 2
+            y = td.placeholder((32, 32), name="y")
+            return [y, ops.multiply(y, 2.0)]
+
+        def row_sum(n=16):
+            x = td.placeholder((n, 64), name="x")
+            return [x, ops.sum(x, axis=1)]
+
+        def helper(a):                     # needs an argument: not an operator
+            return a
+        '''))
+    db = str(tmp_path / "all.db")
+    r = subprocess.run([sys.executable, "-m", "tdsl", "tune", str(src), "--all", "--trials", "6",
+                        "--db", db, "--tuner", "random", "--no-progress-bar", "--run-timeout",
+                        "10", "--repeat", "2", "--min-repeat-ms", "2", "--build-workers", "1",
+                        "--batch-size", "2", "--weights", "row_sum=3"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "tuning 2 tasks" in r.stderr
+    assert "weighted latency" in r.stdout
+    with Database(db, create=False) as d:
+        assert len(d.tasks()) == 2
+        assert d.count() == 6
+    bad = subprocess.run([sys.executable, "-m", "tdsl", "tune", str(src), "--all", "--weights",
+                          "nope=2", "--db", db], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "nope" in bad.stderr
+
+
+def test_similar_tasks_share_kind_and_arithmetic_intensity():
+    from tdsl.autotune.task_scheduler import _similar
+    mm = lambda m, n, k: autotune.create_auto_task(
+        [ops.matmul(td.placeholder((m, k), name="a"), td.placeholder((k, n), name="b"))])
+    tasks = [mm(256, 256, 256), mm(1, 1024, 1024), mm(300, 200, 256),
+             autotune.create_auto_task([ops.exp(td.placeholder((64, 64), name="x"))])]
+    sim = _similar(tasks)
+    # a GEMV is not held to a large matmul's FLOP/s; two large matmuls are alike
+    assert 1 not in sim[0] and 2 in sim[0] and sim[1] == [1] and sim[3] == [3]
