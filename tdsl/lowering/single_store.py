@@ -10,16 +10,18 @@ because the values agree, and redundant memory traffic.  This pass wraps each su
 axis, which runs it on the first thread of that axis only (docs/ir.md: a loop of extent 1
 does not set the launch size).  Block axes are treated the same way.
 
-Only global stores are predicated: a shared or local buffer written outside a thread loop
-is each thread's (or the block's) own copy that the threads read afterwards.
+Only global stores are predicated (a shared or local buffer written outside a thread loop
+is each thread's, or the block's, own copy that the threads read afterwards), and only
+where no other thread reads what they store but behind a barrier: otherwise the threads
+that no longer store it would read it before it is written.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..expr import Const, Var
-from ..stmt import (AllReduce, Barrier, BufferStore, For, ForKind, IntrinCall, Stmt, StorageScope,
-                    ThreadTag)
+from ..expr import BufferLoad, Const, Var
+from ..stmt import (AllReduce, Barrier, BufferStore, For, ForKind, IntrinCall, SeqStmt, Stmt,
+                    StorageScope, ThreadTag)
 from ..visitor import children, map_children, post_order_visit
 
 __all__ = ["predicate_redundant_stores", "is_first_thread_loop"]
@@ -50,22 +52,36 @@ def _launched(kernel: For) -> set:
     return tags
 
 
-def _only_global_stores(s: Stmt) -> bool:
-    """``s`` writes global buffers only, binds no hardware axis and has no collective: it
-    can run on one thread instead of all of them."""
-    ok = True
-    stores = 0
+def _reads(s: Any) -> "dict[int, int]":
+    """How many times each buffer (by id) is read under ``s``."""
+    out: dict[int, int] = {}
 
     def fn(n: Any) -> None:
-        nonlocal ok, stores
+        if isinstance(n, BufferLoad):
+            out[id(n.buffer)] = out.get(id(n.buffer), 0) + 1
+        elif isinstance(n, IntrinCall):   # an update reads its outputs too
+            for r in n.inputs + n.outputs:
+                out[id(r.buffer)] = out.get(id(r.buffer), 0) + 1
+    post_order_visit(s, fn)
+    return out
+
+
+def _global_stores(s: Stmt) -> "set[int] | None":
+    """The buffers (ids) ``s`` writes if it writes global buffers only, binds no hardware
+    axis and has no collective (it can run on one thread instead of all); else None."""
+    ok = True
+    written: set[int] = set()
+
+    def fn(n: Any) -> None:
+        nonlocal ok
         if isinstance(n, (Barrier, AllReduce, IntrinCall)) or _hardware_tag(n) is not None:
             ok = False
         elif isinstance(n, BufferStore):
-            stores += 1
+            written.add(id(n.buffer))
             if n.buffer.scope is not StorageScope.GLOBAL:
                 ok = False
     post_order_visit(s, fn)
-    return ok and stores > 0
+    return written if ok and written else None
 
 
 def _wrap(s: Stmt, missing: "list[ThreadTag]") -> Stmt:
@@ -75,26 +91,51 @@ def _wrap(s: Stmt, missing: "list[ThreadTag]") -> Stmt:
     return s
 
 
-def _visit(s: Any, launched: set, bound: frozenset) -> Any:
-    tag = _hardware_tag(s)
-    if tag is not None:
-        return map_children(s, lambda c: _visit(c, launched, bound | {tag})
-                            if isinstance(c, Stmt) else c)
-    missing = sorted(launched - bound, key=lambda t: t.value)
-    if not missing:
-        return s
-    if isinstance(s, Stmt) and _only_global_stores(s):
-        return _wrap(s, missing)
-    if not any(isinstance(c, Stmt) for c in children(s)):
-        return s
-    return map_children(s, lambda c: _visit(c, launched, bound) if isinstance(c, Stmt) else c)
+class _Kernel:
+    """The pass over one kernel: ``launched`` axes, ``reads`` of each buffer in it."""
+
+    def __init__(self, root: For):
+        self.launched = _launched(root)
+        self.reads = _reads(root)
+
+    def visit(self, s: Any, bound: frozenset, after_barrier: "dict[int, int] | None" = None) -> Any:
+        """``s`` rewritten; ``after_barrier``: the reads in the statements that follow ``s``
+        behind a barrier (there, the other threads see what one thread stored)."""
+        tag = _hardware_tag(s)
+        if tag is not None:
+            return map_children(s, lambda c: self.visit(c, bound | {tag}) if isinstance(c, Stmt) else c)
+        missing = sorted(self.launched - bound, key=lambda t: t.value)
+        if not missing:
+            return s
+        written = _global_stores(s) if isinstance(s, Stmt) else None
+        if written is not None:
+            inside, later = _reads(s), after_barrier or {}
+            # every other read of what it stores is its own, or waits at a barrier
+            if all(self.reads.get(b, 0) == inside.get(b, 0) + later.get(b, 0) for b in written):
+                return _wrap(s, missing)
+        if isinstance(s, SeqStmt):
+            items = list(s.stmts)
+            out = []
+            for i, item in enumerate(items):
+                j = i + 1
+                later = None
+                if j < len(items) and isinstance(items[j], Barrier):
+                    later = {}
+                    for rest in items[j + 1:]:
+                        for b, c in _reads(rest).items():
+                            later[b] = later.get(b, 0) + c
+                out.append(self.visit(item, bound, later))
+            return s if all(a is b for a, b in zip(out, items)) else SeqStmt(out)
+        if not any(isinstance(c, Stmt) for c in children(s)):
+            return s
+        return map_children(s, lambda c: self.visit(c, bound) if isinstance(c, Stmt) else c)
 
 
 def predicate_redundant_stores(stmt: Stmt) -> Stmt:
     """``stmt`` with each global store that several threads or blocks of its kernel would
     repeat run by the first of them only (see module doc)."""
     if _hardware_tag(stmt) is not None:   # the root of a kernel
-        return _visit(stmt, _launched(stmt), frozenset())
+        return _Kernel(stmt).visit(stmt, frozenset())
     if not any(isinstance(c, Stmt) for c in children(stmt)):
         return stmt
     return map_children(stmt, lambda c: predicate_redundant_stores(c) if isinstance(c, Stmt) else c)
