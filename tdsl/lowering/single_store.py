@@ -8,12 +8,13 @@ the same value to the same global element: a write-write race that a GPU resolve
 because the values agree, and redundant memory traffic.  This pass wraps each such store
 (the largest subtree holding only such stores) in a loop of extent 1 bound to each missing
 axis, which runs it on the first thread of that axis only (docs/ir.md: a loop of extent 1
-does not set the launch size).  Block axes are treated the same way.
+does not set the launch size).  Block axes are treated the same way where nothing else
+in the kernel reads what is stored.
 
 Only global stores are predicated (a shared or local buffer written outside a thread loop
 is each thread's, or the block's, own copy that the threads read afterwards), and only
-where no other thread reads what they store but behind a barrier: otherwise the threads
-that no longer store it would read it before it is written.
+where no other thread reads what they store but behind a barrier (and no other block at
+all): otherwise the threads that no longer store it would read it before it is written.
 """
 from __future__ import annotations
 
@@ -110,9 +111,13 @@ class _Kernel:
         written = _global_stores(s) if isinstance(s, Stmt) else None
         if written is not None:
             inside, later = _reads(s), after_barrier or {}
-            # every other read of what it stores is its own, or waits at a barrier
-            if all(self.reads.get(b, 0) == inside.get(b, 0) + later.get(b, 0) for b in written):
-                return _wrap(s, missing)
+            if all(self.reads.get(b, 0) == inside.get(b, 0) for b in written):
+                return _wrap(s, missing)       # nothing else reads what it stores
+            # the other reads wait at a barrier: it orders the threads of a block, not blocks
+            threads = [t for t in missing if t.is_thread]
+            if threads and all(self.reads.get(b, 0) == inside.get(b, 0) + later.get(b, 0)
+                               for b in written):
+                return _wrap(s, threads)
         if isinstance(s, SeqStmt):
             items = list(s.stmts)
             out = []

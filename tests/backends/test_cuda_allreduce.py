@@ -558,3 +558,23 @@ def test_first_thread_loop_runs_on_index_zero(no_disk_cache) -> None:
     tmp, out = np.full(1, np.nan, "float32"), np.full(32, np.nan, "float32")
     mod.emulate(tmp, out)
     np.testing.assert_array_equal(out, np.full(32, 3.0, "float32"))
+
+
+def test_store_read_by_other_blocks_stays_on_every_block() -> None:
+    """A barrier orders the threads of a block, not blocks: a store outside the blockIdx.x
+    loop, read by every block behind a barrier, runs on thread 0 of every block."""
+    from tdsl.expr import BufferLoad, Const, Var
+    from tdsl.lowering.single_store import is_first_thread_loop, predicate_redundant_stores
+    from tdsl.stmt import Barrier, Buffer, BufferStore, For, ForKind, SeqStmt, ThreadTag
+    out, tmp = Buffer("out", (64,), "float32"), Buffer("tmp", (1,), "float32")
+    ty, bx, tx = Var("ty"), Var("bx"), Var("tx")
+    zero, c = [Const(0, "int64")], (lambda v: Const(v, "int64"))
+    store = BufferStore(out, BufferLoad(tmp, zero) + 1.0, [bx * 32 + tx])
+    blocks = For(bx, c(0), c(2), ForKind.THREAD_BINDING,
+                 For(tx, c(0), c(32), ForKind.THREAD_BINDING, store, thread_tag=ThreadTag.THREAD_X),
+                 thread_tag=ThreadTag.BLOCK_X)
+    body = SeqStmt([BufferStore(tmp, Const(2.0, "float32"), zero), Barrier(), blocks])
+    root = For(ty, c(0), c(1), ForKind.THREAD_BINDING, body, thread_tag=ThreadTag.THREAD_Y)
+    got = predicate_redundant_stores(root)
+    wrapped = [n.thread_tag.value for n in _stmts(got.body) if is_first_thread_loop(n)]
+    assert wrapped == ["threadIdx.x"]
