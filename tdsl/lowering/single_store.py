@@ -53,18 +53,26 @@ def _launched(kernel: For) -> set:
     return tags
 
 
-def _reads(s: Any) -> "dict[int, int]":
-    """How many times each buffer (by id) is read under ``s``."""
-    out: dict[int, int] = {}
+def _accesses(s: Any) -> "tuple[dict[int, int], dict[int, int]]":
+    """How many times each buffer (by id) is read, and written, under ``s``."""
+    reads: dict[int, int] = {}
+    writes: dict[int, int] = {}
+
+    def add(d: dict, buf: Any) -> None:
+        d[id(buf)] = d.get(id(buf), 0) + 1
 
     def fn(n: Any) -> None:
         if isinstance(n, BufferLoad):
-            out[id(n.buffer)] = out.get(id(n.buffer), 0) + 1
+            add(reads, n.buffer)
+        elif isinstance(n, BufferStore):
+            add(writes, n.buffer)
         elif isinstance(n, IntrinCall):   # an update reads its outputs too
             for r in n.inputs + n.outputs:
-                out[id(r.buffer)] = out.get(id(r.buffer), 0) + 1
+                add(reads, r.buffer)
+            for r in n.outputs:
+                add(writes, r.buffer)
     post_order_visit(s, fn)
-    return out
+    return reads, writes
 
 
 def _global_stores(s: Stmt) -> "set[int] | None":
@@ -93,47 +101,72 @@ def _wrap(s: Stmt, missing: "list[ThreadTag]") -> Stmt:
 
 
 class _Kernel:
-    """The pass over one kernel: ``launched`` axes, ``reads`` of each buffer in it."""
+    """The pass over one kernel: ``launched`` axes, the accesses to each buffer in it."""
 
     def __init__(self, root: For):
         self.launched = _launched(root)
-        self.reads = _reads(root)
+        self.reads, self.writes = _accesses(root)
 
-    def visit(self, s: Any, bound: frozenset, after_barrier: "dict[int, int] | None" = None) -> Any:
-        """``s`` rewritten; ``after_barrier``: the reads in the statements that follow ``s``
-        behind a barrier (there, the other threads see what one thread stored)."""
+    def axes(self, s: Stmt, missing: "list[ThreadTag]", later: "dict[int, int] | None"
+             ) -> "list[ThreadTag]":
+        """The axes of ``missing`` that ``s`` may run on the first index of only: it stores
+        to global buffers only, all the kernel's stores to them, and the kernel reads them
+        only in ``s`` or (thread axes only) in ``later``, the reads behind a barrier after it
+        (a barrier orders the threads of a block, not blocks)."""
+        written = _global_stores(s)
+        if written is None:
+            return []
+        reads, writes = _accesses(s)
+        if any(self.writes.get(b, 0) != writes.get(b, 0) for b in written):
+            return []
+        if all(self.reads.get(b, 0) == reads.get(b, 0) for b in written):
+            return missing
+        later = later or {}
+        if all(self.reads.get(b, 0) == reads.get(b, 0) + later.get(b, 0) for b in written):
+            return [t for t in missing if t.is_thread]
+        return []
+
+    def visit(self, s: Any, bound: frozenset, later: "dict[int, int] | None" = None) -> Any:
+        """``s`` rewritten; ``later``: the reads in the statements that follow ``s`` behind
+        a barrier."""
         tag = _hardware_tag(s)
         if tag is not None:
             return map_children(s, lambda c: self.visit(c, bound | {tag}) if isinstance(c, Stmt) else c)
         missing = sorted(self.launched - bound, key=lambda t: t.value)
         if not missing:
             return s
-        written = _global_stores(s) if isinstance(s, Stmt) else None
-        if written is not None:
-            inside, later = _reads(s), after_barrier or {}
-            if all(self.reads.get(b, 0) == inside.get(b, 0) for b in written):
-                return _wrap(s, missing)       # nothing else reads what it stores
-            # the other reads wait at a barrier: it orders the threads of a block, not blocks
-            threads = [t for t in missing if t.is_thread]
-            if threads and all(self.reads.get(b, 0) == inside.get(b, 0) + later.get(b, 0)
-                               for b in written):
-                return _wrap(s, threads)
         if isinstance(s, SeqStmt):
-            items = list(s.stmts)
-            out = []
-            for i, item in enumerate(items):
-                j = i + 1
+            return self.seq(s, bound, missing)
+        axes = self.axes(s, missing, later) if isinstance(s, Stmt) else []
+        if axes:
+            return _wrap(s, axes)
+        if not any(isinstance(c, Stmt) for c in children(s)):
+            return s
+        return map_children(s, lambda c: self.visit(c, bound) if isinstance(c, Stmt) else c)
+
+    def seq(self, s: SeqStmt, bound: frozenset, missing: "list[ThreadTag]") -> Stmt:
+        """Wrap the longest runs of statements that can run on one thread together (a
+        reduction's init and its update loop store the same element)."""
+        items, out, i = list(s.stmts), [], 0
+        while i < len(items):
+            for j in range(len(items), i, -1):
+                run = items[i] if j == i + 1 else SeqStmt(items[i:j])
                 later = None
                 if j < len(items) and isinstance(items[j], Barrier):
                     later = {}
                     for rest in items[j + 1:]:
-                        for b, c in _reads(rest).items():
+                        for b, c in _accesses(rest)[0].items():
                             later[b] = later.get(b, 0) + c
-                out.append(self.visit(item, bound, later))
-            return s if all(a is b for a, b in zip(out, items)) else SeqStmt(out)
-        if not any(isinstance(c, Stmt) for c in children(s)):
-            return s
-        return map_children(s, lambda c: self.visit(c, bound) if isinstance(c, Stmt) else c)
+                axes = self.axes(run, missing, later)
+                if axes:
+                    out.append(_wrap(run, axes))
+                    i = j
+                    break
+            else:
+                out.append(self.visit(items[i], bound))
+                i += 1
+        return s if len(out) == len(items) and all(a is b for a, b in zip(out, items)) \
+            else SeqStmt(out)
 
 
 def predicate_redundant_stores(stmt: Stmt) -> Stmt:
