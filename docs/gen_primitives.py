@@ -90,8 +90,10 @@ PRIMITIVES = [
     ("bind", "Stage", ELEM,
      'io, ii = s[B].split(i, factor=8)\ns[B].bind(io, td.thread_axis("blockIdx.x"))\n'
      's[B].bind(j, td.thread_axis("threadIdx.x"))',
-     ROWSUM + 's[B].bind(k, td.thread_axis("threadIdx.x"))',
-     "GPU targets only; `td.build(..., target=\"llvm\")` refuses a bound loop."),
+     ROWSUM + 's[B].bind(k, td.thread_axis("blockIdx.x"))',
+     "GPU targets only; `td.build(..., target=\"llvm\")` refuses a bound loop. A reduction "
+     "loop bound to `threadIdx.*` is reduced across the threads; blocks cannot combine "
+     "partial results."),
     ("pragma", "Stage", ELEM, 's[B].pragma(i, "unroll_explicit")', 's[B].pragma(i, "")',
      "A hint for the backend; it does not change what is computed."),
     ("compute_at", "Stage", CHAIN, "s[T].compute_at(s[B], s[B].op.axis[0])",
@@ -115,6 +117,13 @@ PRIMITIVES = [
      "jo, ji = s[B].split(j, factor=8)\ns[B].tensorize(ji, times2_16)",
      "The loop nest from the given loop inward must compute what the intrinsic declares "
      "(lesson 6)."),
+    ("set_store_predicate", "Stage",
+     ELEM + 'tx = td.thread_axis("threadIdx.x")\ns[B].bind(i, td.thread_axis("blockIdx.x"))\n'
+     's[B].bind(j, tx)\n',
+     "s[B].set_store_predicate(tx.var.equal(0))",
+     "s[B].set_store_predicate(i.var < 3)",
+     "Only the threads where the predicate holds store (TVM's cross-thread reduction "
+     "tutorial: `tx.var.equal(0)`); terms are `thread_axis(...).var.equal(constant)`."),
     ("cache_read", "Schedule", MATMUL,
      'AL = s.cache_read(A, "local", [C])\ns[AL].compute_at(s[C], i)',
      's.cache_read(A, "local", [A])', ""),
