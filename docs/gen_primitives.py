@@ -64,12 +64,6 @@ s[AS].compute_at(s[B], io)
 s[AS].bind(s[AS].op.axis[1], td.thread_axis("threadIdx.x"))
 args = [A, B]
 """
-XTHREAD = ROWSUM + """\
-tx = td.thread_axis("threadIdx.x")
-k = s[B].op.reduce_axis[0]
-s[B].bind(s[B].op.axis[0], td.thread_axis("blockIdx.x"))
-s[B].bind(k, tx)
-"""
 INTRIN = ELEM + """\
 a = td.placeholder((16,), "float32", name="a")
 b = td.compute((16,), lambda t: a[t] * 2.0, name="b")
@@ -100,11 +94,6 @@ PRIMITIVES = [
      "GPU targets only; `td.build(..., target=\"llvm\")` refuses a bound loop.  A reduction "
      "loop may be bound to `threadIdx`: a cross-thread reduction (warp shuffles, then shared "
      "memory), not to `blockIdx` or `vthread`."),
-    ("set_store_predicate", "Stage", XTHREAD, "s[B].set_store_predicate(tx.var.equal(0))",
-     "s[B].set_store_predicate(tx.var > 0)",
-     "After a cross-thread reduction every thread holds the result; the predicate says which "
-     "one stores it (tdsl already stores from thread 0 alone, so this is TVM's spelling of the "
-     "default)."),
     ("pragma", "Stage", ELEM, 's[B].pragma(i, "unroll_explicit")', 's[B].pragma(i, "")',
      "A hint for the backend; it does not change what is computed."),
     ("compute_at", "Stage", CHAIN, "s[T].compute_at(s[B], s[B].op.axis[0])",
@@ -128,6 +117,13 @@ PRIMITIVES = [
      "jo, ji = s[B].split(j, factor=8)\ns[B].tensorize(ji, times2_16)",
      "The loop nest from the given loop inward must compute what the intrinsic declares "
      "(lesson 6)."),
+    ("set_store_predicate", "Stage",
+     ELEM + 'tx = td.thread_axis("threadIdx.x")\ns[B].bind(i, td.thread_axis("blockIdx.x"))\n'
+     's[B].bind(j, tx)\n',
+     "s[B].set_store_predicate(tx.var.equal(0))",
+     "s[B].set_store_predicate(i.var < 3)",
+     "Only the threads where the predicate holds store (TVM's cross-thread reduction "
+     "tutorial: `tx.var.equal(0)`); terms are `thread_axis(...).var.equal(constant)`."),
     ("cache_read", "Schedule", MATMUL,
      'AL = s.cache_read(A, "local", [C])\ns[AL].compute_at(s[C], i)',
      's.cache_read(A, "local", [A])', ""),
@@ -156,8 +152,7 @@ def page(name: str, owner: str, setup: str, example: str, refused: str, note: st
     before = str(td.lower(env["s"], env["args"]))
     run(example, env)
     after = str(td.lower(env["s"], env["args"]))
-    if before == after and name not in ("pragma", "double_buffer", "set_scope",
-                                          "set_store_predicate"):
+    if before == after and name not in ("pragma", "double_buffer", "set_scope"):
         raise SystemExit(f"gen_primitives: the example of {name} changes nothing")
     renv: dict = {"td": td}
     if not refused.startswith(setup[:20]) and "td.placeholder" not in refused:

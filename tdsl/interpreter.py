@@ -221,12 +221,16 @@ def _launch(kernel: Callable, extents: Sequence[tuple[str, int]]) -> None:
     """Run a kernel: every block in turn, inside a block every thread round-robin.
 
     ``extents`` lists (tag, extent) of the kernel's thread-bound loops whose extent
-    is known at launch; loops binding one tag must agree.
+    is known at launch; loops binding one tag must agree, but for loops of extent 1 (they
+    run on the first index only).
     """
     dims = [1] * len(_HW_TAGS)
     seen: dict[str, int] = {}
+    wide = {tag for tag, ext in extents if int(ext) != 1}
     for tag, ext in extents:
         ext = int(ext)
+        if ext == 1 and tag in wide:   # runs on the first index only
+            continue
         if seen.setdefault(tag, ext) != ext:
             raise LoweringError(f"thread tag {tag}: loops in one kernel bind it with different "
                                 f"extents ({seen[tag]} and {ext})")

@@ -22,6 +22,7 @@ from typing import Any, Optional
 from tdsl.arith import Analyzer
 from tdsl.errors import BuildError
 from tdsl.expr import BufferLoad, Const, Expr, Var
+from tdsl.lowering.single_store import is_first_thread_loop
 from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind, IfThenElse,
                        IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt, StorageScope, ThreadTag)
 from tdsl.structural import structural_equal
@@ -250,8 +251,10 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
     walk(root, fn)
 
     # launch extents: per tag, a loop whose extent the host can compute
+    # (a loop of extent 1 runs on the first index only: it sets the size of no axis that
+    # another loop binds)
     launch: dict[ThreadTag, Expr] = {}
-    for loop in thread_loops:
+    for loop in sorted(thread_loops, key=is_first_thread_loop):
         if loop.thread_tag in launch:
             continue
         if not (free_vars(loop.extent) & inner):

@@ -20,11 +20,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import LoweringError
-from ..expr import BufferLoad, Const, Expr, Reduce, Select
+from ..expr import BufferLoad, Const, Expr, Reduce, Select, Var
 from ..stmt import AllReduce, Allocate, Buffer, BufferStore, Stmt, StorageScope
 from ..tensor import IterKind
 from ..structural import structural_equal
-from ..visitor import free_vars
+from ..visitor import free_vars, post_order_visit
 
 if TYPE_CHECKING:
     from tdsl.schedule import Stage
@@ -40,6 +40,19 @@ def _conj(conds: "list[Expr]") -> Expr:
     for x in conds[1:]:
         c = c & x
     return c
+
+
+def _var_sequence(e: Expr) -> list[int]:
+    out: list[int] = []
+    post_order_visit(e, lambda n: out.append(id(n)) if isinstance(n, Var) else None)
+    return out
+
+
+def _same(a: Expr, b: Expr) -> bool:
+    """``a`` and ``b`` are the same expression of the same variables.  (``structural_equal``
+    alone compares free variables up to renaming: it finds ``a == 0`` and ``b == 0`` equal,
+    which dropped the head predicate of the second reduced thread axis.)"""
+    return structural_equal(a, b) and _var_sequence(a) == _var_sequence(b)
 
 
 def cross_thread_nest(nb: "NestBuilder", st: "Stage", b: "StageBounds", guard_domain: bool) -> Stmt:
@@ -115,7 +128,7 @@ def cross_thread_nest(nb: "NestBuilder", st: "Stage", b: "StageBounds", guard_do
     store = seq([BufferStore(buf, BufferLoad(r, zero), idx) for buf, r in zip(stor.buffers, results)])
     conds: list[Expr] = []
     for c in store_conds + heads + nb.store_predicate(st, b):   # the user's tx == 0 again
-        if not any(structural_equal(c, d) for d in conds):
+        if not any(_same(c, d) for d in conds):
             conds.append(c)
     store = guard(conds, store)
     stmt: Stmt = seq(prologue + [reduce_stmt, store])

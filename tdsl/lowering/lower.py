@@ -16,6 +16,7 @@ from .nest import NestBuilder
 from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
 from .passes import check_loops, check_scope, check_thread_extents, simplify_stmt
 from .unroll import auto_unroll
+from .single_store import predicate_redundant_stores
 from ..deep import deep_recursion
 
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     if dump:
         dump("auto_unroll", body)
     check_loops(body)
+    body = predicate_redundant_stores(body)
     check_thread_extents(body)
     body, attrs = _substitute_scalars(body, params, scalars)
     size_vars, bindings = _bind_sizes(params, body, name)

@@ -9,7 +9,7 @@ from ..expr import Const, Expr
 from ..stmt import (AllReduce, Allocate, Barrier, BufferRegion, BufferStore, For, ForKind, IfThenElse, IntrinCall, LetStmt,
                     SeqStmt, Stmt)
 from ..tensor import Range
-from ..visitor import map_children, substitute, transform
+from ..visitor import children, map_children, substitute, transform
 from .nest import seq
 
 #: Largest constant upper bound to which a vectorized/unrolled loop of varying extent is
@@ -106,11 +106,19 @@ def check_loops(stmt: Stmt) -> None:
 
 
 def check_thread_extents(stmt: Stmt) -> None:
-    """Within one kernel, every loop bound to a thread axis has the same extent."""
+    """Within one kernel, every loop bound to a thread axis has the same extent (but for
+    loops of extent 1 on a hardware axis: they run on its first index only)."""
+    from .single_store import is_first_thread_loop
+
     def walk(n: Any, kernel: "dict | None") -> None:
         if isinstance(n, For) and n.kind is ForKind.THREAD_BINDING:
             if kernel is None:
                 kernel = {}
+            if is_first_thread_loop(n):
+                for c in children(n):
+                    if isinstance(c, Stmt):
+                        walk(c, kernel)
+                return
             prev = kernel.get(n.thread_tag)
             if prev is not None and not _same(prev[0], n.extent):
                 raise LoweringError(
@@ -118,7 +126,6 @@ def check_thread_extents(stmt: Stmt) -> None:
                     f"{prev[0]!r} and to loop '{n.var.name}' with extent {n.extent!r} in one kernel; "
                     f"every loop bound to one thread axis in a kernel needs the same extent")
             kernel.setdefault(n.thread_tag, (n.extent, n.var.name))
-        from ..visitor import children
         for c in children(n):
             if isinstance(c, Stmt):
                 walk(c, kernel)

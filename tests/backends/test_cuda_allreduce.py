@@ -464,3 +464,117 @@ def test_ops_defaults_symbolic_sizes(no_disk_cache, op: Callable, ref: Callable)
     for shape in ((5, 37), (1, 200)):
         x = np.random.default_rng(shape[1]).standard_normal(shape).astype("float32")
         check(s, [X, Y], [x, np.empty(shape, "float32")], ref(x), rtol=1e-4, atol=1e-5)
+
+
+# ---- one thread stores each global element -------------------------------------------------------------
+def _first_thread_loops(node: Any) -> list:
+    """The loops of extent 1 bound to threadIdx.x under ``node`` (a PrimFunc or a Stmt)."""
+    from tdsl.lowering.single_store import is_first_thread_loop
+    from tdsl.stmt import PrimFunc
+    return [n for n in _stmts(node.body if isinstance(node, PrimFunc) else node)
+            if is_first_thread_loop(n) and n.thread_tag.value == "threadIdx.x"]
+
+
+@pytest.mark.parametrize("rows,cols", [(8, 64), (7, 45)])
+def test_value_computed_from_a_row_reduction_stored_once(no_disk_cache, rows: int, cols: int) -> None:
+    """Y[i] = S[i] * 2 + 1 with S reduced across threadIdx.x inside Y's kernel: Y has no
+    loop bound to threadIdx.x, so every lane would store the same Y[i] (a write-write race
+    the emulator reports); lowering runs that store on lane 0 only."""
+    n, N = td.var("n"), td.var("N")
+    X = td.placeholder((n, N), name="X")
+    k = td.reduce_axis((0, N), name="k")
+    S = td.compute((n,), lambda i: td.sum(X[i, k], axis=k), name="S")
+    Y = td.compute((n,), lambda i: S[i] * 2.0 + 1.0, name="Y")
+    s = td.create_schedule(Y.op)
+    yo, yi = s[Y].split(Y.op.axis[0], factor=4)
+    s[Y].bind(yo, thread("blockIdx.x"))
+    s[Y].bind(yi, thread("threadIdx.y"))
+    s[S].compute_at(s[Y], yi)
+    s[S].bind(S.op.axis[0], thread("threadIdx.y"))
+    _, ki = s[S].split(S.op.reduce_axis[0], factor=32)
+    s[S].bind(ki, thread("threadIdx.x"))
+    x = np.random.default_rng(rows * cols).standard_normal((rows, cols)).astype("float32")
+    check(s, [X, Y], [x, np.empty(rows, "float32")], x.sum(1) * 2 + 1, rtol=1e-4, atol=1e-5)
+    assert len(_first_thread_loops(td.lower(s, [X, Y]))) == 1
+
+
+def test_store_of_all_bound_reduction_predicated_on_every_reduced_axis() -> None:
+    """Both reduced axes bound: the result is stored where a == 0 and b == 0 (the two
+    conditions are equal up to renaming, but not the same condition)."""
+    n = td.var("n")
+    X = td.placeholder((n, 6, 20), name="X")
+    a = td.reduce_axis((0, 6), name="a")
+    b = td.reduce_axis((0, 20), name="b")
+    S = td.compute((n,), lambda i: td.sum(X[i, a, b], axis=[a, b]), name="S")
+    s = td.create_schedule(S.op)
+    s[S].bind(s[S].op.axis[0], thread("blockIdx.x"))
+    s[S].bind(a, thread("threadIdx.y"))
+    s[S].bind(b, thread("threadIdx.x"))
+    assert "if a == 0 and b == 0:" in td.lower(s, [X, S]).script()
+
+
+def _kernel(body_fn: Callable) -> Any:
+    """A hand-built kernel: 32 threads along threadIdx.x in one block, and a part that no
+    thread loop encloses (``body_fn(out, tmp, x_loop)``)."""
+    from tdsl.expr import BufferLoad, Const, Var
+    from tdsl.stmt import Buffer, BufferStore, For, ForKind, PrimFunc, ThreadTag
+    out = Buffer("out", (32,), "float32")
+    tmp = Buffer("tmp", (1,), "float32")
+    bx, tx = Var("bx"), Var("tx")
+    zero = [Const(0, "int64")]
+    x_loop = For(tx, Const(0, "int64"), Const(32, "int64"), ForKind.THREAD_BINDING,
+                 BufferStore(out, BufferLoad(tmp, zero) + 1.0, [tx]), thread_tag=ThreadTag.THREAD_X)
+    first = BufferStore(tmp, Const(2.0, "float32"), zero)
+    body = For(bx, Const(0, "int64"), Const(1, "int64"), ForKind.THREAD_BINDING,
+               body_fn(first, x_loop), thread_tag=ThreadTag.BLOCK_X)
+    return PrimFunc("k", [tmp, out], body, [], {}, {})
+
+
+def test_store_read_by_other_threads_without_a_barrier_not_predicated() -> None:
+    """Storing on one thread only is right where the others read the value behind a
+    barrier; without one they would read it before it is written, so all keep storing."""
+    from tdsl.lowering.single_store import predicate_redundant_stores
+    from tdsl.stmt import Barrier, BufferStore, SeqStmt
+    bare = _kernel(lambda first, loop: SeqStmt([first, loop]))
+    assert _first_thread_loops(predicate_redundant_stores(bare.body)) == []
+    synced = _kernel(lambda first, loop: SeqStmt([first, Barrier(), loop]))
+    (loop,) = _first_thread_loops(predicate_redundant_stores(synced.body))
+    assert isinstance(loop.body, BufferStore)
+
+
+def test_first_thread_loop_runs_on_index_zero(no_disk_cache) -> None:
+    """A loop of extent 1 bound to threadIdx.x beside one of extent 32: the launch has 32
+    threads and its body runs on thread 0 only (interpreter and emulation agree)."""
+    from tdsl.lowering.single_store import predicate_redundant_stores
+    from tdsl.stmt import Barrier, PrimFunc, SeqStmt
+    f = _kernel(lambda first, loop: SeqStmt([first, Barrier(), loop]))
+    f = PrimFunc(f.name, f.params, predicate_redundant_stores(f.body), f.size_vars, f.bindings,
+                 f.attrs)
+    tmp, out = np.full(1, np.nan, "float32"), np.full(32, np.nan, "float32")
+    interpreter.run(f, tmp, out)
+    np.testing.assert_array_equal(out, np.full(32, 3.0, "float32"))
+    mod = td.build(f, target="cuda")
+    assert [int(b.value) for b in mod.kernels[0].block] == [32, 1, 1]
+    tmp, out = np.full(1, np.nan, "float32"), np.full(32, np.nan, "float32")
+    mod.emulate(tmp, out)
+    np.testing.assert_array_equal(out, np.full(32, 3.0, "float32"))
+
+
+def test_store_read_by_other_blocks_stays_on_every_block() -> None:
+    """A barrier orders the threads of a block, not blocks: a store outside the blockIdx.x
+    loop, read by every block behind a barrier, runs on thread 0 of every block."""
+    from tdsl.expr import BufferLoad, Const, Var
+    from tdsl.lowering.single_store import is_first_thread_loop, predicate_redundant_stores
+    from tdsl.stmt import Barrier, Buffer, BufferStore, For, ForKind, SeqStmt, ThreadTag
+    out, tmp = Buffer("out", (64,), "float32"), Buffer("tmp", (1,), "float32")
+    ty, bx, tx = Var("ty"), Var("bx"), Var("tx")
+    zero, c = [Const(0, "int64")], (lambda v: Const(v, "int64"))
+    store = BufferStore(out, BufferLoad(tmp, zero) + 1.0, [bx * 32 + tx])
+    blocks = For(bx, c(0), c(2), ForKind.THREAD_BINDING,
+                 For(tx, c(0), c(32), ForKind.THREAD_BINDING, store, thread_tag=ThreadTag.THREAD_X),
+                 thread_tag=ThreadTag.BLOCK_X)
+    body = SeqStmt([BufferStore(tmp, Const(2.0, "float32"), zero), Barrier(), blocks])
+    root = For(ty, c(0), c(1), ForKind.THREAD_BINDING, body, thread_tag=ThreadTag.THREAD_Y)
+    got = predicate_redundant_stores(root)
+    wrapped = [n.thread_tag.value for n in _stmts(got.body) if is_first_thread_loop(n)]
+    assert wrapped == ["threadIdx.x"]

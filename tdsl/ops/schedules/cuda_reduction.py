@@ -129,9 +129,8 @@ def schedule_row_group(s: Schedule, g: RowGroup) -> bool:
     rows_per_block = ROWS_PER_BLOCK if lanes == WARP else 1
     if rows != axes[:len(rows)]:
         y.reorder(*(rows + inner))
-    # one value per row (mean, argmax): every lane of the row computes it from the shared
-    # result and writes the same value (loops bound to one thread axis in a kernel must have
-    # one extent, so no loop of one can pick lane 0)
+    # one value per row (mean, argmax): no loop of y is bound to threadIdx.x; lowering stores
+    # it from lane 0 only (tdsl/lowering/single_store.py)
     inner_loops = list(y.split(_fuse(y, inner), factor=lanes)) if inner else []
     # rows of the last row axis share a block (the reductions' regions stay exact boxes);
     # the other row axes join the block index
