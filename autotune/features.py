@@ -11,6 +11,11 @@ a fixed-length vector (``STORE_LEN``) of the store and the loops around it:
   a reduction update or an initialisation;
 * the register-level kernel inside the innermost reduction loop (tile size,
   registers, whether it is unrolled / vectorized, arithmetic intensity);
+* the straight-line body (FEATURE_VERSION 5): what the innermost loop that stays a
+  loop runs once unrolled and vectorized loops (the schedule's or
+  ``auto_unroll_max_step``'s) are flattened: its size in vector steps, the vector
+  registers of its accumulators (fit in ``REGISTERS`` / spill), whether they stay in
+  registers across that loop, loads per body, its trip count, register traffic;
 * cache fit: iterations and bytes of the outermost loop level whose footprint fits
   in 32 KiB and in 1 MiB;
 * per buffer access (the store, then the loads touching the most bytes; up to
@@ -18,13 +23,15 @@ a fixed-length vector (``STORE_LEN``) of the store and the loops around it:
   vectorized loop, and for each of the ``LEVELS`` innermost loop levels the bytes
   touched (cache lines x 64) and the reuse (iterations / distinct elements);
 * the program's allocations (count, bytes by scope, bytes allocated per run —
-  an allocation inside a loop is made once per iteration).
+  an allocation inside a loop is made once per iteration), the bytes its copies into
+  local buffers (packs, cache reads) write, per reduction update, and its code size
+  (statements after unrolling).
 
 Counts enter as ``log2(1 + x)``.  Nothing depends on names (of loops, buffers or
 sketch knobs), so renaming leaves the features unchanged.
 
-``extract_features`` packs the rows of the ``MAX_STORES`` heaviest stores (by work,
-zero padded; the first element of a used row is 1) into one fixed-length vector
+``extract_features`` packs the rows of ``MAX_STORES`` stores (reduction updates first,
+then by work; zero padded; the first element of a used row is 1) into one fixed-length vector
 (``FEATURE_LEN``), so records and candidate pools keep one vector per program;
 ``unpack`` gives the rows back.  The cost model sums a score per row (Ansor's
 "pack-sum"): a program's cost is the sum of its statements' costs.
@@ -45,16 +52,22 @@ from tdsl.visitor import post_order_visit, substitute
 
 from .irutil import OP_KINDS, count_ops, eval_int
 
-FEATURE_VERSION = 4
+FEATURE_VERSION = 5
 ACCESSES = 4
-LEVELS = 6
+LEVELS = 4
 MAX_STORES = 10
 CACHES = (32 * 1024, 1024 * 1024)
 _ACCESS_LEN = 7 + 2 * LEVELS
 _KERNEL_LEN = 10
+_BODY_LEN = 11
+#: Bytes of a vector register (AVX2); vector lanes and accumulators are counted in these.
+REGISTER_BYTES = 32
+#: Vector registers of the machine; more live accumulators than this spill.
+REGISTERS = 16
 _LOOP_LEN = 16
-_ALLOC_LEN = 5
-STORE_LEN = 1 + len(OP_KINDS) + _LOOP_LEN + _KERNEL_LEN + 2 * len(CACHES) + \
+_ALLOC_LEN = 10
+# v5 keeps v4's row length (LEVELS 6 -> 4 pays for the body and copy columns)
+STORE_LEN = 1 + len(OP_KINDS) + _LOOP_LEN + _KERNEL_LEN + _BODY_LEN + 2 * len(CACHES) + \
     ACCESSES * _ACCESS_LEN + _ALLOC_LEN
 FEATURE_LEN = MAX_STORES * STORE_LEN
 
@@ -87,8 +100,11 @@ class _Extractor:
         self.env: dict[Any, int] = {**{k: v for k, v in sizes.items()}, **bindings}
         self.loops: list[_Loop] = []
         self.lets: list[tuple[Var, Any]] = []
-        self.stmts: list[tuple[float, list[float]]] = []
+        self.stmts: list[tuple[float, bool, list[float]]] = []   # work, is update, row
         self.allocs: list[tuple[int, StorageScope, int]] = []   # bytes, scope, times made
+        self.copied = 0.0      # bytes the copies into local buffers (packs, caches) write
+        self.updated = 0.0     # iterations of reduction updates
+        self.code = 0.0        # straight-line statements after unrolling (code size)
 
     # ---- walk -----------------------------------------------------------------------------
     def visit(self, s: Any) -> None:
@@ -161,13 +177,26 @@ class _Extractor:
               _log(inner.extent if inner else 1), _log(outer.extent if outer else 1),
               float(is_update), float(is_init),
               float(st.buffer.scope is not StorageScope.GLOBAL)]
-        f += self.kernel(accesses, loops)
+        nbytes = max(1, st.buffer.dtype.bits // 8)
+        f += self.kernel(accesses, loops, nbytes)
+        f += self.body(accesses, loops, is_update, nbytes)
         f += self.cache_fit(accesses, loops)
         for a in accesses[:ACCESSES]:
             f += a[1]
         f += [0.0] * (ACCESSES - min(ACCESSES, len(accesses))) * _ACCESS_LEN
         work = iters * (1 + sum(ops.values()))
-        self.stmts.append((work, f))
+        if isinstance(st.value, BufferLoad) and st.buffer.scope is not StorageScope.GLOBAL:
+            self.copied += iters * max(1, st.buffer.dtype.bits // 8)
+        if is_update:
+            self.updated += iters
+        copies = 1
+        for lp in loops:
+            if lp.kind is ForKind.UNROLLED:
+                copies *= lp.extent
+            elif lp.kind is ForKind.VECTORIZED:
+                copies *= math.ceil(lp.extent * max(1, st.buffer.dtype.bits // 8) / REGISTER_BYTES)
+        self.code += copies
+        self.stmts.append((work, is_update, f))
 
     def access(self, buf: Any, indices: Sequence[Any], is_store: bool, loops: list[_Loop]
                ) -> tuple[float, list[float], list[int], list[int]]:
@@ -202,7 +231,7 @@ class _Extractor:
         b_all, _ = _footprint(list(zip(loops, loop_strides)), nbytes)
         return b_all, feats, loop_strides, [lp.extent for lp in loops]
 
-    def kernel(self, accesses: list, loops: list[_Loop]) -> list[float]:
+    def kernel(self, accesses: list, loops: list[_Loop], nbytes: int) -> list[float]:
         """The register-level kernel: the loops inside the innermost reduction loop.
 
         A reduction loop is one the store's address does not move with.  What it
@@ -218,7 +247,8 @@ class _Extractor:
         inner = loops[kr + 1:]
         tile = math.prod(lp.extent for lp in inner)
         lanes = math.prod(lp.extent for lp in inner if lp.kind is ForKind.VECTORIZED)
-        regs = tile / max(1, lanes) * max(1, math.ceil(lanes / 16))
+        per_reg = max(1, REGISTER_BYTES // nbytes)
+        regs = tile / max(1, lanes) * max(1, math.ceil(lanes / per_reg))
         in_regs = all(lp.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) or lp.extent == 1
                       for lp in inner)
         loaded = 0.0
@@ -228,10 +258,52 @@ class _Extractor:
         intensity = tile / max(1.0, loaded)
         outer_red = red[-2] if len(red) > 1 else None
         kr_ext = loops[kr].extent
-        return [_log(tile), _log(regs), float(in_regs), float(in_regs and regs <= 28),
+        return [_log(tile), _log(regs), float(in_regs), float(in_regs and regs <= REGISTERS - 2),
                 _log(intensity), _log(kr_ext), float(loops[kr].kind is ForKind.UNROLLED),
                 float(len(loops) - 1 - kr), _log(loops[outer_red].extent if outer_red is not None
-                                                 else 1), float(lanes % 16 == 0 and lanes > 0)]
+                                                 else 1), float(lanes % per_reg == 0 and lanes > 0)]
+
+    def body(self, accesses: list, loops: list[_Loop], is_update: bool, nbytes: int
+             ) -> list[float]:
+        """The straight-line body: what the innermost loop that stays a loop executes.
+
+        Unrolled and vectorized loops (by a schedule or by ``auto_unroll_max_step``)
+        become straight-line code; the innermost remaining loop runs that body.  Its
+        size (code size), the vector registers its distinct store addresses need
+        (accumulators: do they fit in the ``REGISTERS`` registers, or spill), whether
+        they stay in registers across the loop (it is a reduction loop, the store
+        does not move with it), the loads per body and the loop's trip count decide
+        how close the kernel gets to peak.
+        """
+        real = [k for k, lp in enumerate(loops) if lp.extent > 1 and
+                lp.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED)]
+        kr = real[-1] if real else -1
+        inner = loops[kr + 1:]
+        body = math.prod(lp.extent for lp in inner)
+        lanes = math.prod(lp.extent for lp in inner if lp.kind is ForKind.VECTORIZED)
+        per_reg = max(1, REGISTER_BYTES // nbytes)
+
+        def vectors(a: tuple) -> float:
+            """Vector registers of the distinct addresses one access touches in the body."""
+            n = 1
+            for lp, s in zip(inner, a[2][kr + 1:]):
+                if s != 0:
+                    n *= lp.extent if lp.kind is not ForKind.VECTORIZED else \
+                        math.ceil(lp.extent / per_reg)
+            return float(n)
+        acc = vectors(accesses[0])
+        loads = sum(vectors(a) for a in accesses[1:])
+        in_regs = float(is_update and kr >= 0 and accesses[0][2][kr] == 0)
+        trip = loops[kr].extent if kr >= 0 else 1
+        steps = body / max(1, lanes) * math.ceil(lanes / per_reg) if lanes else body
+        return [_log(steps), _log(acc), float(is_update and acc > REGISTERS - 2),
+                float(is_update and 4 <= acc <= REGISTERS - 2), in_regs,
+                _log(loads), _log(steps / max(1.0, loads + (0.0 if in_regs else acc))),
+                _log(trip), float(lanes > 0 and lanes % per_reg == 0),
+                # register traffic per body step, the accumulators' load and store
+                # amortised over the loop when they stay in registers
+                (loads + 2.0 * acc / (trip if in_regs else 1)) / max(1.0, steps),
+                float(len(real))]
 
     def cache_fit(self, accesses: list, loops: list[_Loop]) -> list[float]:
         out: list[float] = []
@@ -252,18 +324,24 @@ class _Extractor:
 
     # ---- result ---------------------------------------------------------------------------
     def rows(self) -> np.ndarray:
-        """One row per store, heaviest first (ties: program order)."""
-        order = sorted(range(len(self.stmts)), key=lambda i: -self.stmts[i][0])
-        total = sum(w for w, _ in self.stmts) or 1.0
+        """One row per store: reduction updates first, then the rest, each heaviest first
+        (ties: program order).  Updates first keeps the kernel in the first rows when a
+        copy (a pack) outweighs it, so a column means the same store across programs."""
+        order = sorted(range(len(self.stmts)),
+                       key=lambda i: (not self.stmts[i][1], -self.stmts[i][0]))
+        total = sum(w for w, _, _ in self.stmts) or 1.0
         local = sum(b for b, sc, _ in self.allocs if sc is not StorageScope.GLOBAL)
         glob = sum(b for b, sc, _ in self.allocs if sc is StorageScope.GLOBAL)
         made = sum(b * t for b, _, t in self.allocs)
         alloc = [float(len(self.allocs)), _log(local), _log(glob), _log(made),
-                 _log(sum(t for _, _, t in self.allocs))]
+                 _log(sum(t for _, _, t in self.allocs)), _log(self.copied),
+                 _log(self.copied / max(1.0, self.updated)),
+                 self.copied / max(1.0, self.updated), _log(self.code),
+                 _log(self.code / max(1, len(self.stmts)))]
         share_at = 1 + len(OP_KINDS) + 2
         out = np.zeros((len(order), STORE_LEN), dtype=np.float32)
         for r, i in enumerate(order):
-            w, f = self.stmts[i]
+            w, _, f = self.stmts[i]
             f = list(f)
             f[share_at] = w / total
             out[r] = f + alloc
@@ -288,7 +366,7 @@ def _footprint(loops_strides: list, nbytes: int) -> tuple[float, float]:
 
 
 def store_features(func: PrimFunc, sizes: "Mapping[str, int] | None" = None) -> np.ndarray:
-    """The rows (``(n_stores, STORE_LEN)`` float32, heaviest first) of a lowered function."""
+    """The rows (``(n_stores, STORE_LEN)`` float32, reduction updates first, then by work) of a lowered function."""
     sizes = dict(sizes or {})
     bindings = {v: sizes[v.name] for v in func.size_vars if v.name in sizes}
     ex = _Extractor(sizes, bindings)
@@ -298,7 +376,7 @@ def store_features(func: PrimFunc, sizes: "Mapping[str, int] | None" = None) -> 
 
 def extract_features(func: PrimFunc, sizes: "Mapping[str, int] | None" = None) -> np.ndarray:
     """The feature vector (``FEATURE_LEN`` float32) of a lowered function: the rows of its
-    ``MAX_STORES`` heaviest stores, zero padded."""
+    first ``MAX_STORES`` stores, zero padded."""
     rows = store_features(func, sizes)[:MAX_STORES]
     v = np.zeros((MAX_STORES, STORE_LEN), dtype=np.float32)
     v[:len(rows)] = rows
