@@ -10,16 +10,3 @@ def test_demo_runs_and_reports_an_interleaved_remeasurement(tmp_path, capsys):
     assert rc == 0, out
     assert "re-measured here, interleaved with NumPy" in out
     assert "tdsl tuned" in out and "NumPy" in out
-
-
-def test_interleaved_medians_times_every_contender():
-    calls = {"a": 0, "b": 0}
-
-    def a():
-        calls["a"] += 1
-
-    def b():
-        calls["b"] += 1
-    t = demo.interleaved_medians({"a": a, "b": b}, rounds=3, min_ms=1.0)
-    assert set(t) == {"a", "b"} and all(v >= 0 for v in t.values())
-    assert calls["a"] >= 5 and calls["b"] >= 5
