@@ -1,6 +1,7 @@
 """Tuning curves from a database: best throughput so far against trials (matplotlib)."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from tdsl.errors import TuningError
@@ -41,13 +42,22 @@ def plot_tuning_curve(db: "Database | str", task_key: "str | None" = None, ax: A
     for label, pts in curves.items():
         if pts:
             xs, ys = zip(*pts)
-            ax.step(xs, ys, where="post", label=label[:60])
+            ax.step(xs, ys, where="post", label=legend_label(label))
     if baseline is not None:
         ax.axhline(baseline, linestyle="--", color="gray", label=baseline_label)
     ax.set_xlabel("trials")
     ax.set_ylabel("best GFLOP/s")
     ax.set_title("tuning curve")
     ax.grid(True, alpha=0.3)
-    if curves:
-        ax.legend(fontsize="small")
+    if curves:   # below the axes: long task descriptions never cover the curves
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(0.0, -0.15),
+                  frameon=False)
+        ax.figure.tight_layout()
     return ax
+
+
+def legend_label(text: str, width: int = 60) -> str:
+    """``text`` wrapped at spaces and punctuation into lines of about ``width`` characters
+    (never cut mid-word, never shortened)."""
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False,
+                                    break_on_hyphens=False)) or text

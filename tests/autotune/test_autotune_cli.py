@@ -115,3 +115,25 @@ def test_tuning_curve_plot(tmp_path):
     xs = ax.get_lines()[0].get_xdata()
     assert list(xs) == [1, 2, 3, 4]
     ax.figure.savefig(str(tmp_path / "curve.png"))
+
+
+def test_tuning_curve_legend_labels_are_whole_and_below_the_axes(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib", reason="the optional 'matplotlib' package "
+                                     "(pip install tdsl[tune]) is not installed")
+    matplotlib.use("Agg")
+    from tdsl.autotune.plot import legend_label
+    text = "C(256, 256) float32 = sum(A[i, k] * B[k, j]) matmul with a long description here"
+    assert legend_label(text).replace("\n", " ") == text            # nothing cut
+    assert all(len(line) <= 60 for line in legend_label(text).splitlines())
+    task = autotune.create_task(small_matmul, (32, 32, 32))
+    db = str(tmp_path / "p.db")
+    autotune.RandomTuner(task).tune(2, fast_option(), db=db, batch_size=2)
+    ax = autotune.plot_tuning_curve(db)
+    legend = ax.get_legend()
+    assert legend is not None
+    label = legend.get_texts()[0].get_text().replace("\n", " ")
+    desc = next(iter(autotune.plot.tuning_curve(db)))
+    assert label == desc
+    ax.figure.canvas.draw()
+    box = legend.get_window_extent()
+    assert box.y1 <= ax.get_window_extent().y0     # under the plot, not over the curve
