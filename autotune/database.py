@@ -54,7 +54,7 @@ import numpy as np
 
 from tdsl.errors import TuningError
 
-from .measure import MeasureErrorNo, median, spread
+from .measure import MeasureErrorNo, bound_notes, median, spread
 from .record_check import check_costs, check_record, error_no
 
 SCHEMA_VERSION = 1
@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS records (
     workload TEXT NOT NULL DEFAULT '',
     sizes TEXT NOT NULL DEFAULT '{}',
     feature_version INTEGER NOT NULL DEFAULT 0,
-    features BLOB
+    features BLOB,
+    notes TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS records_task ON records (task_key);
 CREATE INDEX IF NOT EXISTS records_workload ON records (workload);
@@ -143,6 +144,7 @@ class Record:
     final_costs: tuple[float, ...] = ()   # the latest interleaved re-measurement, if any
     final_pass: int = 0                   # which re-measure pass (0: never re-measured)
     contended: bool = False               # timed while another process held the timing lease
+    notes: tuple[str, ...] = ()           # LLVM's remarks on the build (``measure.bound_notes``)
 
     @property
     def valid(self) -> bool:
@@ -180,6 +182,7 @@ class Record:
                 "error_msg": self.error_msg, "flop": self.flop, "all_cost": self.all_cost,
                 "timestamp": self.timestamp, "signature": self.signature,
                 "workload": self.workload, "sizes": self.sizes,
+                **({"notes": list(self.notes)} if self.notes else {}),
                 **({"final_costs": list(self.final_costs), "final_pass": self.final_pass}
                    if self.final_costs else {})}
 
@@ -195,6 +198,9 @@ class Record:
                 trace = json.dumps(trace)
             costs = d["costs"]
             final = d.get("final_costs", [])
+            notes = d.get("notes", [])
+            if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+                raise TypeError("notes must be a list of strings")
             if not isinstance(costs, list) or not isinstance(final, list):
                 raise TypeError("costs and final_costs must be lists")
             rec = Record(d["task_key"], d.get("task_desc", ""), d["target"], d.get("config", {}),
@@ -202,7 +208,7 @@ class Record:
                          d.get("error_msg", ""), d.get("flop", 0.0), d.get("all_cost", 0.0),
                          d.get("timestamp", 0.0), d.get("signature", []), d.get("workload", ""),
                          d.get("sizes", {}), final_costs=tuple(final),
-                         final_pass=d.get("final_pass", 0))
+                         final_pass=d.get("final_pass", 0), notes=bound_notes(notes))
             if not isinstance(rec.final_pass, int) or isinstance(rec.final_pass, bool):
                 raise TypeError("final_pass must be an integer")
             check_record(rec)
@@ -221,6 +227,16 @@ class Record:
 _WHAT_TO_DO = ("restore it from a backup or a JSON-lines export (`tdsl records import --db NEW.db "
                "FILE.jsonl`), salvage it with `sqlite3 {path} .recover | sqlite3 NEW.db`, or "
                "tune into a new file")
+
+
+def _notes(raw: Any) -> tuple[str, ...]:
+    """A row's notes (JSON list of strings); damaged notes read as none (they are
+    commentary, never a reason to skip the record)."""
+    try:
+        got = json.loads(raw) if isinstance(raw, str) else []
+    except ValueError:
+        return ()
+    return bound_notes([n for n in got if isinstance(n, str)]) if isinstance(got, list) else ()
 
 
 def _text(raw: bytes) -> "str | bytes":
@@ -301,19 +317,28 @@ class Database:
             self._conn.executescript(_SCHEMA)
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                                (str(SCHEMA_VERSION),))
+            if "notes" not in self._columns("records"):     # a file older than the column
+                self._conn.execute("ALTER TABLE records ADD COLUMN notes TEXT NOT NULL "
+                                   "DEFAULT '[]'")
         except sqlite3.OperationalError as e:
-            if "readonly" not in str(e):    # a read-only file is read as it is
+            # a read-only file is read as it is; another process may have added the column
+            if "readonly" not in str(e) and "duplicate column" not in str(e):
                 raise
+        # ... an older file opened read-only may lack the column of notes
+        self._notes_sql = "r.notes" if "notes" in self._columns("records") else "'[]'"
         # an older file opened read-only may lack the table of contended marks
         self._contended_sql = "EXISTS (SELECT 1 FROM contended c WHERE c.record_id = r.id)" \
             if self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
                                   "name = 'contended'").fetchone() else "0"
 
+    def _columns(self, table: str) -> set:
+        return {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+
     def _check_schema(self) -> None:
         """Refuse an SQLite file whose tables are not ours (before adding any)."""
         for table, needed in (("records", _FIELDS + ("feature_version", "features")),
                               ("remeasures", ("record_id", "pass", "costs"))):
-            cols = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+            cols = self._columns(table)
             missing = [c for c in needed if c not in cols]
             if cols and missing:
                 raise TuningError(f"{self.path!r} is an SQLite file but not a tdsl tuning "
@@ -329,11 +354,12 @@ class Database:
         row = (rec.task_key, rec.task_desc, rec.target, json.dumps(rec.config), rec.trace,
                rec.prog_hash, json.dumps(list(rec.costs)), int(rec.error_no), rec.error_msg,
                rec.flop, rec.all_cost, rec.timestamp, json.dumps(rec.signature), rec.workload,
-               json.dumps(rec.sizes), rec.feature_version, feats)
+               json.dumps(rec.sizes), rec.feature_version, feats,
+               json.dumps(list(bound_notes(rec.notes))))
         with self._guard("cannot write a record"):
             cur = self._conn.execute(
-                f"INSERT INTO records ({', '.join(_FIELDS)}, feature_version, features) "
-                f"VALUES ({', '.join('?' * (len(_FIELDS) + 2))})", row)
+                f"INSERT INTO records ({', '.join(_FIELDS)}, feature_version, features, notes) "
+                f"VALUES ({', '.join('?' * (len(_FIELDS) + 3))})", row)
             rec.id = cur.lastrowid
             if rec.final_costs:
                 self._insert_remeasure(rec.id, rec.final_pass, rec.final_costs)
@@ -506,7 +532,8 @@ class Database:
 
     def _rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Record]:
         sql = (f"SELECT r.id, {', '.join('r.' + f for f in _FIELDS)}, r.feature_version, "
-               f"r.features, m.pass, m.costs, {self._contended_sql} FROM records r "
+               f"r.features, m.pass, m.costs, {self._contended_sql}, {self._notes_sql} "
+               f"FROM records r "
                f"LEFT JOIN remeasures m ON m.id = "
                f"(SELECT MAX(id) FROM remeasures WHERE record_id = r.id) {where} ORDER BY r.id")
         with self._guard("cannot read records"):
@@ -518,14 +545,14 @@ class Database:
         rid = row[0]
         try:
             (key, desc, target, config, trace, ph, costs, err, msg, flop, all_cost, ts, sig,
-             workload, sizes, fver, feats, fpass, fcosts, contended) = row[1:]
+             workload, sizes, fver, feats, fpass, fcosts, contended, notes) = row[1:]
             cost_list = json.loads(costs)
             if not isinstance(cost_list, list):
                 raise TypeError(f"costs must be a list, got {costs!r:.80}")
             rec = Record(key, desc, target, json.loads(config), trace, ph, tuple(cost_list),
                          error_no(err), msg, flop, all_cost, ts, json.loads(sig),
                          workload, json.loads(sizes), None, fver, rid,
-                         contended=bool(contended))
+                         contended=bool(contended), notes=_notes(notes))
             if feats is not None:
                 if not isinstance(feats, bytes):
                     raise TypeError(f"features must be a blob, got {type(feats).__name__}")

@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 from tdsl.errors import TuningError
 
 from .measure import (LocalRunner, MeasureErrorNo, MeasureInput, MeasureResult, _build_result,
-                      _run_result)
+                      _run_result, bound_notes)
 from .workers import JobOutcome, JobResult, WorkerPool
 
 #: Name of the worker plugin holding each Dask worker's isolated process.
@@ -120,7 +120,8 @@ def measure_isolated(payload: bytes, key: str, sizes: Any, target: str, trace: s
 
     Returns ``(stage, outcome, value, seconds)``: ``stage`` is ``"build"`` (the build
     failed: ``value`` as ``measure_jobs.build_job`` or the failure), ``"run"`` (as
-    ``run_job``) or ``"lost"`` (its workers died ``MAX_ATTEMPTS`` times)."""
+    ``run_job``; then a fifth item, the build's LLVM remarks) or ``"lost"`` (its workers
+    died ``MAX_ATTEMPTS`` times)."""
     from . import measure_jobs
     attempt = _attempt(counter)
     if attempt > MAX_ATTEMPTS:
@@ -144,7 +145,7 @@ def measure_isolated(payload: bytes, key: str, sizes: Any, target: str, trace: s
             r = pool.map(measure_jobs.run_job,
                          [(payload, key, sizes, target, artifact, trace, config, opts, best_cost,
                            None, name)], opts.get("timeout", 10.0))[0]
-            return ("run", r.outcome.value, r.value, r.seconds + b.seconds)
+            return ("run", r.outcome.value, r.value, r.seconds + b.seconds, b.value[3])
 
 
 def _reference(plugin: IsolationPlugin, pool: WorkerPool, payload: bytes, key: str, sizes: Any,
@@ -165,7 +166,8 @@ def _reference(plugin: IsolationPlugin, pool: WorkerPool, payload: bytes, key: s
 
 def _result(value: tuple, elapsed: float) -> MeasureResult:
     """A worker's answer as a ``MeasureResult``."""
-    stage, outcome, payload, seconds = value
+    stage, outcome, payload, seconds = value[:4]
+    notes = bound_notes(value[4]) if len(value) > 4 else ()
     job = JobResult(JobOutcome(outcome), payload, seconds)
     if stage == "build":
         b = _build_result(job)
@@ -175,7 +177,7 @@ def _result(value: tuple, elapsed: float) -> MeasureResult:
         return MeasureResult((), b.error_no, b.error_msg, b.seconds)
     if stage == "lost":
         return MeasureResult((), MeasureErrorNo.RUN_CRASH, str(payload), elapsed)
-    return _run_result(job, 0.0)
+    return _run_result(job, 0.0, notes)
 
 
 class DaskRunner:

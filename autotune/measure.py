@@ -81,6 +81,7 @@ class MeasureResult:
     error_msg: str = ""
     all_cost: float = 0.0
     timestamp: float = field(default_factory=time.time)
+    notes: tuple[str, ...] = ()     # LLVM's remarks on the candidate's build (``bound_notes``)
 
     @property
     def valid(self) -> bool:
@@ -99,6 +100,28 @@ class MeasureResult:
     def spread(self) -> float:
         """(slowest - fastest sample) / median: how much the samples disagree."""
         return spread(self.costs)
+
+
+#: At most this many lines and bytes of a candidate's notes are kept (a record stays small).
+MAX_NOTE_LINES = 50
+MAX_NOTE_BYTES = 8192
+
+
+def bound_notes(lines: Sequence[str]) -> tuple[str, ...]:
+    """``lines`` cut to ``MAX_NOTE_LINES`` lines and ``MAX_NOTE_BYTES`` bytes (UTF-8), a last
+    line saying how many were left out."""
+    out: list[str] = []
+    size = 0
+    for i, line in enumerate(lines):
+        line = str(line)[:1000]
+        more = len(lines) - i
+        if (len(out) == MAX_NOTE_LINES - 1 and more > 1) or \
+                size + len(line.encode()) + 1 > MAX_NOTE_BYTES - 64:
+            out.append(f"... {more} more note(s) left out")
+            break
+        out.append(line)
+        size += len(line.encode()) + 1
+    return tuple(out)
 
 
 def median(costs: Sequence[float]) -> float:
@@ -124,6 +147,7 @@ class BuildResult:
     error_no: MeasureErrorNo
     error_msg: str = ""
     seconds: float = 0.0
+    notes: tuple[str, ...] = ()     # LLVM's remarks on the build (``bound_notes``)
 
 
 class LocalBuilder:
@@ -181,9 +205,10 @@ class LocalBuilder:
 
 def _build_result(r: JobResult) -> BuildResult:
     if r.outcome is JobOutcome.OK:
-        path, err_kind, msg = r.value
+        path, err_kind, msg = r.value[:3]
+        notes = bound_notes(r.value[3]) if len(r.value) > 3 else ()
         if err_kind is None:
-            return BuildResult(path, MeasureErrorNo.NO_ERROR, "", r.seconds)
+            return BuildResult(path, MeasureErrorNo.NO_ERROR, "", r.seconds, notes)
         no = MeasureErrorNo.INSTANTIATION_ERROR if err_kind == "illegal" else MeasureErrorNo.COMPILE_HOST
         return BuildResult(None, no, msg, r.seconds)
     no = {JobOutcome.TIMEOUT: MeasureErrorNo.BUILD_TIMEOUT, JobOutcome.CRASHED: MeasureErrorNo.BUILD_CRASH,
@@ -289,7 +314,7 @@ class LocalRunner:
 
         def done(j: int, r: JobResult) -> None:
             i = todo[j]
-            results[i] = _run_result(r, builds[i].seconds)
+            results[i] = _run_result(r, builds[i].seconds, builds[i].notes)
             if on_result:
                 on_result(i, results[i])
         self._pool.map(measure_jobs.run_job, jobs, self.timeout, done)
@@ -301,18 +326,18 @@ class LocalRunner:
             self._pool = None
 
 
-def _run_result(r: JobResult, build_seconds: float) -> MeasureResult:
+def _run_result(r: JobResult, build_seconds: float, notes: tuple[str, ...] = ()) -> MeasureResult:
     total = build_seconds + r.seconds
     if r.outcome is JobOutcome.OK:
         costs, err_kind, msg = r.value
         if err_kind is None:
-            return MeasureResult(tuple(costs), MeasureErrorNo.NO_ERROR, "", total)
+            return MeasureResult(tuple(costs), MeasureErrorNo.NO_ERROR, "", total, notes=notes)
         no = {"wrong": MeasureErrorNo.WRONG_ANSWER, "illegal": MeasureErrorNo.INSTANTIATION_ERROR,
               "compile": MeasureErrorNo.COMPILE_HOST}.get(err_kind, MeasureErrorNo.RUNTIME_DEVICE)
-        return MeasureResult((), no, msg, total)
+        return MeasureResult((), no, msg, total, notes=notes)
     no = {JobOutcome.TIMEOUT: MeasureErrorNo.RUN_TIMEOUT, JobOutcome.CRASHED: MeasureErrorNo.RUN_CRASH,
           JobOutcome.ERROR: MeasureErrorNo.RUNTIME_DEVICE}[r.outcome]
-    return MeasureResult((), no, str(r.value)[-2000:], total)
+    return MeasureResult((), no, str(r.value)[-2000:], total, notes=notes)
 
 
 @dataclass
@@ -355,11 +380,12 @@ class MeasureOption:
                     samples[i].extend(r.costs)
         out = []
         for i in range(n):
+            r = last[i]
             if samples[i]:
-                out.append(MeasureResult(tuple(samples[i]), MeasureErrorNo.NO_ERROR, "", spent[i]))
+                out.append(MeasureResult(tuple(samples[i]), MeasureErrorNo.NO_ERROR, "", spent[i],
+                                         notes=r.notes))
             else:
-                r = last[i]
-                out.append(MeasureResult((), r.error_no, r.error_msg, spent[i]))
+                out.append(MeasureResult((), r.error_no, r.error_msg, spent[i], notes=r.notes))
         return out
 
     def close(self) -> None:

@@ -79,21 +79,23 @@ def compile_schedule(sch: Any, args: Sequence[Tensor], target: str, name: str) -
 
 
 def build_job(payload: bytes, key: str, trace: str, target: str, path: str, name: str
-              ) -> tuple[Any, Any, str]:
-    """Replay, compile and export one candidate: (library path, error kind, message)."""
+              ) -> tuple[Any, Any, str, list[str]]:
+    """Replay, compile and export one candidate: (library path, error kind, message, LLVM's
+    remarks on the build -- the module's ``llvm:`` notes, kept in the candidate's record)."""
     args = task_args(payload, key)
     try:
         sch = replay(trace, _outputs(args))
         mod = compile_schedule(sch, args, target, name)
     except _ILLEGAL as e:
-        return None, "illegal", f"{type(e).__name__}: {e}"
+        return None, "illegal", f"{type(e).__name__}: {e}", []
     except BuildError as e:
-        return None, "compile", f"{type(e).__name__}: {e}"
+        return None, "compile", f"{type(e).__name__}: {e}", []
+    notes = [n for n in getattr(mod, "notes", ()) if n.startswith("llvm: ")]
     try:
         mod.export_library(path)
     except (NotImplementedError, BuildError, OSError):
-        return None, None, ""  # the runner compiles it again in its own process
-    return path, None, ""
+        return None, None, "", notes  # the runner compiles it again in its own process
+    return path, None, "", notes
 
 
 def random_arrays(args: Sequence[Tensor], sizes: Mapping[str, int], seed: int = 0

@@ -253,7 +253,7 @@ class Tuner:
                       c.trace, c.prog_hash, r.costs, r.error_no, r.error_msg, self.task.flop,
                       r.all_cost, r.timestamp, self.task.signature, self.task.workload,
                       self.task.sizes, feats,
-                      FEATURE_VERSION if feats is not None else 0)
+                      FEATURE_VERSION if feats is not None else 0, notes=tuple(r.notes))
 
     def _record_illegal(self, database: Database, c: Candidate, res: TuneResult) -> None:
         h = _illegal_hash(c)

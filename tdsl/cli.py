@@ -230,7 +230,8 @@ def _record_json(r: Any) -> dict:
     """A record as the listings' ``--json`` shows it: nothing shortened."""
     return {"id": r.id, "task_key": r.task_key, "valid": r.valid,
             "cost_s": r.cost if r.valid else None, "gflops": r.gflops if r.valid else None,
-            "error": None if r.valid else r.error_no.name, "config": r.config}
+            "error": None if r.valid else r.error_no.name, "config": r.config,
+            "notes": list(r.notes)}
 
 
 def _db_and_file(ns: argparse.Namespace) -> tuple[str, "str | None"]:
