@@ -7,7 +7,10 @@ a busy timeout let several tuning processes write one file at once.
 
 A record carries the task key and description, the target, the candidate's
 config and trace (JSON), the hash of its lowered program, the costs (seconds per
-run) or an error number, and optionally its feature vector (for training).
+run) or an error number, optionally its feature vector (for training), and LLVM's
+remarks on its build (``notes``, at most 50 lines / 8 KB: kept for whoever wants them,
+never printed; a file older than that column gains it on open, and one opened
+read-only is read without it).
 
 Re-measurements: at the end of a tuning job the top candidates are timed again,
 interleaved (``Tuner.tune``); those samples go to a separate ``remeasures`` table
