@@ -132,6 +132,9 @@ def _using(cfg: Config) -> Iterator[Config]:
 class Template:
     """A schedule template: ``func(*args) -> (schedule, tensors)`` with knobs."""
 
+    #: the config object the template function sees (a subclass may extend it)
+    config_type: type = Config
+
     def __init__(self, name: str, func: Callable[..., Any]):
         self.name = name
         self.func = func
@@ -144,7 +147,7 @@ class Template:
     def instantiate(self, args: Sequence[Any], point: "Mapping[str, int] | None",
                     sizes: "Mapping[str, int] | None" = None) -> tuple[Any, Config]:
         """Run with the given knob choices; returns (the function's result, its config)."""
-        cfg = Config(point, sizes)
+        cfg = self.config_type(point, sizes)
         with _using(cfg):
             out = self.func(*args)
         if not (isinstance(out, tuple) and len(out) == 2):

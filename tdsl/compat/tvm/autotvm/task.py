@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from tdsl import autotune
-from tdsl.autotune.template import _using
 from tdsl.autotune.template import Template as _Template
 from tdsl.errors import TuningError
 
@@ -24,15 +23,7 @@ class Template(_Template):
     """A tdsl template whose config also has AutoTVM's ``define_annotate``/``axis``; called
     inside ``apply_history_best`` it uses the best logged config of its workload."""
 
-    def instantiate(self, args: Sequence[Any], point: "Mapping[str, int] | None",
-                    sizes: "Mapping[str, int] | None" = None) -> tuple[Any, Config]:
-        cfg = Config(point, sizes)
-        with _using(cfg):
-            out = self.func(*args)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            raise TuningError(f"template {self.name!r} must return (schedule, [tensors]), got "
-                              f"{type(out).__name__}")
-        return out, cfg
+    config_type = Config
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
