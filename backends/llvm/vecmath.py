@@ -226,8 +226,28 @@ def sigmoid(o: _Ops, x: ir.Value) -> ir.Value:
     return b.fdiv(num, b.fadd(o.k(1.0), e))
 
 
-def _sincos(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
+def _libm_where(o: _Ops, big: ir.Value, fast: ir.Value, name: str, x: ir.Value) -> ir.Value:
+    """``fast``, with the lanes where ``big`` holds replaced by libm's ``name(x)``: libm is
+    called on a branch taken only when some lane needs it (rare lanes: huge, inf, NaN)."""
     b, cg = o.b, o.cg
+    if o.lanes == 1:
+        any_big = big
+    else:
+        fn = cg.declare(f"llvm.vector.reduce.or.{type_suffix(big.type)}", ir.IntType(1),
+                        [big.type])
+        any_big = b.call(fn, [big])
+    before = b.block
+    with b.if_then(any_big, likely=False):
+        merged = o.sel(big, libm_lanes(cg, name, [x]), fast)
+        slow_end = b.block
+    phi = b.phi(fast.type)
+    phi.add_incoming(fast, before)
+    phi.add_incoming(merged, slow_end)
+    return phi
+
+
+def _sincos(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
+    b = o.b
     ax = o.call("fabs", [x])
     big = b.fcmp_unordered(">", ax, o.k(SINCOS_LIMIT))       # also NaN
     axc = o.sel(big, o.k(0.0), ax)
@@ -249,21 +269,7 @@ def _sincos(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
         flip = b.xor(flip, b.and_(o.bits(x), o.k(-0x80000000, I32)))
     fast = o.floats(b.xor(o.bits(y), flip))
     # rare lanes (|x| > limit, inf, NaN): libm, on a branch
-    if o.lanes == 1:
-        any_big = big
-    else:
-        fn = cg.declare(f"llvm.vector.reduce.or.{type_suffix(big.type)}", ir.IntType(1),
-                        [big.type])
-        any_big = b.call(fn, [big])
-    before = b.block
-    with b.if_then(any_big, likely=False):
-        slow = libm_lanes(cg, "cosf" if cosine else "sinf", [x])
-        merged = o.sel(big, slow, fast)
-        slow_end = b.block
-    phi = b.phi(fast.type)
-    phi.add_incoming(fast, before)
-    phi.add_incoming(merged, slow_end)
-    return phi
+    return _libm_where(o, big, fast, "cosf" if cosine else "sinf", x)
 
 
 def sin(o: _Ops, x: ir.Value) -> ir.Value:
@@ -454,7 +460,7 @@ def sigmoid64(o: _Ops, x: ir.Value) -> ir.Value:
 
 
 def _sincos64(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
-    b, cg = o.b, o.cg
+    b = o.b
     ax = o.call("fabs", [x])
     big = b.fcmp_unordered(">", ax, o.k(SINCOS_LIMIT64, F64))        # also NaN
     axc = o.sel(big, o.k(0.0, F64), ax)
@@ -475,21 +481,7 @@ def _sincos64(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
     if not cosine:
         flip = b.xor(flip, b.and_(o.bits(x, I64), o.k(-0x8000000000000000, I64)))
     fast = o.floats(b.xor(o.bits(y, I64), flip), F64)
-    if o.lanes == 1:
-        any_big = big
-    else:
-        fn = cg.declare(f"llvm.vector.reduce.or.{type_suffix(big.type)}", ir.IntType(1),
-                        [big.type])
-        any_big = b.call(fn, [big])
-    before = b.block
-    with b.if_then(any_big, likely=False):
-        slow = libm_lanes(cg, "cos" if cosine else "sin", [x])
-        merged = o.sel(big, slow, fast)
-        slow_end = b.block
-    phi = b.phi(fast.type)
-    phi.add_incoming(fast, before)
-    phi.add_incoming(merged, slow_end)
-    return phi
+    return _libm_where(o, big, fast, "cos" if cosine else "sin", x)
 
 
 _UNARY64: dict[Intrinsic, Callable[[_Ops, ir.Value], ir.Value]] = {
