@@ -56,7 +56,7 @@ def test_cli_page_and_example_header(tmp_path):
     assert "$ tdsl --help" in cli and "## tdsl cache clear" in cli
     header = (tmp_path / "example_kernel.h").read_text()
     assert "int32_t linear(" in header and "TDSL_ERR_NULL_POINTER" in header
-    assert "libgomp" in header and "CPU '" in header
+    assert "GOMP_parallel" in header and "CPU '" in header
 
 
 def test_tvm_page_shows_the_readme_section_and_compat_readme(tmp_path):

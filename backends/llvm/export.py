@@ -2,8 +2,9 @@
 
 ``export_library("mm.so")`` writes two files:
 
-- ``mm.so``: the kernel's PIC object linked with ``gcc -shared`` (``-lgomp`` when it
-  has parallel loops, ``-lm``).  The object carries the kernel's signature in its
+- ``mm.so``: the kernel's PIC object linked with ``gcc -shared`` (with a private copy of
+  tdsl's thread pool when it has parallel loops -- libgomp where that pool does not
+  exist -- and ``-lm``).  The object carries the kernel's signature in its
   ``tdsl_meta`` section (see ``cabi``), and ``export_library`` adds the LLVM IR in a
   ``tdsl_source`` section, so ``load_module("mm.so")`` needs nothing beside it -- and
   a library the user links from ``save("mm.o")`` loads the same way;
@@ -134,8 +135,10 @@ def c_header(func: PrimFunc, entry: str, written: "frozenset[int]", target: str,
     ]
     lines += _cpu_lines(spec)
     if parallel:
-        lines += [" * Runtime: parallel loops run on OpenMP through GNU libgomp (link with -lgomp",
-                  " * or -fopenmp; the library made by export_library links it already) and libm."]
+        lines += [" * Runtime: the parallel loops call GOMP_parallel. The shared library made by",
+                  " * export_library carries its own thread pool for it (pthreads; no OpenMP",
+                  " * runtime needed); link the object file (save(\"x.o\")) with -lgomp or",
+                  " * -fopenmp. Also libm."]
     else:
         lines += [" * Runtime: libm only (no threads)."]
     lines += [
@@ -202,7 +205,7 @@ def export_library(mod: "LLVMModule", path: str, cc: str = "gcc",
         src.write_bytes(_source_object(c.entry, c.ir_text, c.spec))
         cmd = [cc, "-shared", "-o", str(p), str(obj), str(src)] + list(options or [])
         if c.uses_parallel:
-            cmd.append("-lgomp")
+            cmd += _parallel_runtime(c.spec, Path(tmp))
         cmd.append("-lm")
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
@@ -211,6 +214,19 @@ def export_library(mod: "LLVMModule", path: str, cc: str = "gcc",
     stale = metadata_path(p)
     if stale.exists():  # an older export's sidecar would describe another kernel
         stale.unlink()
+
+
+def _parallel_runtime(spec: MachineSpec, tmp: Path) -> list[str]:
+    """Linker arguments that give a parallel kernel its ``GOMP_parallel``: tdsl's thread
+    pool, embedded (hidden) in the library -- the same runtime as a JIT-built kernel's, so a
+    loaded library (a tuning candidate, a deployed kernel) runs as fast as the JIT-built
+    one -- or libgomp where the pool is not supported (not Linux x86-64/AArch64)."""
+    from .threadpool import embedded_pool_object, embedded_pool_supported
+    if not embedded_pool_supported(spec):
+        return ["-lgomp"]
+    pool = tmp / "threadpool.o"
+    pool.write_bytes(embedded_pool_object(spec))
+    return [str(pool), "-lpthread"]
 
 
 def _embedded_sources(path: Path) -> dict[str, str]:

@@ -57,19 +57,27 @@ CALLER_SPIN = 20000
 STATE = ("gen", "active", "holders", "busy", "taken", "want", "workers")
 
 
-def _module(machine: str) -> ir.Module:
+def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = False
+            ) -> ir.Module:
+    """The pool's IR; ``entry`` names its GOMP_parallel-shaped entry point.  ``private``:
+    the state and the worker get internal linkage (a copy embedded in an exported library
+    is that library's own, invisible to the rest of the process)."""
     m = ir.Module(name="tdsl_threadpool")
+    linkage = "internal" if private else ""
     g = {}
     for name in STATE:
         v = ir.GlobalVariable(m, I32, f"tdsl_pool_{name}")
         v.initializer = ir.Constant(I32, 0)
         v.align = 64
+        v.linkage = linkage
         g[name] = v
     fn_t = ir.FunctionType(VOID, [I8P]).as_pointer()
     g_fn = ir.GlobalVariable(m, fn_t, "tdsl_pool_fn")
     g_fn.initializer = ir.Constant(fn_t, None)
+    g_fn.linkage = linkage
     g_data = ir.GlobalVariable(m, I8P, "tdsl_pool_data")
     g_data.initializer = ir.Constant(I8P, None)
+    g_data.linkage = linkage
     syscall = ir.Function(m, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
     worker_t = ir.FunctionType(I8P, [I8P])
     pthread_create = ir.Function(m, ir.FunctionType(I32, [I64.as_pointer(), I8P,
@@ -119,6 +127,7 @@ def _module(machine: str) -> ir.Module:
 
     # ---- the worker --------------------------------------------------------------------------
     worker = ir.Function(m, worker_t, "tdsl_pool_worker")
+    worker.linkage = linkage
     b = ir.IRBuilder(worker.append_basic_block("entry"))
     seen = b.alloca(I32)
     b.store(b.trunc(b.ptrtoint(worker.args[0], I64), I32), seen)
@@ -156,7 +165,7 @@ def _module(machine: str) -> ir.Module:
     b.branch(loop)
 
     # ---- the caller: GOMP_parallel's signature ----------------------------------------------------
-    par = ir.Function(m, ir.FunctionType(VOID, [fn_t, I8P, I32, I32]), "tdsl_pool_parallel")
+    par = ir.Function(m, ir.FunctionType(VOID, [fn_t, I8P, I32, I32]), entry)
     fn, data, n = par.args[0], par.args[1], par.args[2]
     b = ir.IRBuilder(par.append_basic_block("entry"))
     tid = b.alloca(I64)
@@ -215,6 +224,28 @@ def _module(machine: str) -> ir.Module:
     store(b, ir.Constant(I32, 0), g["busy"])
     b.ret_void()
     return m
+
+
+def embedded_pool_object(spec: Any) -> bytes:
+    """The pool as an object file for an exported library (``export.py``): its entry is a
+    hidden ``GOMP_parallel``, so the library's kernels bind to their own copy of the pool
+    (no libgomp, and none of its wake-up waits: see the module docstring) and the process's
+    other ``GOMP_parallel`` (libgomp's, another library's) is neither used nor replaced.
+    A forked child needs no reset: the caller runs every chunk no helper claims."""
+    from .machine import emit_object, optimize, parse
+    machine = spec.triple.split("-")[0].lower()
+    if machine not in _SYS_FUTEX:
+        raise NotImplementedError(f"no native thread pool for {machine}")
+    text = str(_module(machine, entry="GOMP_parallel", private=True))
+    text = text.replace('define void @"GOMP_parallel"', 'define hidden void @"GOMP_parallel"')
+    mod = parse(text)
+    optimize(mod, spec)
+    return emit_object(mod, spec)
+
+
+def embedded_pool_supported(spec: Any) -> bool:
+    """Whether ``embedded_pool_object`` can serve ``spec`` (Linux on x86-64 or AArch64)."""
+    return "linux" in spec.triple and spec.triple.split("-")[0].lower() in _SYS_FUTEX
 
 
 class NativePool:

@@ -84,7 +84,7 @@ def test_c_program_checks_status_codes(tmp_path, parallel):
         in header
     for name in ("TDSL_OK", "TDSL_ERR_NULL_POINTER", "TDSL_ERR_BAD_SIZE"):
         assert f"#define {name}" in header
-    assert ("libgomp" in header) == parallel
+    assert ("GOMP_parallel" in header) == parallel
     triple, cpu, _ = host_info()
     assert f"CPU '{cpu}'" in header and triple in header
     assert ("AVX-512" in header) == machine_spec(td.as_target("llvm")).has_avx512

@@ -54,6 +54,53 @@ def test_export_load_roundtrip(tmp_path, parallel):
     assert len(r.results) == 2 and r.mean > 0
 
 
+def _elf_dynamic(path) -> tuple[str, str]:
+    """(NEEDED libraries, undefined dynamic symbols) of a shared library, by readelf/nm."""
+    needed = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True).stdout
+    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(path)],
+                               capture_output=True, text=True).stdout
+    return needed, undefined
+
+
+@needs_gcc
+@pytest.mark.skipif(shutil.which("readelf") is None or shutil.which("nm") is None,
+                    reason="binutils (readelf, nm) not found")
+def test_exported_parallel_library_carries_its_own_thread_pool(tmp_path):
+    """A parallel kernel's library runs on tdsl's pool, not libgomp: the JIT-built kernel's
+    runtime (libgomp's fork-join waits for every thread and measured 20-40x slower on a busy
+    machine, so tuning candidates -- timed from exported libraries -- were mis-ranked).  The
+    pool is hidden: the library neither needs nor exports GOMP_parallel."""
+    import sys
+    mod = build(tiled_matmul("mm_pool", K=32, outer=P))
+    path = tmp_path / "mm.so"
+    mod.export_library(str(path))
+    needed, undefined = _elf_dynamic(path)
+    assert "libgomp" not in needed and "GOMP_parallel" not in undefined, needed + undefined
+    exported = subprocess.run(["nm", "-D", "--defined-only", str(path)],
+                              capture_output=True, text=True).stdout
+    assert "GOMP_parallel" not in exported and "tdsl_pool" not in exported, exported
+    # a fresh process that never loads libgomp: two threads, two libraries, the right answer
+    mod.export_library(str(tmp_path / "mm2.so"))
+    code = textwrap.dedent(f"""
+        import numpy as np, tdsl as td
+        rng = np.random.default_rng(3)
+        for name in ("mm.so", "mm2.so", "mm.so"):
+            m = td.load_module({str(tmp_path)!r} + "/" + name)
+            m.set_num_threads(2)
+            a, b = (rng.standard_normal(s).astype("float32") for s in ((37, 32), (32, 29)))
+            c = rng.standard_normal((37, 29)).astype("float32")
+            for _ in range(20):
+                m(a, b, c)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+        maps = open("/proc/self/maps").read()
+        print("gomp loaded" if "libgomp" in maps else "no gomp")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**__import__("os").environ, "TDSL_CACHE_DIR": "off"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no gomp" in r.stdout, r.stdout
+
+
 @needs_gcc
 def test_header_and_c_program(tmp_path):
     mod = build(tiled_matmul("mm", K=32, outer=P))
