@@ -101,23 +101,24 @@ class Tuner:
         """Learn from earlier records of this task (default: nothing)."""
 
     def default_candidates(self) -> list[Candidate]:
-        """The untuned programs: the default schedule (an empty trace) and, when the
-        computation has ``tdsl.ops`` operators, ``ops.schedule``'s (legal ones only)."""
+        """The untuned programs: the default schedule (an empty trace) and
+        ``ops.schedule``'s (legal ones only).  ``ops.schedule`` schedules any computation
+        (its generic rules cover stages that are not ``tdsl.ops`` operators: a hand-written
+        GEMV gets its rfactor-vector schedule), so it is always a baseline to beat."""
         out = []
         naive = self.task.lower_trace("[]", (), {DEFAULT_KEY: "default"})
         if naive.valid:
             out.append(naive)
-        from tdsl.ops import kind_of, schedule as ops_schedule
-        if any(kind_of(op) is not None for op in _all_ops(self.task.outputs)):
-            try:
-                trace = ops_schedule([op.output(0) for op in self.task.outputs],
-                                     self.task.target).trace.to_json()
-            except TDSLError:
-                trace = None
-            if trace is not None:
-                c = self.task.lower_trace(trace, (), {DEFAULT_KEY: "ops.schedule"})
-                if c.valid and all(c.prog_hash != d.prog_hash for d in out):
-                    out.append(c)
+        from tdsl.ops import schedule as ops_schedule
+        try:
+            trace = ops_schedule([op.output(0) for op in self.task.outputs],
+                                 self.task.target).trace.to_json()
+        except TDSLError:
+            trace = None
+        if trace is not None:
+            c = self.task.lower_trace(trace, (), {DEFAULT_KEY: "ops.schedule"})
+            if c.valid and all(c.prog_hash != d.prog_hash for d in out):
+                out.append(c)
         return out
 
     # ---- the loop --------------------------------------------------------------------------
@@ -457,19 +458,6 @@ def _illegal_hash(c: Candidate) -> str:
     """The program hash an illegal candidate is recorded under (by trace, else config)."""
     key = "illegal:" + c.trace if c.trace != "[]" else "illegal:" + repr(c.config)
     return "illegal-" + hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
-
-
-def _all_ops(outputs: Sequence[Any]) -> list:
-    """Every operation ``outputs`` depend on (each once)."""
-    seen: dict[int, Any] = {}
-    stack = list(outputs)
-    while stack:
-        op = stack.pop()
-        if id(op) in seen:
-            continue
-        seen[id(op)] = op
-        stack.extend(t.op for t in getattr(op, "input_tensors", ()))
-    return list(seen.values())
 
 
 def _default_option() -> MeasureOption:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from timing import interleaved
+
 # OpenBLAS settings some machines export (a forced core type, a small L2 size) slow NumPy's
 # kernels down; peers must run at their best, so the script re-executes itself without them.
 _STRIP_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
@@ -41,29 +43,12 @@ RESULTS = ROOT / "results"
 
 
 # ---- timing ------------------------------------------------------------------------------------
-def _calibrate(fn: Callable[[], Any], min_sample_s: float) -> int:
-    """Calls per sample so that one sample lasts at least ``min_sample_s``."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    dt = max(time.perf_counter() - t0, 1e-7)
-    return max(1, min(1000, int(min_sample_s / dt + 0.999)))
-
-
 def measure(contenders: dict[str, Callable[[], Any]], rounds: int, min_sample_s: float
             ) -> dict[str, dict]:
-    """Interleaved rounds: each round takes one sample (``number`` calls) of every contender."""
-    numbers = {k: _calibrate(fn, min_sample_s) for k, fn in contenders.items()}
-    samples: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(rounds):
-        for k, fn in contenders.items():
-            n = numbers[k]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            samples[k].append((time.perf_counter() - t0) / n)
-    return {k: {"median_s": statistics.median(v), "min_s": min(v), "samples_s": v,
-                "calls_per_sample": numbers[k]} for k, v in samples.items()}
+    """Interleaved rounds (``timing.interleaved``): each round takes one sample (``number``
+    calls, after a rest that lets the previous contender's threads go idle) of every
+    contender."""
+    return interleaved(contenders, rounds, min_sample_s)
 
 
 # ---- environment --------------------------------------------------------------------------------

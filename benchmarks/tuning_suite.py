@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+import timing
 import tdsl as td
 from tdsl import autotune, ops
 from tdsl.tensor import PlaceholderOp
@@ -198,32 +199,17 @@ SLOW_ROUNDS = 3
 
 
 def interleaved(contenders: dict, rounds: int, min_ms: float = 20.0) -> dict:
-    """Median seconds per call of each contender: each sample runs it ``number`` times
-    (enough for ``min_ms``), one sample of each per round, the order rotated per round."""
-    numbers, slow = {}, set()
+    """Median seconds per call of each contender (``timing.interleaved``); a contender
+    slower than ``SLOW_SECONDS`` per call gets one call per sample, ``SLOW_ROUNDS`` samples."""
+    numbers, slow = {}, {}
     for name, fn in contenders.items():
         t0 = time.perf_counter()
         fn()
         if time.perf_counter() - t0 > SLOW_SECONDS:
-            slow.add(name)
-            numbers[name] = 1
-            continue
-        t0 = time.perf_counter()
-        fn()
-        one = max(time.perf_counter() - t0, 1e-7)
-        numbers[name] = max(1, min(1000, int(min_ms / 1e3 / one)))
-    samples: dict = {n: [] for n in contenders}
-    names = list(contenders)
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            if name in slow and r >= SLOW_ROUNDS:
-                continue
-            fn, k = contenders[name], numbers[name]
-            t0 = time.perf_counter()
-            for _ in range(k):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / k)
-    return {n: statistics.median(v) for n, v in samples.items()}
+            numbers[name], slow[name] = 1, SLOW_ROUNDS
+    res = timing.interleaved(contenders, rounds, min_ms / 1e3, numbers=numbers,
+                             max_rounds=slow)
+    return {n: r["median_s"] for n, r in res.items()}
 
 
 @dataclass

@@ -65,10 +65,11 @@ def test_untuned_programs_are_in_the_first_batch():
     tuner = autotune.RandomTuner(task)
     kinds = {c.config[DEFAULT_KEY] for c in tuner.default_candidates()}
     assert kinds == {"default", "ops.schedule"}
-    # a plain computation has only the default schedule
+    # a computation written without tdsl.ops gets ops.schedule's generic schedule too
+    # (a hand-written GEMV's rfactor-vector one: the tuner never returns worse than it)
     plain = autotune.create_task(small_matmul, (16, 16, 16))
-    assert [c.config for c in autotune.RandomTuner(plain).default_candidates()] == \
-        [{DEFAULT_KEY: "default"}]
+    kinds = [c.config[DEFAULT_KEY] for c in autotune.RandomTuner(plain).default_candidates()]
+    assert kinds == ["default", "ops.schedule"]
 
 
 def test_first_batch_measures_the_default_and_nothing_beats_it_returns_it(tmp_path):
