@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from timing import interleaved
+from timing import SETTLE_S, interleaved
 
 # OpenBLAS settings some machines export (a forced core type, a small L2 size) slow NumPy's
 # kernels down; peers must run at their best, so the script re-executes itself without them.
@@ -577,9 +577,16 @@ class Suite:
         gaps = (0.0, 0.001, 0.01, 0.2)
         reps = max(5, self.rounds)
         samples: dict = {(k, g): [] for k in cont for g in gaps}
-        for _ in range(reps):
-            for g in gaps:
-                for k, fn in cont.items():
+        # Each round gives every contender its own stretch of the machine: a rest first
+        # (timing.SETTLE_S: the previous contender's threads stop spinning), then one call
+        # per gap.  Interleaving contenders call by call would time each after the others'
+        # spinning threads (OpenBLAS's spin ~0.1 s), not after its own idle gap.
+        for r in range(reps):
+            names = list(cont)
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                fn = cont[k]
+                time.sleep(SETTLE_S)
+                for g in gaps:
                     if g:
                         time.sleep(g)
                     else:

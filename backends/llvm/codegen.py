@@ -40,6 +40,7 @@ from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, Fo
 from . import bfloat, cabi, externs, parallel, vectorize
 from .exprs import ExprEmitter
 from .lanes import UNIFORM, VVal, is_zero, uniform
+from .speculate import speculatable_loads
 from .lltypes import (I1, I8, I8P, I32, I64, VOID, StringAttributes, const, loop_metadata,
                       mem_type)
 from .machine import MachineSpec, data_layout
@@ -119,6 +120,8 @@ class CodeGen(ExprEmitter):
         self.uses_parallel = False
         self.notes: list[str] = []
         self._load_cache: dict[int, bool] = {}
+        #: loads proven in bounds: a lazy operand holding only those runs eagerly
+        self._speculatable = speculatable_loads(func)
         self._keep: list[Any] = []
         self._outlined = 0
         self._lane_splits = 0

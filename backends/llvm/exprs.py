@@ -45,6 +45,7 @@ class ExprEmitter:
     # provided by CodeGen
     b: ir.IRBuilder
     st: Any
+    _speculatable: "set[int]"
 
     # ---- entry points ------------------------------------------------------------------
     def expr(self, e: Expr) -> VVal:
@@ -382,11 +383,13 @@ class ExprEmitter:
 
     # ---- helpers ---------------------------------------------------------------------------------
     def has_load(self, e: Expr) -> bool:
-        """True if evaluating ``e`` reads memory (so it must not run speculatively)."""
+        """True if evaluating ``e`` reads memory that may be out of bounds (so it must not
+        run speculatively); loads proven in bounds (``speculate.py``) don't count."""
         key = id(e)
         cached = self._load_cache.get(key)
         if cached is None:
-            cached = isinstance(e, BufferLoad) or any(self.has_load(c) for c in children(e))
+            cached = (isinstance(e, BufferLoad) and key not in self._speculatable) or \
+                any(self.has_load(c) for c in children(e))
             self._load_cache[key] = cached
             self._keep.append(e)
         return cached

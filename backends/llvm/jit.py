@@ -13,6 +13,7 @@ import ctypes.util
 import functools
 import itertools
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,13 +79,39 @@ def gomp_available() -> bool:
     return libgomp() is not None
 
 
+#: Trackers of libraries nothing references any more, disposed at the next ``link``
+#: (under ``LLVM_LOCK``).  llvmlite disposes a ``ResourceTracker`` when it is collected, in
+#: whatever thread the garbage collector runs -- possibly while another thread is inside
+#: ORC's ``link`` (ctypes releases the GIL there), and removing a library from the session
+#: concurrently with a link aborts the process.  So a library's tracker outlives it here.
+_retired: list[Any] = []
+
+
+def _retire(tracker: Any) -> None:
+    _retired.append(tracker)     # list.append is atomic: safe from any thread or finalizer
+
+
+def dispose_retired() -> int:
+    """Free the JIT memory of libraries no module references any more; returns how many."""
+    with LLVM_LOCK:
+        n = 0
+        while _retired:
+            _retired.pop().close()
+            n += 1
+        return n
+
+
 @dataclass
 class JitLibrary:
-    """A linked kernel: symbol addresses, valid while ``tracker`` lives."""
+    """A linked kernel: symbol addresses, valid while this object (and so ``tracker``)
+    lives; when it is collected, its tracker is retired (``_retire``), not disposed."""
 
     name: str
     tracker: Any
     addresses: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        weakref.finalize(self, _retire, self.tracker)
 
     def __getitem__(self, symbol: str) -> int:
         return self.addresses[symbol]
@@ -113,6 +140,7 @@ def link(obj: bytes, exports: list[str], needs_gomp: bool,
         builder.export_symbol(sym)
     name = f"tdsl_kernel_{next(_names)}"
     with LLVM_LOCK:
+        dispose_retired()
         try:
             tracker = builder.link(engine(), name)
         except RuntimeError as e:

@@ -17,7 +17,8 @@ closure, nthreads, 0)``, where ``nthreads`` is the module global
 ``<entry>__num_threads`` capped by the extent (0 lets the runtime decide; 1 calls the
 launcher directly, with no runtime overhead).  In a Python process the JIT binds
 ``GOMP_parallel`` to tdsl's pool (``tdsl/runtime/pool.py``), which returns as soon as
-the chunks are done; an exported library links libgomp.  The Python module writes the
+the chunks are done; an exported library carries its own copy of that pool
+(``threadpool.embedded_pool_object``).  The Python module writes the
 thread count before each call; a C caller can use ``<entry>_set_num_threads(n)``.
 Parallel loops nested in a parallel body run serially.
 """

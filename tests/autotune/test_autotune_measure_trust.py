@@ -230,7 +230,9 @@ def test_a_cold_first_run_is_never_a_cost(monkeypatch):
     opts = autotune.LocalRunner(repeat=4, min_repeat_ms=2).options()
     opts["check"] = False
     costs, err, _ = measure_jobs.run_job(task.payload(), task.key, task.sizes, "llvm", None, "[]",
-                                         {}, opts, 1e-3, None, task.name)
+                                         {}, opts, 1e-2, None, task.name)
+    # (best 10 ms: the cold 200 ms run is far above reject_factor x best, the warm ~1 ms
+    # runs far below it even when a loaded machine oversleeps the 1 ms)
     assert err is None and len(costs) == 4
     assert max(costs) < 0.05
 
