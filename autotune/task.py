@@ -22,7 +22,7 @@ import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from tdsl.errors import BuildError, LoweringError, ScheduleError, ShapeError, TuningError
 from tdsl.expr import Reduce
@@ -210,11 +210,22 @@ class Task:
             trace = sch.trace.to_json()
         except ILLEGAL as e:
             return Candidate(point, config, "[]", error=f"{type(e).__name__}: {e}")
+        if len(sch.outputs) == len(self.outputs) and \
+                all(a is b for a, b in zip(sch.outputs, self.outputs)):
+            # a schedule of this task's own tensors (the sketch rules') is lowered as it
+            # is: its trace replays to the same program (test_autotune_replay_fidelity.py),
+            # and replaying it here too doubled the search's cost per candidate
+            return self._lower(lambda: sch, trace, point, config)
+        # a template builds its own tensors: its trace is replayed onto the task's
         return self.lower_trace(trace, point, config)
 
     def lower_trace(self, trace: str, point: tuple = (), config: "dict | None" = None) -> Candidate:
+        return self._lower(lambda: replay(trace, self.outputs), trace, point, config)
+
+    def _lower(self, schedule: Callable[[], Any], trace: str, point: tuple,
+               config: "dict | None") -> Candidate:
         try:
-            sch = replay(trace, self.outputs)
+            sch = schedule()
             func = lower(sch, self.args, name=_symbol(self.name))
             if self.target.kind is TargetKind.CUDA:
                 check_gpu_resources(func, self.target)

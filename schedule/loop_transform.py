@@ -16,7 +16,7 @@ from tdsl.expr import Const, Expr, convert
 from tdsl.tensor import IterKind, IterVar
 
 from .relations import Fuse, Split
-from .stage import Stage
+from .stage import Stage, position
 from .tensorize import check_outside_region, check_reorder_keeps_region
 
 
@@ -66,7 +66,7 @@ def split(stage: Stage, parent: Any, factor: Any = None, nparts: Any = None) -> 
     outer = stage.new_iter_var(f"{parent.name}.outer", parent.kind)
     inner = stage.new_iter_var(f"{parent.name}.inner", parent.kind)
     stage.relations.append(Split(parent, outer, inner, f, p))
-    pos = stage.leaf_iter_vars.index(parent)
+    pos = position(stage.leaf_iter_vars, parent)
     stage.leaf_iter_vars[pos:pos + 1] = [outer, inner]
     old = stage.iter_attrs.pop(parent, None)
     if old is not None and old.pragmas:
@@ -79,7 +79,7 @@ def _move_attachments(stage: Stage, old: list[IterVar], new: IterVar) -> None:
     """Stages attached at a replaced loop move to the loop whose body now holds that body
     (bound inference recomputes the region they need there)."""
     for other in stage._sch.stages:
-        if other.attach_stage is stage and other.attach_ivar in old:
+        if other.attach_stage is stage and any(other.attach_ivar is v for v in old):
             other.attach_ivar = new
 
 
@@ -87,7 +87,7 @@ def check_fuse(stage: Stage, ivs: tuple) -> list[IterVar]:
     if not ivs:
         raise ScheduleError("fuse", stage.name, "give at least one loop")
     leaves = [stage.find_leaf("fuse", iv) for iv in ivs]
-    pos = [stage.leaf_iter_vars.index(iv) for iv in leaves]
+    pos = [position(stage.leaf_iter_vars, iv) for iv in leaves]
     for a, b, pa, pb in zip(leaves, leaves[1:], pos, pos[1:]):
         if pb != pa + 1:
             raise ScheduleError("fuse", stage.name, f"loops '{a.name}' and '{b.name}' are not adjacent "
@@ -108,7 +108,7 @@ def fuse(stage: Stage, *ivs: IterVar) -> IterVar:
     for inner in leaves[1:]:
         new = stage.new_iter_var(f"{fused.name}.{inner.name}.fused", fused.kind)
         stage.relations.append(Fuse(fused, inner, new))
-        pos = stage.leaf_iter_vars.index(fused)
+        pos = position(stage.leaf_iter_vars, fused)
         stage.leaf_iter_vars[pos:pos + 2] = [new]
         _move_attachments(stage, [fused, inner], new)
         fused = new
@@ -122,7 +122,7 @@ def check_reorder(stage: Stage, ivs: tuple) -> list[IterVar]:
         if iv in seen:
             raise ScheduleError("reorder", stage.name, f"loop '{iv.name}' is given twice", iv.name)
         seen.add(iv)
-    positions = sorted(stage.leaf_iter_vars.index(iv) for iv in leaves)
+    positions = sorted(position(stage.leaf_iter_vars, iv) for iv in leaves)
     new_order = list(stage.leaf_iter_vars)
     for pos, iv in zip(positions, leaves):
         new_order[pos] = iv
@@ -132,7 +132,7 @@ def check_reorder(stage: Stage, ivs: tuple) -> list[IterVar]:
 
 def reorder(stage: Stage, *ivs: IterVar) -> None:
     leaves = check_reorder(stage, ivs)
-    positions = sorted(stage.leaf_iter_vars.index(iv) for iv in leaves)
+    positions = sorted(position(stage.leaf_iter_vars, iv) for iv in leaves)
     for pos, iv in zip(positions, leaves):
         stage.leaf_iter_vars[pos] = iv
 

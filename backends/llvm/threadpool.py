@@ -226,6 +226,7 @@ def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = Fal
     return m
 
 
+@functools.lru_cache(maxsize=4)
 def embedded_pool_object(spec: Any) -> bytes:
     """The pool as an object file for an exported library (``export.py``): its entry is a
     hidden ``GOMP_parallel``, so the library's kernels bind to their own copy of the pool

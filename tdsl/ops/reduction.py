@@ -23,13 +23,23 @@ _rprod = comm_reducer(lambda x, y: x * y, lambda t: Const(1, t), name="prod")
 
 def _argreducer(better: Callable[[Expr, Expr], Expr], identity: Callable[[DType], Const],
                 name: str) -> Any:
+    """An (index, value) reducer with NumPy's semantics: NaN beats every number (the first
+    NaN wins), ties go to the smaller index, and the identity's index (the index dtype's
+    largest value) loses every tie -- so a row of -inf gives 0, as NumPy does, never the
+    identity.  Commutative and associative, so rfactor can merge partial results."""
     def fcombine(x: tuple, y: tuple) -> tuple:
-        # (index, value) pairs; on ties the smaller index wins (first occurrence, as NumPy).
-        take = better(y[1], x[1]) | ((y[1] == x[1]) & (y[0] < x[0]))
+        xv, yv = x[1], y[1]
+        win = better(yv, xv)
+        tie = yv == xv
+        if xv.dtype.is_float:
+            ynan, xnan = _i.isnan(yv), _i.isnan(xv)
+            win = win | (ynan & ~xnan)
+            tie = tie | (ynan & xnan)
+        take = win | (tie & (y[0] < x[0]))
         return _i.if_then_else(take, y[0], x[0]), _i.if_then_else(take, y[1], x[1])
 
     def fidentity(t0: DType, t1: DType) -> tuple:
-        return Const(-1, t0), identity(t1)
+        return max_value(t0), identity(t1)
     return comm_reducer(fcombine, fidentity, name=name)
 
 
@@ -84,10 +94,13 @@ def sum(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa:
 
 
 def max(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Largest value along ``axis``.  NaN is not propagated as NumPy's ``max`` does: a
+    NaN may be skipped (as ``np.fmax.reduce``); ``argmax`` follows NumPy exactly."""
     return reduce(x, _rmax, axis, keepdims, "T_max")
 
 
 def min(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Smallest value along ``axis`` (NaN as in ``max``)."""
     return reduce(x, _rmin, axis, keepdims, "T_min")
 
 
@@ -129,10 +142,15 @@ def _arg(op: str, red: Any, x: Tensor, axis: "int | None", keepdims: bool) -> Te
             for o, e in enumerate(kept):
                 src[e] = idx[o]
         src[d] = k
-        return red((k.var.astype(INDEX), x(*src)), axis=k)
+        return red((k.var.astype(index_dtype), x(*src)), axis=k)
+    # 32-bit indices inside the reduction where the axis is short enough: twice the
+    # vector lanes, and single-cycle compares (x86 has no fast 64-bit vector compare)
+    n = x.shape[d]
+    index_dtype = "int32" if isinstance(n, Const) and n.value < 2 ** 31 - 1 else INDEX
     index, _value = compute(shape, body, name=f"T_{op}_red", tag=OpKind.REDUCE)
     # The (index, value) reduction is an intermediate; the result copies the index out.
-    return compute(shape, lambda *idx: index(*idx), name=f"T_{op}", tag=OpKind.ELEMWISE)
+    return compute(shape, lambda *idx: index(*idx).astype(INDEX), name=f"T_{op}",
+                   tag=OpKind.ELEMWISE)
 
 
 def argmax(x: Tensor, axis: "int | None" = None, keepdims: bool = False) -> Tensor:
