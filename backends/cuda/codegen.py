@@ -23,7 +23,7 @@ from tdsl.visitor import post_order_visit
 
 from . import barriers, wmma_acc
 from .allreduce import AllReduceEmitter
-from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type
+from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type, type_helper
 from .kernels import KernelInfo, const_span, same_extent, walk
 from .prelude import prelude
 from .vectorize import LANES, VectorAccess, VectorPlan, plan_vector_loop
@@ -55,8 +55,7 @@ class KernelRenderer(CStyleRenderer):
                 p.name = self.names.bind(p.buffer, p.buffer.name)
                 const = "const " if p.is_const else ""
                 p.c_decl = f"{const}{c_type(p.buffer.dtype)}* __restrict__"
-                if p.buffer.dtype.value == "float16":
-                    self.helpers.add("half")
+                self.use_type(p.buffer.dtype)
             else:
                 p.name = self.names.bind(p.var, p.var.name)
                 p.c_decl = "long long"
@@ -69,6 +68,7 @@ class KernelRenderer(CStyleRenderer):
         self.depth = 1
         for buf in k.shared:
             self.helpers.add("shared")
+            self.use_type(buf.dtype)
             name = self.names.bind(buf, buf.name)
             k.c_names[name] = buf.name
             self.emit(f"__shared__ tdsl_shared<{c_type(buf.dtype)}, {const_span(buf)}> {name};")
@@ -83,6 +83,12 @@ class KernelRenderer(CStyleRenderer):
         head = f'extern "C" __global__ void {launch_bounds}{k.name}({", ".join(params)}) {{'
         k.source = f"{head}\n{body}\n}}\n"
         return k.source
+
+    def use_type(self, dtype: DType) -> None:
+        """Record the prelude helper that defines ``dtype``'s C type (float16, bfloat16)."""
+        helper = type_helper(dtype)
+        if helper:
+            self.helpers.add(helper)
 
     def stmt_handlers(self) -> dict[type, Callable[[Any], None]]:
         h = super().stmt_handlers()
@@ -283,8 +289,7 @@ class KernelRenderer(CStyleRenderer):
         buf = s.buffer
         if buf.scope is StorageScope.LOCAL:
             name = self.names.bind(buf, buf.name)
-            if buf.dtype.value == "float16":
-                self.helpers.add("half")
+            self.use_type(buf.dtype)
             at = len(self.lines)
             self.emit(f"{c_type(buf.dtype)} {name}[{const_span(buf)}];")
             self.stmt(s.body)
