@@ -163,9 +163,12 @@ class _Splitter:
                               f"the host, which the CUDA backend does not support; build for "
                               f"'llvm'")
         if isinstance(s, For) and "scan" in s.annotations:
-            return BuildError(f"CUDA: the scan stage '{s.annotations['scan']}' (td.scan) runs "
-                              f"as serial loops on the host, which the CUDA backend does not "
-                              f"support yet; build for 'llvm'")
+            return BuildError(f"CUDA: the scan stage '{s.annotations['scan']}' (td.scan) is "
+                              f"unscheduled, so its steps run as serial loops outside every "
+                              f"kernel; bind its spatial loops (s[scan].split(scan.op."
+                              f"spatial_axis[0], ...), then bind to blockIdx.x/threadIdx.x, as "
+                              f"for the update compute in TVM) so each GPU thread runs the "
+                              f"recurrence of its points, or build for 'llvm'")
         stages = _stage_names(s)
         what = f"stage '{stages[0]}'" if len(stages) == 1 else \
             ("stages " + ", ".join(f"'{n}'" for n in stages)) if stages else "a statement"
