@@ -15,8 +15,9 @@ from typing import Any, Callable, Iterator
 
 from tdsl.errors import BuildError, InternalError
 from tdsl.expr import And, BufferLoad, Const, Expr, Var
-from tdsl.stmt import (AllReduce, Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
-                       IntrinCall, LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
+from tdsl.stmt import (AllReduce, Allocate, Barrier, Buffer, BufferRegion, ExternCall, For,
+                       ForKind, IfThenElse, IntrinCall, LetStmt, SeqStmt, Stmt, StorageScope,
+                       ThreadTag)
 from tdsl.dtype import DType
 from tdsl.target import Target
 from tdsl.visitor import post_order_visit
@@ -93,8 +94,18 @@ class KernelRenderer(CStyleRenderer):
     def stmt_handlers(self) -> dict[type, Callable[[Any], None]]:
         h = super().stmt_handlers()
         h.update({Allocate: self.allocate, Barrier: self.barrier, IntrinCall: self.intrin_call,
-                  AllReduce: self.allreduce.emit, SeqStmt: self.seq})
+                  AllReduce: self.allreduce.emit, SeqStmt: self.seq, ExternCall: self.extern_call})
         return h
+
+    def extern_call(self, s: ExternCall) -> None:
+        """Every thread calls the user's ``__device__`` function (td.extern): a pointer per
+        buffer (``tdsl_raw``: the plain pointer, also under emulation), a scalar per number."""
+        if s.device is None:
+            raise InternalError(f"CUDA codegen: extern call of '{s.func}' without device code")
+        self.helpers.add("raw")
+        args = [f"tdsl_raw({self.buffer_ref(a)})" if isinstance(a, Buffer) else self.expr(a)
+                for a in s.args]
+        self.emit(f"{s.func}({', '.join(args)});")
 
     def seq(self, s: SeqStmt) -> None:
         """Statements in order; a WMMA tile's zero-init followed by its k loop keeps the
@@ -476,4 +487,11 @@ def generate(kernels: list[KernelInfo], target: Target) -> str:
         bodies.append(r.render())
         helpers |= r.helpers
         wmma |= r.wmma_functions
-    return prelude(str(target), helpers, wmma) + "\n" + "\n".join(bodies)
+    user = []   # the device functions extern stages call, once each, before the kernels
+    for k in kernels:
+        if k.device_code and k.device_code not in user:
+            user.append(k.device_code)
+    head = prelude(str(target), helpers, wmma)
+    if user:
+        head += "\n// ---- device functions given to td.call_extern ----\n" + "\n".join(user) + "\n"
+    return head + "\n" + "\n".join(bodies)

@@ -65,6 +65,12 @@ __device__ __forceinline__ tdsl_bf16 tdsl_f2bf(float f) {
 // float64 narrows through float32 (the interpreter's and LLVM's order of roundings)
 __device__ __forceinline__ tdsl_bf16 tdsl_d2bf(double d) { return tdsl_f2bf((float)d); }"""
 
+_RAW = """\
+#ifndef TDSL_EMULATION
+// a buffer parameter as the plain pointer a td.call_extern device function takes
+template <typename T> __device__ __forceinline__ T* tdsl_raw(T* p) { return p; }
+#endif"""
+
 _SHARED = """\
 #ifndef TDSL_EMULATION
 // a block's __shared__ array (the emulation harness tracks every access to it)
@@ -174,6 +180,8 @@ def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = 
         parts.append(_FLOORDIV)
     if "shared" in helpers:
         parts.append(_SHARED)
+    if "raw" in helpers:
+        parts.append(_RAW)
     if "vector" in helpers:
         parts.append(_VECTOR)
     if "wmma" in helpers:
