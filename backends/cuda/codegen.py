@@ -189,9 +189,8 @@ class KernelRenderer(CStyleRenderer):
     # ---- vector accesses (see vectorize.py) --------------------------------------------------
     def vector_loop(self, p: VectorPlan) -> None:
         self.helpers.add("vector")
-        if p.store.ctype.startswith("tdsl_half") or any(
-                a.ctype.startswith("tdsl_half") for a in p.loads):
-            self.helpers.add("half")
+        for acc in [p.store, *p.loads]:   # the 16-bit float types the vectors hold
+            self.use_type(acc.buffer.dtype)
         for buf, nbytes in p.local_align:
             self.local_align[id(buf)] = max(self.local_align.get(id(buf), 0), nbytes)
         checks = [self.align_flag(buf, nbytes) for buf, nbytes in p.runtime_align]

@@ -71,6 +71,10 @@ _RAW = """\
 template <typename T> __device__ __forceinline__ T* tdsl_raw(T* p) { return p; }
 #endif"""
 
+_BF16_VECTOR = """\
+struct __align__(4) tdsl_bf162 { tdsl_bf16 x, y; };
+struct __align__(8) tdsl_bf164 { tdsl_bf16 x, y, z, w; };"""
+
 _SHARED = """\
 #ifndef TDSL_EMULATION
 // a block's __shared__ array (the emulation harness tracks every access to it)
@@ -176,6 +180,8 @@ def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = 
             parts.append(_HALF_VECTOR)
     if "bf16" in helpers:
         parts.append(_BF16)
+        if "vector" in helpers:
+            parts.append(_BF16_VECTOR)
     if "floordiv" in helpers:
         parts.append(_FLOORDIV)
     if "shared" in helpers:

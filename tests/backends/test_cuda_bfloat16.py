@@ -213,3 +213,28 @@ def test_ptx_uses_the_conversion_instruction_from_sm80() -> None:
     mod = td.build(s, [A, B], target="cuda")
     assert "cvt.rn.bf16.f32" in mod.ptx("sm_80") and "cvt.rn.bf16.f32" in mod.ptx("sm_90")
     assert "cvt.rn.bf16.f32" not in mod.ptx("sm_70")   # plain integer rounding there
+
+
+@pytest.mark.parametrize("n", [256, 250])
+def test_vectorized_loads_and_stores(n: int) -> None:
+    """A vectorized loop of 4 (or 2) bfloat16 lanes: tdsl_bf164/tdsl_bf162 accesses where
+    aligned, the scalar loop at the tail; bits as NumPy's."""
+    A = td.placeholder((n,), "bfloat16", name="A")
+    B = td.placeholder((n,), "bfloat16", name="B")
+    C = td.compute((n,), lambda i: A[i] * B[i] - A[i], name="C")
+    D = td.compute((n,), lambda i: A[i] + td.const(1, "bfloat16"), name="D")
+    s = td.create_schedule([C.op, D.op])
+    for st, lanes in ((C, 4), (D, 2)):
+        o, v = s[st].split(st.op.axis[0], factor=lanes)
+        bx, tx = s[st].split(o, factor=32)
+        s[st].bind(bx, td.thread_axis("blockIdx.x"))
+        s[st].bind(tx, td.thread_axis("threadIdx.x"))
+        s[st].vectorize(v)
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal(n).astype(BF)
+    b = rng.standard_normal(n).astype(BF)
+    ref, got, src = emulate(s, [A, B, C, D], [a, b, np.empty(n, BF), np.empty(n, BF)])
+    assert "tdsl_vload<tdsl_bf164>" in src and "tdsl_vstore(" in src and "tdsl_bf162" in src
+    for out in (ref, got):
+        same_bits(out[2], a * b - a)
+        same_bits(out[3], a + BF(1))

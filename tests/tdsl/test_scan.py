@@ -226,3 +226,20 @@ def test_states_that_read_each_other_advance_together():
         for out in run_both(s, [X, A, B], [x, np.empty_like(x), np.empty_like(x)]):
             np.testing.assert_allclose(out[1], wa, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(out[2], wb, rtol=1e-5, atol=1e-5)
+
+
+def test_scheduled_scan_trace_replays():
+    """The view's primitives are recorded on the scan stage, so the trace replays."""
+    from tdsl.schedule.trace import Trace
+    X, S = cumsum_scan()
+    init, update = S.op.init_ops[0], S.op.update_ops[0]
+    s = td.create_schedule(S.op)
+    for part in (init, update):
+        xo, xi = s[part].split(part.axis[1], factor=4)
+        s[part].parallel(xo)
+    X2, S2 = cumsum_scan()
+    s2 = Trace.from_json(s.trace.to_json()).apply(td.create_schedule(S2.op))
+    assert str(td.lower(s2, [X2, S2])) == str(td.lower(s, [X, S]))
+    x = np.random.default_rng(11).standard_normal((5, 10)).astype("float32")
+    for out in run_both(s2, [X2, S2], [x, np.empty_like(x)]):
+        np.testing.assert_allclose(out[1], np.cumsum(x, axis=0), rtol=1e-5, atol=1e-5)
