@@ -243,3 +243,30 @@ def test_scheduled_scan_trace_replays():
     x = np.random.default_rng(11).standard_normal((5, 10)).astype("float32")
     for out in run_both(s2, [X2, S2], [x, np.empty_like(x)]):
         np.testing.assert_allclose(out[1], np.cumsum(x, axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_nothing_attaches_inside_a_scan_stage():
+    """A scan's loops exist once scheduled, but it reads whole tensors: compute_at into
+    them is refused (no bound inference of a region it does not have)."""
+    m, n = td.var("m"), td.var("n")
+    X = td.placeholder((m, n), name="X")
+    Y = td.compute((m, n), lambda t, i: X[t, i] * 2.0, name="Y")
+    state = td.placeholder((m, n), name="state")
+    S = td.scan(td.compute((1, n), lambda _, i: Y[0, i], name="init"),
+                td.compute((m, n), lambda t, i: state[t - 1, i] + Y[t, i], name="update"), state)
+    s = td.create_schedule(S.op)
+    xo, _ = s[S].split(S.op.spatial_axis[0], factor=4)
+    with pytest.raises(ScheduleError, match="scan stage 'scan' reads whole tensors"):
+        s[Y].compute_at(s[S], xo)
+    x = np.random.default_rng(12).standard_normal((5, 10)).astype("float32")
+    for out in run_both(s, [X, S], [x, np.empty_like(x)]):
+        np.testing.assert_allclose(out[1], np.cumsum(2 * x, axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_cache_read_and_write_refuse_a_scan_clearly():
+    X, S = cumsum_scan()
+    s = td.create_schedule(S.op)
+    with pytest.raises(ScheduleError, match="reader 'scan' is a scan stage"):
+        s.cache_read(X, "shared", [S])
+    with pytest.raises(ScheduleError, match="a scan stage cannot be cache-written"):
+        s.cache_write(S, "local")
