@@ -167,6 +167,10 @@ class NestBuilder:
         from ..opaque import is_opaque
         if is_opaque(st.op):
             if hasattr(st.op, "lower_point") and st.is_scheduled():   # a scan's spatial loops
+                reason = st.op.spatial_reason()
+                if reason is not None:   # (the primitives check it; a predicate does not)
+                    raise LoweringError(f"scan '{st.name}' is scheduled, which runs its scan "
+                                        f"loop inside its spatial loops, but {reason}")
                 return self.stage_nest(st, self.bounds[st], self.in_kernel(st))
             return st.op.lower_stmt(self, st)
         b = self.bounds[st]

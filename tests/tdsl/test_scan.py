@@ -270,3 +270,19 @@ def test_cache_read_and_write_refuse_a_scan_clearly():
         s.cache_read(X, "shared", [S])
     with pytest.raises(ScheduleError, match="a scan stage cannot be cache-written"):
         s.cache_write(S, "local")
+
+
+def test_a_predicate_on_a_scan_that_cannot_run_point_by_point_fails_at_lowering():
+    """set_store_predicate schedules the stage without a loop primitive: lowering still
+    refuses the point-by-point order for an update reading other points."""
+    from tdsl.errors import LoweringError
+    m, n = td.var("m"), td.var("n")
+    X = td.placeholder((m, n), name="X")
+    state = td.placeholder((m, n), name="state")
+    S = td.scan(td.compute((1, n), lambda _, i: X[0, i], name="init"),
+                td.compute((m, n), lambda t, i: state[t - 1, i] + state[t - 1, 0] + X[t, i],
+                           name="update"), state)
+    s = td.create_schedule(S.op)
+    s[S].set_store_predicate(td.thread_axis("threadIdx.x").var == 0)
+    with pytest.raises(LoweringError, match="another spatial point"):
+        td.lower(s, [X, S])
