@@ -125,6 +125,9 @@ def type_helper(dtype: DType) -> "str | None":
 
 def float_literal(value: float, dtype: DType) -> str:
     """A C literal of ``value`` that reads back exactly in ``dtype``."""
+    if dtype is DType.BFLOAT16:   # its bits (no conversion at run time)
+        bits = int(np.array(np.float32(value)).astype(dtype.numpy).view(np.uint16))
+        return f"tdsl_bf16{{{bits:#06x}}}"
     if dtype in _HALF_FLOATS:
         return f"{_HALF_FLOATS[dtype][2]}({float_literal(value, DType.FLOAT32)})"
     if np.isnan(value):
