@@ -40,6 +40,11 @@ def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
         raise ScheduleError("compute_at", stage.name, "an output must be computed whole (at root)")
     if parent is stage:
         raise ScheduleError("compute_at", stage.name, "cannot attach a stage to its own loop")
+    if not isinstance(parent.op, ComputeOp) and not parent.is_placeholder:
+        raise ScheduleError("compute_at", stage.name, f"the {parent.op.kind} stage "
+                            f"'{parent.name}' reads whole tensors from memory, so nothing can be "
+                            f"attached inside its loops; compute '{stage.name}' at root",
+                            loop=getattr(scope, "name", None))
     if not any(v is scope for v in parent.leaf_iter_vars):
         owner = sch.owner_of(scope)
         where = f" (it belongs to stage '{owner.name}')" if owner is not None and owner is not parent else ""

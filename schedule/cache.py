@@ -51,8 +51,15 @@ def cache_read(sch: "Schedule", tensor: Tensor, scope: str, readers: list) -> Te
     if not reader_stages:
         raise ScheduleError("cache_read", src.name, "give at least one reader")
     for r in reader_stages:
+        if not isinstance(r, Stage):   # a view (s[update] of a scan)
+            raise ScheduleError("cache_read", src.name, f"reader {r!r} is not a stage of its "
+                                f"own; name the stage that reads '{src.name}'")
         if src not in [sch[t] for t in r.op.input_tensors]:
             raise ScheduleError("cache_read", src.name, f"stage '{r.name}' does not read '{src.name}'")
+        if not isinstance(r.op, ComputeOp):
+            raise ScheduleError("cache_read", src.name, f"the reader '{r.name}' is a "
+                                f"{r.op.kind} stage, which reads whole tensors from memory; "
+                                f"cache only for compute stages")
     name = sch.unique_op_name(f"{tensor.name}.{sc.value}")
     cur = sch.current_tensor(tensor)
     axis = [IterVar(Range(0, s), f"ax{d}", IterKind.DATA_PAR) for d, s in enumerate(cur.shape)]
@@ -82,7 +89,8 @@ def cache_write(sch: "Schedule", tensor: Any, scope: str) -> Any:
     st = sch[first]
     sc = _scope("cache_write", st.name, scope)
     if not isinstance(st.op, ComputeOp):
-        raise ScheduleError("cache_write", st.name, "an input cannot be cache-written")
+        what = "an input" if st.is_placeholder else f"a {st.op.kind} stage"
+        raise ScheduleError("cache_write", st.name, f"{what} cannot be cache-written")
     if st.attach_type.value != "root":
         raise ScheduleError("cache_write", st.name, f"the stage is {st.attach_type.value}-attached; call "
                             f"cache_write before compute_at / compute_inline")

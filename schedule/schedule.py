@@ -49,6 +49,11 @@ class Schedule:
     def __getitem__(self, key: Any) -> Stage:
         op = key.op if isinstance(key, Tensor) else key
         st = self.stage_map.get(id(op)) if isinstance(op, Operation) else None
+        if st is None and isinstance(op, Operation):
+            from .scan_view import scan_part
+            view = scan_part(self, op)   # the init/update of a scan: a view of its stage
+            if view is not None:
+                return view  # type: ignore[return-value]
         if st is None:
             name = getattr(op, "name", repr(key))
             raise ScheduleError("schedule[]", None, f"'{name}' is not part of this schedule (not an "

@@ -90,6 +90,9 @@ class Stage:
     def root_iter_vars(self) -> tuple[IterVar, ...]:
         if isinstance(self.op, ComputeOp):
             return self.op.axis + self.op.reduce_axis
+        from tdsl.scan_op import ScanOp
+        if isinstance(self.op, ScanOp):   # its spatial axes (the scan axis is not a loop)
+            return tuple(self.op.spatial_axis)
         return ()
 
     def attr(self, iv: IterVar) -> IterAttr:
@@ -109,18 +112,38 @@ class Stage:
             raise ScheduleError(primitive, self.name,
                                 f"expected a loop (IterVar) of the stage, got {type(iv).__name__} {iv!r}")
         if position(self.leaf_iter_vars, iv) >= 0:
+            self._check_scan(primitive, iv)
             return iv
         owner = self._sch.owner_of(iv)
         if owner is not None and owner is not self:
             raise ScheduleError(primitive, self.name,
                                 f"loop '{iv.name}' belongs to stage '{owner.name}', not to this stage",
                                 loop=iv.name)
+        scan_axis = getattr(self.op, "scan_axis", None)
+        if scan_axis is not None and iv is scan_axis:
+            raise ScheduleError(primitive, self.name, f"'{iv.name}' is the scan axis, which runs "
+                                f"sequentially inside the stage's loops; schedule its spatial "
+                                f"axes (op.spatial_axis)", loop=iv.name)
         if position(self.all_iter_vars, iv) >= 0:
             raise ScheduleError(primitive, self.name,
                                 f"loop '{iv.name}' was already split or fused; use the loops that "
                                 f"replaced it: {[v.name for v in self.leaf_iter_vars]}", loop=iv.name)
         raise ScheduleError(primitive, self.name, f"loop '{iv.name}' is not a loop of this stage",
                             loop=iv.name)
+
+    def _check_scan(self, primitive: str, iv: IterVar) -> None:
+        """A scan's loops may be scheduled only where its scan loop can run inside them."""
+        from tdsl.scan_op import ScanOp
+        if not isinstance(self.op, ScanOp):
+            return
+        if primitive in ("vectorize", "tensorize"):
+            raise ScheduleError(primitive, self.name, f"the body of a scan's loop is its "
+                                f"sequential loop over the scan axis, which has no SIMD or "
+                                f"tensor-intrinsic form", loop=iv.name)
+        reason = self.op.spatial_reason()
+        if reason is not None:
+            raise ScheduleError(primitive, self.name, f"scheduling a scan's loops runs its scan "
+                                f"loop inside them, point by point, but {reason}", loop=iv.name)
 
     def unique_name(self, base: str) -> str:
         return unique_name(base, {iv.name for iv in self.all_iter_vars})

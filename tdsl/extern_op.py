@@ -8,12 +8,20 @@ with ``register_func`` (it receives NumPy arrays and numbers), or ``call_extern(
 ``ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)``; it receives a pointer per buffer and a C
 scalar per number).  The stage has no loops; its consumers see an ordinary tensor.
 
+On CUDA, ``call_extern(dtype, "f", ..., source=CUDA_C, grid=G, block=B)`` names a
+``__device__`` function ``f`` defined in ``source``: tdsl launches a kernel of ``G`` blocks
+of ``B`` threads (ints or size expressions, or tuples of up to three) in which every thread
+calls ``f`` with a ``T*`` per buffer and a C scalar per number; ``f`` finds its part with
+``blockIdx``/``threadIdx``.  The CPU backends still call the C symbol ``f`` (the source is
+CUDA's only).  Packed functions are Python functions on the host: CUDA cannot call them.
+
 The packed-function table is process-wide by design (TVM's ``tvm.register_func``): a name
 names one function everywhere, whichever module calls it.
 """
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .dtype import as_dtype
@@ -118,16 +126,53 @@ class ExternBuffer:
         return f"ExternBuffer({self.name}, {list(self.shape)}, {self.dtype})"
 
 
+@dataclass(frozen=True)
+class DeviceCode:
+    """A CUDA ``__device__`` function for an extern call: its source and the launch that
+    runs it (every thread of ``grid`` x ``block`` calls it)."""
+
+    source: str
+    grid: tuple      # three size expressions (x, y, z)
+    block: tuple
+
+
+def _launch_dims(value: Any, what: str, func: str) -> tuple:
+    dims = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not 1 <= len(dims) <= 3:
+        raise TDSLError(f"call_extern '{func}': {what} needs 1 to 3 sizes, got {value!r}")
+    out = []
+    for d in dims + [1] * (3 - len(dims)):
+        e = _scalar(d, func)
+        if not e.dtype.is_int:
+            raise TDSLError(f"call_extern '{func}': {what} sizes must be integers, got {d!r}")
+        out.append(e if e.dtype.value == "int64" else e.astype("int64"))
+    return tuple(out)
+
+
+def device_code(func: str, source: Any, grid: Any, block: Any) -> "DeviceCode | None":
+    """Check ``call_extern``'s CUDA arguments: all or none of source, grid and block."""
+    if source is None and grid is None and block is None:
+        return None
+    if not isinstance(source, str) or grid is None or block is None:
+        raise TDSLError(f"call_extern '{func}': a CUDA device function needs source= (CUDA C "
+                        f"defining __device__ ... {func}(...)), grid= and block= together")
+    if func not in source:
+        raise TDSLError(f"call_extern '{func}': the given CUDA source does not define '{func}'")
+    return DeviceCode(source, _launch_dims(grid, "grid", func), _launch_dims(block, "block", func))
+
+
 class ExternCallSpec:
     """What ``fcompute`` returns: which function, packed or C, and its arguments."""
 
-    def __init__(self, func: str, packed: bool, dtype: Any, args: Sequence[Any]):
+    def __init__(self, func: str, packed: bool, dtype: Any, args: Sequence[Any],
+                 device: "DeviceCode | None" = None):
         if not isinstance(func, str) or not func:
             raise TDSLError(f"extern call: the function name must be a string, got {func!r}")
         self.func = func
         self.packed = packed
         self.dtype = as_dtype(dtype)
         self.args = [a if isinstance(a, ExternBuffer) else _scalar(a, func) for a in args]
+        self.device = device
 
 
 def _scalar(a: Any, func: str) -> Expr:
@@ -153,9 +198,15 @@ def call_packed(name: str, *args: Any) -> ExternCallSpec:
     return ExternCallSpec(name, True, "int32", args)
 
 
-def call_extern(dtype: Any, name: str, *args: Any) -> ExternCallSpec:
-    """A call of the C function ``name`` (returning ``dtype``, ignored) from an extern stage."""
-    return ExternCallSpec(name, False, dtype, args)
+def call_extern(dtype: Any, name: str, *args: Any, source: "str | None" = None,
+                grid: Any = None, block: Any = None) -> ExternCallSpec:
+    """A call of the C function ``name`` (returning ``dtype``, ignored) from an extern stage.
+
+    For CUDA, ``source`` defines ``__device__ void name(...)`` and ``grid``/``block`` the
+    launch whose every thread calls it (see the module docstring)."""
+    if not isinstance(name, str) or not name:
+        raise TDSLError(f"call_extern: the function name must be a string, got {name!r}")
+    return ExternCallSpec(name, False, dtype, args, device_code(name, source, grid, block))
 
 
 class ExternOp(OpaqueOp):
@@ -179,6 +230,9 @@ class ExternOp(OpaqueOp):
         """The call (function, kind, arguments) for structural equality and hashing."""
         c = self.call
         canon.visit_all((c.func, c.packed, c.dtype.value))
+        if c.device is not None:
+            canon.visit(c.device.source)
+            canon.visit_all(c.device.grid + c.device.block)
         for a in c.args:
             canon.visit(("buffer", a.tensor) if isinstance(a, ExternBuffer) else a)
 
@@ -189,7 +243,8 @@ class ExternOp(OpaqueOp):
                 args.append(self._buffer(nest, st, a.tensor))
             else:
                 args.append(nest.lower_expr(a, {}))
-        return ExternCall(self.call.func, self.call.packed, self.call.dtype, args)
+        return ExternCall(self.call.func, self.call.packed, self.call.dtype, args,
+                          device=self.call.device)
 
     def _buffer(self, nest: "NestBuilder", st: "Stage", t: Tensor) -> Buffer:
         producer = nest.sch[t]

@@ -416,6 +416,10 @@ class _Codegen:
             return x
         if dst.is_bool:
             return f"bool({x} != 0)"
+        if dst is DType.BFLOAT16 and not src.is_float:
+            # an integer (a Python int, maybe beyond int64) rounds to float32 first, as the
+            # backends convert it (ml_dtypes takes no int outside int64)
+            return f"_T_bfloat16(_T_float32({x}))"
         if dst.is_float:
             return f"_T_{dst}({x})"
         if src.is_float:

@@ -1,9 +1,10 @@
 """Opaque operations: stages that lowering emits as one statement over whole tensors.
 
 ``te.scan`` (a sequential recurrence) and ``te.extern`` (a call to a C or packed function)
-have no elementwise body to split or inline.  Their stage has no loops to schedule; it
-computes its whole output at root, reads whole input tensors, and its consumers see an
-ordinary tensor (bound inference: the whole output region).
+have no elementwise body to split or inline.  Their stage computes its whole output at
+root (an extern stage has no loops; a scan's loops are its spatial axes, see scan_op.py),
+reads whole input tensors, and its consumers see an ordinary tensor (bound inference: the
+whole output region).
 """
 from __future__ import annotations
 

@@ -2,9 +2,16 @@
 
 ``scan(init, update, state)`` is a tensor shaped like ``state`` whose first
 ``init.shape[0]`` rows are ``init`` and whose row ``t`` after them is ``update``'s row
-``t``, where ``update`` reads ``state`` at earlier rows (``state[t - 1, i]``).  It lowers
-to a sequential loop over ``t`` (the interpreter, LLVM and every other backend run plain
-loops); the stage itself has no loops to schedule.
+``t``, where ``update`` reads ``state`` at earlier rows (``state[t - 1, i]``).
+
+Unscheduled, it lowers to a sequential loop over ``t`` around loops over the other
+(spatial) axes.  Its stage's loops are the spatial axes (``op.spatial_axis``; the scan axis
+``op.scan_axis`` is not a loop of the stage): scheduling them (split, reorder, parallel,
+bind to ``blockIdx``/``threadIdx``) puts the scan loop *inside* them, each spatial point
+running its own recurrence.  That order is legal only when each point's update reads the
+state at that same point (``state[t - 1, i]``, not ``state[t - 1, i - 1]``), which the
+primitives check (``spatial_reason``).  ``s[update]``/``s[init]`` are views of the scan's
+stage (``ScanPartStage``), as TVM users schedule them.
 """
 from __future__ import annotations
 
@@ -48,6 +55,8 @@ class ScanOp(OpaqueOp):
         # the outputs exist before the bodies are rewritten to read them
         super().__init__(name, tag, attrs, shapes, [s.dtype for s in state], names, [])
         self.init_len = init[0].shape[0]
+        #: computes between an update and the state, substituted into the update body
+        self.step_ops: list = []
         self.init_body = [self._body_of(t, "init") for t in init]
         self.update_body = [self._body_of(t, "update") for t in update]
         seen: dict[int, Tensor] = {}
@@ -83,6 +92,8 @@ class ScanOp(OpaqueOp):
                 if isinstance(inner, Reduce):
                     raise TDSLError(f"scan '{self.name}': stage '{p.name}' reads the state "
                                     f"and is a reduction, which a scan step cannot compute")
+                if all(q is not p for q in self.step_ops):
+                    self.step_ops.append(p)
                 inner = transform(inner, pre=pre)
                 return substitute(inner, {iv.var: e for iv, e in zip(p.axis, idx)})
             return TensorLoad(n.tensor, idx)
@@ -105,27 +116,86 @@ class ScanOp(OpaqueOp):
                 canon.visit_all([iv.dom.extent for iv in op.axis])
                 canon.scoped(op.axis, lambda body=body: canon.visit(body))
 
-    def lower_stmt(self, nest: "NestBuilder", st: "Stage") -> "Stmt":
+    @property
+    def scan_axis(self) -> Any:
+        """The axis the recurrence runs along (TVM's ``op.scan_axis``): not a loop of the
+        stage, always sequential."""
+        return self.axis[0]
+
+    @property
+    def spatial_axis(self) -> tuple:
+        """The other axes of the (first) state: the scan stage's loops."""
+        return self.axis[1:]
+
+    spatial_axis_ = spatial_axis   # TVM's spelling
+
+    def spatial_reason(self) -> "str | None":
+        """Why the scan loop cannot run inside the spatial loops (None when it can): every
+        state must have the spatial shape of the stage's loops, and each update may read the
+        states only at its own spatial point."""
+        from .arith import Analyzer
+        ana = Analyzer()
+        spatial = [iv.dom.extent for iv in self.spatial_axis]
+        for out in self.outputs[1:]:
+            if len(out.shape) != len(self.axis) or not all(
+                    ana.can_prove(a == b) for a, b in zip(out.shape[1:], spatial)):
+                return (f"its states have different spatial shapes ({self.outputs[0].name}: "
+                        f"{list(self.outputs[0].shape[1:])}, {out.name}: {list(out.shape[1:])})")
+        for op, body in zip(self.update_ops, self.update_body):
+            own = [iv.var for iv in op.axis[1:]]
+            bad: list = []
+
+            def fn(n: Any, own: list = own, bad: list = bad) -> None:
+                if isinstance(n, TensorLoad) and n.tensor.op is self and \
+                        any(ix is not v for ix, v in zip(n.indices[1:], own)):
+                    bad.append(n)
+            post_order_visit(body, fn)
+            if bad:
+                return (f"its update reads {bad[0]!r}, another spatial point than the one it "
+                        f"computes ({', '.join(v.name for v in own)}), so every step must finish "
+                        f"for all points before the next starts (leave the stage unscheduled: it "
+                        f"runs the scan loop outermost, on the CPU)")
+        return None
+
+    def _rows(self, nest: "NestBuilder", st: "Stage", update: bool,
+              spatial: "list[Expr] | None") -> "Stmt":
+        """The init rows (or, with ``update``, the update rows) of every state: one loop over
+        the scan axis whose step stores row ``t`` of each state in turn (an update reads
+        only earlier rows, of any state), over all spatial points or at the ``spatial`` one."""
         from .lowering.nest import seq
         stor = nest.storage[st]
+        ops = self.update_ops if update else self.init_ops
+        bodies = self.update_body if update else self.init_body
+        t = Var(f"{self.name}.{ops[0].axis[0].var.name}", ops[0].axis[0].var.dtype)
+        first = self.init_len if update else Const(0, t.dtype)
+        steps = nest.ana.simplify(ops[0].axis[0].dom.extent - first) if update else self.init_len
+        row = nest.ana.simplify(t + first) if update else t
         parts = []
-        for ops, bodies, first in ((self.init_ops, self.init_body, None),
-                                   (self.update_ops, self.update_body, self.init_len)):
-            for op, buf, body in zip(ops, stor.buffers, bodies):
-                extents = [iv.dom.extent for iv in op.axis]
-                loops = [Var(f"{self.name}.{iv.var.name}", iv.var.dtype) for iv in op.axis]
-                index: list[Expr] = list(loops)
-                ranges = list(extents)
-                if first is not None:   # the update rows: t runs from init_len on
-                    index[0] = loops[0] + first
-                    ranges[0] = nest.ana.simplify(extents[0] - first)
-                value = nest.lower_expr(body, {iv.var: ix for iv, ix in zip(op.axis, index)})
-                stmt: "Stmt" = BufferStore(buf, value, index)
-                for v, ext in reversed(list(zip(loops, ranges))):
-                    stmt = For(v, Const(0, v.dtype), ext, ForKind.SERIAL, stmt,
+        for op, buf, body in zip(ops, stor.buffers, bodies):
+            loops = [Var(f"{self.name}.{iv.var.name}", iv.var.dtype) for iv in op.axis[1:]]
+            point: list[Expr] = list(spatial) if spatial is not None else list(loops)
+            index = [row] + point
+            value = nest.lower_expr(body, {iv.var: ix for iv, ix in zip(op.axis, index)})
+            stmt: "Stmt" = BufferStore(buf, value, index)
+            if spatial is None:
+                for v, iv in reversed(list(zip(loops, op.axis[1:]))):
+                    stmt = For(v, Const(0, v.dtype), iv.dom.extent, ForKind.SERIAL, stmt,
                                annotations={"scan": self.name})
-                parts.append(stmt)
-        return seq(parts)
+            parts.append(stmt)
+        return For(t, Const(0, t.dtype), steps, ForKind.SERIAL, seq(parts),
+                   annotations={"scan": self.name})
+
+    def lower_stmt(self, nest: "NestBuilder", st: "Stage") -> "Stmt":
+        """Unscheduled: the scan loop outermost, every spatial point inside each step."""
+        from .lowering.nest import seq
+        return seq([self._rows(nest, st, False, None), self._rows(nest, st, True, None)])
+
+    def lower_point(self, nest: "NestBuilder", st: "Stage", vmap: dict) -> "Stmt":
+        """One spatial point of a scheduled scan (``vmap``: each spatial axis variable's value
+        in the stage's loops): its init rows, then its update rows, in order."""
+        from .lowering.nest import seq
+        spatial = [vmap[iv.var] for iv in self.spatial_axis]
+        return seq([self._rows(nest, st, False, spatial), self._rows(nest, st, True, spatial)])
 
 
 def scan(init: Any, update: Any, state_placeholder: Any, inputs: Any = None,

@@ -186,17 +186,21 @@ class ExternCall(Stmt):
 
     ``packed``: a function registered with ``tdsl.register_func`` (it receives NumPy arrays
     and Python numbers); otherwise a C symbol of the process (it receives a pointer per
-    buffer and a C scalar per expression).  ``args`` holds ``Buffer``s and expressions.
+    buffer and a C scalar per expression).  ``args`` holds ``Buffer``s and expressions;
+    ``device`` the CUDA ``__device__`` function the CUDA backend launches instead.
     """
 
-    __slots__ = ("func", "packed", "dtype", "args")
+    __slots__ = ("func", "packed", "dtype", "args", "device")
     _fields = ("func", "packed", "dtype", "args")
 
-    def __init__(self, func: str, packed: bool, dtype: Any, args: Sequence[Any]):
+    def __init__(self, func: str, packed: bool, dtype: Any, args: Sequence[Any],
+                 device: Any = None):
         self.func = func
         self.packed = packed
         self.dtype = as_dtype(dtype)
         self.args = tuple(args)
+        #: ``extern_op.DeviceCode`` (CUDA source and launch) or None
+        self.device = device
 
 
 class Evaluate(Stmt):

@@ -15,15 +15,16 @@ from typing import Any, Callable, Iterator
 
 from tdsl.errors import BuildError, InternalError
 from tdsl.expr import And, BufferLoad, Const, Expr, Var
-from tdsl.stmt import (AllReduce, Allocate, Barrier, BufferRegion, For, ForKind, IfThenElse,
-                       IntrinCall, LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
+from tdsl.stmt import (AllReduce, Allocate, Barrier, Buffer, BufferRegion, ExternCall, For,
+                       ForKind, IfThenElse, IntrinCall, LetStmt, SeqStmt, Stmt, StorageScope,
+                       ThreadTag)
 from tdsl.dtype import DType
 from tdsl.target import Target
 from tdsl.visitor import post_order_visit
 
 from . import barriers, wmma_acc
 from .allreduce import AllReduceEmitter
-from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type
+from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type, type_helper
 from .kernels import KernelInfo, const_span, same_extent, walk
 from .prelude import prelude
 from .vectorize import LANES, VectorAccess, VectorPlan, plan_vector_loop
@@ -55,8 +56,7 @@ class KernelRenderer(CStyleRenderer):
                 p.name = self.names.bind(p.buffer, p.buffer.name)
                 const = "const " if p.is_const else ""
                 p.c_decl = f"{const}{c_type(p.buffer.dtype)}* __restrict__"
-                if p.buffer.dtype.value == "float16":
-                    self.helpers.add("half")
+                self.use_type(p.buffer.dtype)
             else:
                 p.name = self.names.bind(p.var, p.var.name)
                 p.c_decl = "long long"
@@ -69,6 +69,7 @@ class KernelRenderer(CStyleRenderer):
         self.depth = 1
         for buf in k.shared:
             self.helpers.add("shared")
+            self.use_type(buf.dtype)
             name = self.names.bind(buf, buf.name)
             k.c_names[name] = buf.name
             self.emit(f"__shared__ tdsl_shared<{c_type(buf.dtype)}, {const_span(buf)}> {name};")
@@ -84,11 +85,27 @@ class KernelRenderer(CStyleRenderer):
         k.source = f"{head}\n{body}\n}}\n"
         return k.source
 
+    def use_type(self, dtype: DType) -> None:
+        """Record the prelude helper that defines ``dtype``'s C type (float16, bfloat16)."""
+        helper = type_helper(dtype)
+        if helper:
+            self.helpers.add(helper)
+
     def stmt_handlers(self) -> dict[type, Callable[[Any], None]]:
         h = super().stmt_handlers()
         h.update({Allocate: self.allocate, Barrier: self.barrier, IntrinCall: self.intrin_call,
-                  AllReduce: self.allreduce.emit, SeqStmt: self.seq})
+                  AllReduce: self.allreduce.emit, SeqStmt: self.seq, ExternCall: self.extern_call})
         return h
+
+    def extern_call(self, s: ExternCall) -> None:
+        """Every thread calls the user's ``__device__`` function (td.extern): a pointer per
+        buffer (``tdsl_raw``: the plain pointer, also under emulation), a scalar per number."""
+        if s.device is None:
+            raise InternalError(f"CUDA codegen: extern call of '{s.func}' without device code")
+        self.helpers.add("raw")
+        args = [f"tdsl_raw({self.buffer_ref(a)})" if isinstance(a, Buffer) else self.expr(a)
+                for a in s.args]
+        self.emit(f"{s.func}({', '.join(args)});")
 
     def seq(self, s: SeqStmt) -> None:
         """Statements in order; a WMMA tile's zero-init followed by its k loop keeps the
@@ -172,9 +189,8 @@ class KernelRenderer(CStyleRenderer):
     # ---- vector accesses (see vectorize.py) --------------------------------------------------
     def vector_loop(self, p: VectorPlan) -> None:
         self.helpers.add("vector")
-        if p.store.ctype.startswith("tdsl_half") or any(
-                a.ctype.startswith("tdsl_half") for a in p.loads):
-            self.helpers.add("half")
+        for acc in [p.store, *p.loads]:   # the 16-bit float types the vectors hold
+            self.use_type(acc.buffer.dtype)
         for buf, nbytes in p.local_align:
             self.local_align[id(buf)] = max(self.local_align.get(id(buf), 0), nbytes)
         checks = [self.align_flag(buf, nbytes) for buf, nbytes in p.runtime_align]
@@ -283,8 +299,7 @@ class KernelRenderer(CStyleRenderer):
         buf = s.buffer
         if buf.scope is StorageScope.LOCAL:
             name = self.names.bind(buf, buf.name)
-            if buf.dtype.value == "float16":
-                self.helpers.add("half")
+            self.use_type(buf.dtype)
             at = len(self.lines)
             self.emit(f"{c_type(buf.dtype)} {name}[{const_span(buf)}];")
             self.stmt(s.body)
@@ -471,4 +486,11 @@ def generate(kernels: list[KernelInfo], target: Target) -> str:
         bodies.append(r.render())
         helpers |= r.helpers
         wmma |= r.wmma_functions
-    return prelude(str(target), helpers, wmma) + "\n" + "\n".join(bodies)
+    user = []   # the device functions extern stages call, once each, before the kernels
+    for k in kernels:
+        if k.device_code and k.device_code not in user:
+            user.append(k.device_code)
+    head = prelude(str(target), helpers, wmma)
+    if user:
+        head += "\n// ---- device functions given to td.call_extern ----\n" + "\n".join(user) + "\n"
+    return head + "\n" + "\n".join(bodies)

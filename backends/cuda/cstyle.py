@@ -35,12 +35,20 @@ _NARROW_INTS = (DType.INT8, DType.UINT8, DType.INT16, DType.UINT16)
 _BIT_SYMBOLS = {Intrinsic.BITWISE_AND: "&", Intrinsic.BITWISE_OR: "|", Intrinsic.BITWISE_XOR: "^",
                 Intrinsic.BITWISE_NOT: "~", Intrinsic.SHIFT_LEFT: "<<", Intrinsic.SHIFT_RIGHT: ">>"}
 
+#: 16-bit floats: stored as 16 bits, computed in float, rounded back after every operation.
+#: dtype -> (prelude helper, to float, from float, from double)
+_HALF_FLOATS = {
+    DType.FLOAT16: ("half", "tdsl_h2f", "tdsl_f2h", "tdsl_d2h"),
+    DType.BFLOAT16: ("bf16", "tdsl_bf2f", "tdsl_f2bf", "tdsl_d2bf"),
+}
+
 # C operator precedence (smaller binds tighter)
 PRIMARY, UNARY, MUL, ADD, REL, EQUAL, LAND, LOR, COND = 1, 2, 3, 4, 6, 7, 11, 12, 13
 
 C_TYPES = {
     DType.BOOL: "bool", DType.INT8: "signed char", DType.UINT8: "unsigned char",
     DType.INT32: "int", DType.INT64: "long long", DType.FLOAT16: "tdsl_half",
+    DType.BFLOAT16: "tdsl_bf16",
     DType.INT16: "short", DType.UINT16: "unsigned short", DType.UINT32: "unsigned int",
     DType.UINT64: "unsigned long long",
     DType.FLOAT32: "float", DType.FLOAT64: "double",
@@ -109,10 +117,19 @@ def c_type(dtype: DType) -> str:
                          f"(or cast to float16/float32 before the kernel)") from None
 
 
+def type_helper(dtype: DType) -> "str | None":
+    """The prelude helper that defines ``dtype``'s C type (16-bit floats), if any."""
+    conv = _HALF_FLOATS.get(dtype)
+    return conv[0] if conv else None
+
+
 def float_literal(value: float, dtype: DType) -> str:
     """A C literal of ``value`` that reads back exactly in ``dtype``."""
-    if dtype is DType.FLOAT16:
-        return f"tdsl_f2h({float_literal(value, DType.FLOAT32)})"
+    if dtype is DType.BFLOAT16:   # its bits (no conversion at run time)
+        bits = int(np.array(np.float32(value)).astype(dtype.numpy).view(np.uint16))
+        return f"tdsl_bf16{{{bits:#06x}}}"
+    if dtype in _HALF_FLOATS:
+        return f"{_HALF_FLOATS[dtype][2]}({float_literal(value, DType.FLOAT32)})"
     if np.isnan(value):
         return "__int_as_float(0x7fffffff)" if dtype is DType.FLOAT32 else \
             "__longlong_as_double(0x7ff8000000000000LL)"
@@ -210,34 +227,40 @@ class CStyleRenderer:
             return code, UNARY
         return code, (UNARY if v < 0 else PRIMARY)
 
-    # float16 values compute in float and round back after each operation
+    # float16 and bfloat16 values compute in float and round back after each operation
     def as_float(self, e: Expr) -> str:
-        if e.dtype is DType.FLOAT16:
-            self.helpers.add("half")
-            return f"tdsl_h2f({self.expr(e)})"
+        conv = _HALF_FLOATS.get(e.dtype)
+        if conv is not None:
+            self.helpers.add(conv[0])
+            return f"{conv[1]}({self.expr(e)})"
         return self.expr(e)
 
-    def half_result(self, code: str) -> tuple[str, int]:
-        self.helpers.add("half")
-        return f"tdsl_f2h({code})", PRIMARY
+    def half_result(self, code: str, dtype: DType = DType.FLOAT16) -> tuple[str, int]:
+        """``code`` (a float) rounded to the 16-bit float ``dtype``."""
+        helper, _, from_float, _ = _HALF_FLOATS[dtype]
+        self.helpers.add(helper)
+        return f"{from_float}({code})", PRIMARY
 
     def _cast(self, e: Cast) -> tuple[str, int]:
         src, dst = e.value.dtype, e.dtype
         if src == dst:
             return self._expr(e.value)
         if dst.is_bool:
-            zero = float_literal(0.0, DType.FLOAT32 if src is DType.FLOAT16 else src) \
+            zero = float_literal(0.0, DType.FLOAT32 if src in _HALF_FLOATS else src) \
                 if src.is_float else "0"
-            val = self.as_float(e.value) if src is DType.FLOAT16 else self.operand(e.value, REL)
+            val = self.as_float(e.value) if src in _HALF_FLOATS else self.operand(e.value, REL)
             return f"{val} != {zero}", EQUAL
-        if dst is DType.FLOAT16:
-            self.helpers.add("half")
+        if dst in _HALF_FLOATS:
+            helper, _, from_float, from_double = _HALF_FLOATS[dst]
+            self.helpers.add(helper)
             if src is DType.FLOAT64:
-                return f"tdsl_d2h({self.expr(e.value)})", PRIMARY
+                return f"{from_double}({self.expr(e.value)})", PRIMARY
+            if src in _HALF_FLOATS:      # exact in float; one rounding to the destination
+                return f"{from_float}({self.as_float(e.value)})", PRIMARY
             inner = self.expr(e.value) if src is DType.FLOAT32 else \
                 f"(float){self.operand(e.value, UNARY)}"
-            return f"tdsl_f2h({inner})", PRIMARY
-        if src is DType.FLOAT16:
+            return f"{from_float}({inner})", PRIMARY
+        if src in _HALF_FLOATS:
             return f"({c_type(dst)}){self.as_float(e.value)}", UNARY
         return f"({c_type(dst)}){self.operand(e.value, UNARY)}", UNARY
 
@@ -245,8 +268,8 @@ class CStyleRenderer:
         dt = e.dtype
         sym = {Add: "+", Sub: "-", Mul: "*", Div: "/"}[type(e)]
         prec = ADD if sym in "+-" else MUL
-        if dt is DType.FLOAT16:
-            return self.half_result(f"{self.as_float(e.a)} {sym} {self.as_float(e.b)}")
+        if dt in _HALF_FLOATS:
+            return self.half_result(f"{self.as_float(e.a)} {sym} {self.as_float(e.b)}", dt)
         if dt.is_int and isinstance(e.a, Const) and isinstance(e.b, Const) and sym != "/":
             return self._const(Const(_wrap(_fold(sym, e.a.value, e.b.value), dt), dt))
         code = f"{self.operand(e.a, prec)} {sym} {self.operand(e.b, prec - 1)}"
@@ -268,7 +291,7 @@ class CStyleRenderer:
                 code = f"{fl}({_paren(a)} / {_paren(b)})"
             else:
                 code = f"{_paren(a)} - {fl}({_paren(a)} / {_paren(b)}) * {_paren(b)}"
-            return self.half_result(code) if dt is DType.FLOAT16 else \
+            return self.half_result(code, dt) if dt in _HALF_FLOATS else \
                 (code, PRIMARY if is_div else ADD)
         if self.nonneg(e.a) and isinstance(e.b, Const) and e.b.value > 0 or \
                 self.nonneg(e.a) and self.ana.can_prove(e.b > 0):
@@ -295,7 +318,7 @@ class CStyleRenderer:
         if dt.is_float:
             fn = ("fmin" if is_min else "fmax") + ("" if dt is DType.FLOAT64 else "f")
             code = f"{fn}({self.as_float(e.a)}, {self.as_float(e.b)})"
-            return self.half_result(code) if dt is DType.FLOAT16 else (code, PRIMARY)
+            return self.half_result(code, dt) if dt in _HALF_FLOATS else (code, PRIMARY)
         fn = "min" if is_min else "max"
         code = f"{fn}({self.typed_operand(e.a)}, {self.typed_operand(e.b)})"
         if dt in _NARROW_INTS or dt is DType.BOOL:
@@ -305,7 +328,7 @@ class CStyleRenderer:
     def _compare(self, e: CmpOp) -> tuple[str, int]:
         sym = {EQ: "==", NE: "!=", LT: "<", LE: "<=", GT: ">", GE: ">="}[type(e)]
         prec = EQUAL if sym in ("==", "!=") else REL
-        if e.a.dtype is DType.FLOAT16:
+        if e.a.dtype in _HALF_FLOATS:
             return f"{self.as_float(e.a)} {sym} {self.as_float(e.b)}", prec
         return f"{self.operand(e.a, prec)} {sym} {self.operand(e.b, prec - 1)}", prec
 
@@ -357,8 +380,8 @@ class CStyleRenderer:
             name = {Intrinsic.ABS: "fabs", Intrinsic.ROUND: "rint", Intrinsic.POW: "pow"}.get(
                 f, f.value)
             code, prec = f"{name}{suffix}({', '.join(args)})", PRIMARY
-        if dt is DType.FLOAT16:
-            return self.half_result(code)
+        if dt in _HALF_FLOATS:
+            return self.half_result(code, dt)
         return code, prec
 
     def _load(self, e: BufferLoad) -> tuple[str, int]:

@@ -345,6 +345,13 @@ template <typename T> struct Global {
   void write(long long j, std::remove_const_t<T> v) const { (*this)[j] = v; }
 };
 
+}  // namespace emu
+// a buffer handed to a td.call_extern device function: the plain pointer (its accesses are
+// neither bounds- nor race-checked)
+template <typename T> inline T* tdsl_raw(const emu::Global<T>& g) { return g.p; }
+template <typename T> inline T* tdsl_raw(T* p) { return p; }
+namespace emu {
+
 // the launcher's wrapping of argument ``ptr`` (``nbytes`` of memory from it, -1 unknown)
 inline GlobalRegion* region(void* ptr, long long nbytes, const char* name) {
   for (GlobalRegion* g : rt.globals)

@@ -227,7 +227,8 @@ class _Backend:
                 slots[i] = ctypes.addressof(h)
         stack = 128 * 1024 + 2 * kernel.local_bytes   # fiber stacks hold local arrays
         dims = (ctypes.c_longlong * 7)(*cfg.grid, *cfg.block, stack)
-        fibers = bool(_SYNC_WORDS.search(kernel_text(self.source, kernel.name)))
+        fibers = bool(_SYNC_WORDS.search(kernel_text(self.source, kernel.name))
+                      or _SYNC_WORDS.search(getattr(kernel, "device_code", "")))
         flags = int(fibers) | (2 if self.check else 0)
         blocks = cfg.grid[0] * cfg.grid[1] * cfg.grid[2]
         before = {p: r.copy() for p, r in self.regions.items()} \

@@ -23,8 +23,9 @@ from tdsl.arith import Analyzer
 from tdsl.errors import BuildError
 from tdsl.expr import BufferLoad, Const, Expr, Var
 from tdsl.lowering.single_store import is_first_thread_loop
-from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind, IfThenElse,
-                       IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt, StorageScope, ThreadTag)
+from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, ExternCall, For, ForKind,
+                       IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt, StorageScope,
+                       ThreadTag)
 from tdsl.structural import structural_equal
 from tdsl.target import GPUArch, Target
 from tdsl.visitor import children, free_vars
@@ -71,6 +72,7 @@ class KernelInfo:
     max_threads: int = 1024                  # most threads per block: __launch_bounds__
     gpu: Optional[GPUArch] = None            # the limits of the target's arch
     registers: Optional[int] = None          # per thread, read from the cubin at build
+    device_code: str = ""                    # user CUDA C the kernel calls (td.extern)
 
     @property
     def threads_per_block(self) -> "int | None":
@@ -152,20 +154,32 @@ class _Splitter:
                           None if s.else_case is None else self.host(s.else_case, scope))
         if is_kernel_root(s):
             return self.kernel(s, scope)
+        if isinstance(s, ExternCall) and s.device is not None:
+            return self.kernel(extern_launch(s), scope)
         if isinstance(s, Evaluate) and isinstance(s.value, Const):
             return HostSeq([])
         raise self.unbound(s)
 
     def unbound(self, s: Stmt) -> BuildError:
-        from tdsl.stmt import ExternCall
         if isinstance(s, ExternCall):
-            return BuildError(f"CUDA: the extern stage calling '{s.func}' (td.extern) runs on "
-                              f"the host, which the CUDA backend does not support; build for "
-                              f"'llvm'")
+            if s.packed:
+                return BuildError(f"CUDA: the extern stage calls the packed function "
+                                  f"'{s.func}', a Python function on the host, which a CUDA "
+                                  f"module cannot call (tdsl has no cuBLAS/cuDNN bindings); "
+                                  f"build for 'llvm', or write the stage as a CUDA device "
+                                  f"function: call_extern(dtype, name, ..., source=, grid=, "
+                                  f"block=)")
+            return BuildError(f"CUDA: the extern stage calls the C function '{s.func}', which "
+                              f"runs on the host; for CUDA pass its device version: "
+                              f"call_extern(dtype, '{s.func}', ..., source=<CUDA C defining "
+                              f"__device__ void {s.func}(...)>, grid=<blocks>, block=<threads>)")
         if isinstance(s, For) and "scan" in s.annotations:
-            return BuildError(f"CUDA: the scan stage '{s.annotations['scan']}' (td.scan) runs "
-                              f"as serial loops on the host, which the CUDA backend does not "
-                              f"support yet; build for 'llvm'")
+            return BuildError(f"CUDA: the scan stage '{s.annotations['scan']}' (td.scan) is "
+                              f"unscheduled, so its steps run as serial loops outside every "
+                              f"kernel; bind its spatial loops (s[scan].split(scan.op."
+                              f"spatial_axis[0], ...), then bind to blockIdx.x/threadIdx.x, as "
+                              f"for the update compute in TVM) so each GPU thread runs the "
+                              f"recurrence of its points, or build for 'llvm'")
         stages = _stage_names(s)
         what = f"stage '{stages[0]}'" if len(stages) == 1 else \
             ("stages " + ", ".join(f"'{n}'" for n in stages)) if stages else "a statement"
@@ -199,7 +213,7 @@ class _Splitter:
 
 
 def _count_kernels(s: Stmt) -> int:
-    if is_kernel_root(s):
+    if is_kernel_root(s) or isinstance(s, ExternCall) and s.device is not None:
         return 1
     if isinstance(s, SeqStmt):
         return sum(_count_kernels(x) for x in s.stmts)
@@ -218,6 +232,18 @@ def _safe_name(name: str) -> str:
     return out if not out[0].isdigit() else "f_" + out
 
 
+def extern_launch(call: ExternCall) -> For:
+    """The kernel of an extern call with CUDA device code: loops bound to the launch's
+    block and thread axes (those of size other than 1) around the call."""
+    sizes = list(zip(_BLOCK_TAGS + _THREAD_TAGS, call.device.grid + call.device.block))
+    body: Stmt = call
+    loops = [(t, e) for t, e in sizes if not (isinstance(e, Const) and e.value == 1)]
+    for tag, extent in reversed(loops or [(ThreadTag.THREAD_X, Const(1, "int64"))]):
+        body = For(Var(f"{call.func}.{tag.value}", "int64"), Const(0, "int64"), extent,
+                   ForKind.THREAD_BINDING, body, thread_tag=tag)
+    return body  # type: ignore[return-value]
+
+
 def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
                    target: Target) -> KernelInfo:
     """The launch configuration, parameters and storage of the kernel under ``root``."""
@@ -226,6 +252,7 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
     allocs: list[Allocate] = []
     touched: list[Buffer] = []
     written: set[int] = set()
+    device_code: list[str] = []
     uses_barrier = False
 
     def fn(n: Any) -> None:
@@ -248,6 +275,13 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
             for r in n.outputs:
                 _add(touched, r.buffer)
                 written.add(id(r.buffer))
+        elif isinstance(n, ExternCall):   # a device function: it may write any buffer
+            if n.device is not None and n.device.source not in device_code:
+                device_code.append(n.device.source)
+            for a in n.args:
+                if isinstance(a, Buffer):
+                    _add(touched, a)
+                    written.add(id(a))
     walk(root, fn)
 
     # launch extents: per tag, a loop whose extent the host can compute
@@ -349,7 +383,7 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
     params.extend(KernelParam(var=v) for v in outer)
     return KernelInfo(name, root, params, grid, block, launch, shared, shared_bytes,  # type: ignore[arg-type]
                       hoisted, uses_barrier=uses_barrier, local_bytes=local_bytes,
-                      max_threads=bound, gpu=gpu)
+                      max_threads=bound, gpu=gpu, device_code="\n".join(device_code))
 
 
 def _consts(dims: tuple) -> list:

@@ -1,7 +1,8 @@
 """The self-contained prelude of generated CUDA sources.
 
 NVRTC from PyPI ships no headers (no ``cuda_fp16.h``, no ``mma.h``), so the
-prelude defines what kernels use: a ``tdsl_half`` type with PTX conversions,
+prelude defines what kernels use: a ``tdsl_half`` type with PTX conversions, ``tdsl_bf16``
+(bfloat16, rounding in plain C++ or sm_80's ``cvt.rn.bf16.f32``),
 ``tdsl_shared`` (a fixed-size ``__shared__`` array), floor division helpers, and
 WMMA fragments with load/mma/store functions written with the same PTX
 ``wmma.*`` instructions nvcuda::wmma compiles to.  Device-specific pieces sit
@@ -43,6 +44,36 @@ __device__ __forceinline__ tdsl_half tdsl_f2h(float f) {
 __device__ __forceinline__ tdsl_half tdsl_d2h(double d) {
   tdsl_half h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h.bits) : "d"(d)); return h; }
 #endif"""
+
+_BF16 = """\
+// bfloat16 storage (float32's upper 16 bits); arithmetic converts to float and rounds back to
+// nearest even after each operation, as ml_dtypes does (a NaN stays a quiet NaN).  Plain C++
+// but for sm_80's conversion instruction, so the emulation harness runs the same code.
+struct __align__(2) tdsl_bf16 { unsigned short bits; };
+__device__ __forceinline__ float tdsl_bf2f(tdsl_bf16 h) {
+  return __int_as_float((int)((unsigned)h.bits << 16)); }
+__device__ __forceinline__ tdsl_bf16 tdsl_f2bf(float f) {
+  tdsl_bf16 h;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(TDSL_EMULATION)
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+#else
+  const unsigned u = (unsigned)__float_as_int(f);
+  h.bits = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u)
+         : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
+  return h; }
+// float64 narrows through float32 (the interpreter's and LLVM's order of roundings)
+__device__ __forceinline__ tdsl_bf16 tdsl_d2bf(double d) { return tdsl_f2bf((float)d); }"""
+
+_RAW = """\
+#ifndef TDSL_EMULATION
+// a buffer parameter as the plain pointer a td.call_extern device function takes
+template <typename T> __device__ __forceinline__ T* tdsl_raw(T* p) { return p; }
+#endif"""
+
+_BF16_VECTOR = """\
+struct __align__(4) tdsl_bf162 { tdsl_bf16 x, y; };
+struct __align__(8) tdsl_bf164 { tdsl_bf16 x, y, z, w; };"""
 
 _SHARED = """\
 #ifndef TDSL_EMULATION
@@ -140,17 +171,23 @@ def wmma_prelude(functions: set[str]) -> str:
 
 
 def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = None) -> str:
-    """The prelude for a source whose kernels use ``helpers`` ("half", "floordiv",
+    """The prelude for a source whose kernels use ``helpers`` ("half", "bf16", "floordiv",
     "shared", "vector", "wmma")."""
     parts = [_HEADER.format(target=target)]
     if "half" in helpers or "wmma" in helpers:
         parts.append(_HALF)
         if "vector" in helpers:
             parts.append(_HALF_VECTOR)
+    if "bf16" in helpers:
+        parts.append(_BF16)
+        if "vector" in helpers:
+            parts.append(_BF16_VECTOR)
     if "floordiv" in helpers:
         parts.append(_FLOORDIV)
     if "shared" in helpers:
         parts.append(_SHARED)
+    if "raw" in helpers:
+        parts.append(_RAW)
     if "vector" in helpers:
         parts.append(_VECTOR)
     if "wmma" in helpers:

@@ -18,7 +18,7 @@ provably a W-element vector:
   tested once per launch in the kernel (a uniform branch), and the scalar loop runs
   where it is not aligned;
 * a vector type exists for its dtype: float32 and int32 (2 or 4 lanes), float64 and
-  int64 (2), float16 (``tdsl_half2``/``tdsl_half4``).
+  int64 (2), float16 (``tdsl_half2``/``tdsl_half4``), bfloat16 (``tdsl_bf162``/``tdsl_bf164``).
 
 Loads whose index does not depend on the lane are scalar loads; the arithmetic is
 rendered lane by lane on the vectors' ``.x .y .z .w``.  Guards that do not depend
@@ -46,6 +46,7 @@ VECTOR_TYPES = {
     (DType.INT32, 2): "int2", (DType.INT32, 4): "int4",
     (DType.FLOAT64, 2): "double2", (DType.INT64, 2): "longlong2",
     (DType.FLOAT16, 2): "tdsl_half2", (DType.FLOAT16, 4): "tdsl_half4",
+    (DType.BFLOAT16, 2): "tdsl_bf162", (DType.BFLOAT16, 4): "tdsl_bf164",
 }
 LANES = "xyzw"
 _INDEX = (DType.INT32, DType.INT64)

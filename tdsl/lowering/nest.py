@@ -166,6 +166,12 @@ class NestBuilder:
         for the partial tile at the end of the domain."""
         from ..opaque import is_opaque
         if is_opaque(st.op):
+            if hasattr(st.op, "lower_point") and st.is_scheduled():   # a scan's spatial loops
+                reason = st.op.spatial_reason()
+                if reason is not None:   # (the primitives check it; a predicate does not)
+                    raise LoweringError(f"scan '{st.name}' is scheduled, which runs its scan "
+                                        f"loop inside its spatial loops, but {reason}")
+                return self.stage_nest(st, self.bounds[st], self.in_kernel(st))
             return st.op.lower_stmt(self, st)
         b = self.bounds[st]
         kernel = self.in_kernel(st)
@@ -186,8 +192,8 @@ class NestBuilder:
         m = len(leaves)
         vmap = {iv.var: b.root_values[iv] for iv in st.root_iter_vars}
         stor = self.storage[st]
-        body = self.bodies[st]
-        is_reduce = isinstance(body[0], Reduce)
+        body = self.bodies.get(st, ())   # none for a scan: its op lowers each point
+        is_reduce = bool(body) and isinstance(body[0], Reduce)
         tpos = next((i for i, iv in enumerate(leaves)
                      if st.iter_attrs.get(iv) and st.iter_attrs[iv].tensor_intrin is not None), m)
         qpos = next((i for i, iv in enumerate(leaves) if iv.kind is IterKind.REDUCE), m) if is_reduce else m
@@ -209,7 +215,12 @@ class NestBuilder:
             core = intrin_call(self, st, leaves, tpos, vmap)
             last = tpos - 1
         else:
-            core = self.update_stmt(st, body, vmap, stor) if is_reduce else self.store_stmt(st, body, vmap, stor)
+            if not body:
+                core = st.op.lower_point(self, st, vmap)
+            elif is_reduce:
+                core = self.update_stmt(st, body, vmap, stor)
+            else:
+                core = self.store_stmt(st, body, vmap, stor)
             core = guard(self.store_predicate(st, b), core)
             last = m - 1
         preds = [(min(lv, last), r, c) for lv, r, c in preds]

@@ -228,3 +228,44 @@ def test_te_scan_cumsum_like_the_scan_tutorial(rng, shape):
     a, b = tvm.nd.array(x, dev), tvm.nd.array(np.zeros(shape, "float32"), dev)
     f(a, b)
     tvm.testing.assert_allclose(b.numpy(), np.cumsum(x, axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_te_scan_multi_stage_update_and_two_states(rng):
+    """The scan tutorial's later parts: an update built from two computes (the first
+    computed at the second's loop, as TVM writes it) and two states of different widths,
+    the second reading the first at point 0."""
+    m, n = te.var("m"), te.var("n")
+    X = te.placeholder((m, n), name="X")
+    s_state = te.placeholder((m, n))
+    s_init = te.compute((1, n), lambda _, i: X[0, i])
+    s1 = te.compute((m, n), lambda t, i: s_state[t - 1, i] * 2, name="s1")
+    s2 = te.compute((m, n), lambda t, i: s1[t, i] + X[t, i], name="s2")
+    s_scan = te.scan(s_init, s2, s_state, inputs=[X])
+    s = te.create_schedule(s_scan.op)
+    xo, xi = s[s2].split(s2.op.axis[1], factor=32)
+    s[s1].compute_at(s[s2], xo)
+    x = rng.standard_normal((7, 45)).astype("float32")
+    want = np.empty_like(x)
+    want[0] = x[0]
+    for t in range(1, 7):
+        want[t] = want[t - 1] * 2 + x[t]
+    for out in _run_both(s, [X, s_scan], [x, np.empty_like(x)]):
+        tvm.testing.assert_allclose(out[1], want, rtol=1e-5, atol=1e-5)
+
+    m, n, l = te.var("m"), te.var("n"), te.var("l")
+    X = te.placeholder((m, n), name="X")
+    st1, st2 = te.placeholder((m, n)), te.placeholder((m, l))
+    i1 = te.compute((1, n), lambda _, i: X[0, i])
+    i2 = te.compute((1, l), lambda _, i: 0.0)
+    u1 = te.compute((m, n), lambda t, i: st1[t - 1, i] + X[t, i])
+    u2 = te.compute((m, l), lambda t, i: st2[t - 1, i] + st1[t - 1, 0])
+    r1, r2 = te.scan([i1, i2], [u1, u2], [st1, st2], inputs=[X])
+    s = te.create_schedule(r1.op)
+    x = rng.standard_normal((6, 5)).astype("float32")
+    w1 = np.cumsum(x, axis=0)
+    w2 = np.zeros((6, 3), "float32")
+    for t in range(1, 6):
+        w2[t] = w2[t - 1] + w1[t - 1, 0]
+    for out in _run_both(s, [X, r1, r2], [x, np.empty_like(x), np.empty((6, 3), "float32")]):
+        tvm.testing.assert_allclose(out[1], w1, rtol=1e-5, atol=1e-5)
+        tvm.testing.assert_allclose(out[2], w2, rtol=1e-5, atol=1e-5)

@@ -127,13 +127,37 @@ def test_export_header_names_bfloat16_as_uint16(tmp_path):
     same_bits(b, a + a)
 
 
-def test_cuda_refuses_bfloat16_clearly():
-    from tdsl.errors import BuildError
+def test_cuda_builds_bfloat16():
+    """CUDA stores bfloat16 as ``tdsl_bf16`` (tests/backends/test_cuda_bfloat16.py checks
+    its arithmetic under emulation)."""
     A = td.placeholder((64,), "bfloat16", name="A")
     B = td.compute((64,), lambda i: A[i] + A[i], name="B")
     s = td.create_schedule(B.op)
     bx, tx = s[B].split(B.op.axis[0], factor=32)
     s[B].bind(bx, td.thread_axis("blockIdx.x"))
     s[B].bind(tx, td.thread_axis("threadIdx.x"))
-    with pytest.raises(BuildError, match="bfloat16"):
-        td.build(s, [A, B], target="cuda")
+    assert "tdsl_bf16* __restrict__ B" in td.build(s, [A, B], target="cuda").get_source()
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64", "uint32", "int16"])
+def test_integer_to_bfloat16_rounds_through_float32(dtype):
+    """An integer converts to float32 (round to nearest even), then to bfloat16, as
+    ml_dtypes does: 2**24 + 2**16 + 1 gives 2**24, not 2**24 + 2**17; uint64 values above
+    2**63 convert too (the interpreter once passed them to ml_dtypes as Python ints)."""
+    n = 40
+    A = td.placeholder((n,), dtype, name="A")
+    B = td.compute((n,), lambda i: A[i].astype("bfloat16"), name="B")
+    s = td.create_schedule(B.op)
+    info = np.iinfo(dtype)
+    a = np.random.default_rng(7).integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    if info.bits == 64:
+        a[:3] = np.array([(1 << 24) + (1 << 16) + 1, info.max, info.max - (1 << 40)], dtype)
+    want = a.astype(np.float32).astype(BF)
+    for out in run_both(s, [A, B], [a, np.empty(n, BF)]):
+        same_bits(out[1], want)
+    bx, tx = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bx, td.thread_axis("blockIdx.x"))
+    s[B].bind(tx, td.thread_axis("threadIdx.x"))
+    got = np.empty(n, BF)
+    td.build(s, [A, B], target="cuda").emulate(a, got)
+    same_bits(got, want)

@@ -156,6 +156,13 @@ class Module:
     def __call__(self, *args: Any) -> Any:
         return self._mod(*[unwrap(a) for a in args])
 
+    def emulate(self, *args: Any) -> None:
+        """Run a CUDA build's kernels on the CPU (tdsl's emulation harness): what to call
+        where ``tvm.cuda(0).exist`` is False; results land in the ``NDArray``s."""
+        if not hasattr(self._mod, "emulate"):
+            raise ArgumentError("emulate() runs CUDA builds; call a CPU module directly")
+        self._mod.emulate(*[unwrap(a) for a in args])
+
     def get_function(self, name: str, query_imports: bool = False) -> "Module":
         self._mod.get_function(name)
         return self

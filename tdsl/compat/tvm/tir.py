@@ -104,9 +104,12 @@ def call_packed(name: str, *args: Any) -> Any:
     return tdsl.call_packed(name, *args)
 
 
-def call_extern(dtype: Any, name: str, *args: Any) -> Any:
-    """In an extern stage's fcompute: call the C function ``name``."""
-    return tdsl.call_extern(dtype, name, *args)
+def call_extern(dtype: Any, name: str, *args: Any, source: "str | None" = None,
+                grid: Any = None, block: Any = None, span: Any = None) -> Any:
+    """In an extern stage's fcompute: call the C function ``name``; for CUDA, ``source``
+    defines ``__device__ void name(...)`` and ``grid``/``block`` the launch whose every
+    thread calls it (a tdsl extension, see ``tdsl.call_extern``)."""
+    return tdsl.call_extern(dtype, name, *args, source=source, grid=grid, block=block)
 
 
 def __getattr__(name: str) -> Any:
