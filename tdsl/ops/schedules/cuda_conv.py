@@ -5,16 +5,20 @@ patches (``(CI*KH*KW) x (N*OH*OW)``).  Per block a tile of ``CO_TILE`` = 64 outp
 channels by an 8 x 8 square of output pixels; 16 x 16 threads, each holding 4 channels x
 4 consecutive pixels of a row (16 outputs) in registers (``threadIdx.y``: channels,
 ``threadIdx.x``: the 8 rows x 2 column groups).  Where that leaves the grid too small to
-fill the GPU, the block takes 32 or 16 channels (8 or 4 thread rows).  The reduction over (ic, kh, kw) runs
-in chunks: per kernel row ``kh`` and per ``RC`` input channels, the block fetches the
-weight tile (``RC x KW x 64``, from the packed ``(CI, KH, KW, CO)`` weights) and the input
-patch the 8 x 8 pixels read for that row (``RC x rows x cols``, the padding computed by
-the fetch: zeros outside the image) cooperatively into shared memory, double buffered;
-each thread then does ``RC*KW*16`` FMAs from shared memory.  Bias and activation run on
-the accumulators before the store (4 consecutive pixels: float4 where aligned).
+fill the GPU, the block takes 32 or 16 channels (8 or 4 thread rows).
 
-Sizes that don't divide the tiles are guarded (the tail guard outside the reduction loop,
-``backends/cuda/accumulate.py``); every size is constant here, so index arithmetic is 32-bit.
+The reduction over (ic, kh, kw) runs in chunks: per ``RC`` input channels, the block
+fetches the weight tile (``RC x KH x KW x 64``, from the packed ``(CI, KH, KW, CO)``
+weights) and the input patch the 8 x 8 pixels read (``RC x rows x cols``, the padding
+computed by the fetch: zeros outside the image) cooperatively into shared memory, double
+buffered; each thread then does ``RC*KH*KW*16`` FMAs from shared memory.  Where the
+window's tiles would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one kernel row
+(``RC x KW`` taps).  Bias and activation run on the accumulators before the store (4
+consecutive pixels: float4 where aligned).
+
+Sizes that don't divide the tiles are guarded per output (a thread's out-of-range
+accumulators would read shared elements no thread fetched); every size is constant
+here, so the index arithmetic is 32-bit.
 """
 from __future__ import annotations
 
@@ -75,13 +79,13 @@ def _input_stages(s: Schedule, anchor: Stage) -> "tuple[Stage | object, Stage] |
     return data, pack
 
 
-def _chunk(ci: int, kw: int, rows: int, cols: int, co_tile: int) -> int:
-    """Input channels per reduction chunk: the largest of 8, 4, 2, 1 dividing ``ci`` whose
-    two tiles fit ``SHARED_BUDGET``."""
+def _chunk(ci: int, taps: int, rows: int, cols: int, co_tile: int) -> "int | None":
+    """Input channels per reduction chunk (``taps`` kernel positions each): the largest
+    of 8, 4, 2, 1 dividing ``ci`` whose two tiles fit ``SHARED_BUDGET``, or None."""
     for rc in (8, 4, 2, 1):
-        if ci % rc == 0 and 4 * rc * (kw * co_tile + rows * cols) <= SHARED_BUDGET:
+        if ci % rc == 0 and 4 * rc * (taps * co_tile + rows * cols) <= SHARED_BUDGET:
             return rc
-    return 1
+    return None
 
 
 def _co_threads(n: int, co: int, oh: int, ow: int) -> int:
@@ -116,13 +120,17 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     data, pack = found
     (sh, sw), (dh, dw) = anchor.op.attrs["stride"], anchor.op.attrs["dilation"]
     rc_ax, ry_ax, rx_ax = anchor.op.reduce_axis
-    ci, kw = _const(rc_ax.dom.extent), _const(rx_ax.dom.extent)
-    rows = (PIX_TILE - 1) * sh + 1
+    ci, kh, kw = (_const(r.dom.extent) for r in (rc_ax, ry_ax, rx_ax))
     cols = (PIX_TILE - 1) * sw + (kw - 1) * dw + 1
     n, co, y, x = out.op.axis
     tys = _co_threads(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
     co_tile = tys * CO_THREAD
-    rc = _chunk(ci, kw, rows, cols, co_tile)
+    # a chunk: RC input channels x the whole kernel window (the input patch fetched
+    # once), or where that does not fit, x one kernel row
+    rc = _chunk(ci, kh * kw, (PIX_TILE - 1) * sh + (kh - 1) * dh + 1, cols, co_tile)
+    whole = rc is not None
+    if not whole:
+        rc = _chunk(ci, kw, (PIX_TILE - 1) * sh + 1, cols, co_tile) or 1
 
     cob, cor = out.split(co, factor=co_tile)
     ty, coi = out.split(cor, factor=CO_THREAD)
@@ -142,8 +150,12 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     anchor.set_scope("local")
     anchor.compute_at(out, tx)
     rco, rci = anchor.split(rc_ax, factor=rc)
-    anchor.reorder(ry_ax, rco, rx_ax, rci, *anchor.op.axis)
-    chunk = anchor.fuse(ry_ax, rco)     # one loop over the chunks: double buffered across all
+    if whole:
+        anchor.reorder(rco, ry_ax, rx_ax, rci, *anchor.op.axis)
+        chunk = rco
+    else:
+        anchor.reorder(ry_ax, rco, rx_ax, rci, *anchor.op.axis)
+        chunk = anchor.fuse(ry_ax, rco)     # one loop over the chunks: double buffered
     for ax in (rci, *anchor.op.axis):   # registers: every accumulator index a constant
         anchor.unroll(ax)
     if isinstance(data, Stage):
