@@ -96,9 +96,10 @@ def test_large_matmul_is_two_level_tiled():
     names = sorted(b.name for b in k.shared)
     assert len(names) == 2 and k.shared_bytes <= 48 * 1024
     src = f.get_source()
-    assert "tdsl_vload<float4>(B" in src and "tdsl_vload<float2>(A" in src
+    # float4 / float2 fetches: cp.async copies of 16 / 8 bytes on sm_80+ (pipeline.py)
+    assert "tdsl_cp_async<16>(B_pack" in src and "tdsl_cp_async<8>(A_shared" in src
     body = src[src.index("for (int k_outer"):]
-    assert body.count("__syncthreads();") == 1      # one barrier per k slice
+    assert body.count("__syncthreads();") == 2      # one barrier per k slice, one after
     inner = body[body.index("for (int k_inner"):]
     assert "if (" not in inner[:inner.index("__syncthreads();")]   # no guard on the FMAs
 
