@@ -203,7 +203,12 @@ class KernelRenderer(CStyleRenderer):
             with self.block(f"if ({' && '.join(checks)})"):
                 self.vector_body(p)
             with self.block("else"):  # a tail, or a user's array that starts misaligned
-                self.serial_loop(p.scalar_loop())
+                # (plain stores there, not 4-byte cp.async: fewer live addresses, no spills)
+                prev, self.async_dst = self.async_dst, frozenset()
+                try:
+                    self.serial_loop(p.scalar_loop())
+                finally:
+                    self.async_dst = prev
 
     @contextmanager
     def _braces(self) -> Iterator[None]:

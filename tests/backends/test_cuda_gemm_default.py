@@ -115,6 +115,21 @@ def test_large_matmul_assembles_without_spills(arch):
     assert res.registers <= 128               # two blocks of 256 threads per SM
 
 
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_dense_and_batch_matmul_assemble_without_spills(arch):
+    """With cp.async fills (the float4 path) and plain stores on the misaligned fallback:
+    4-byte cp.async there kept more addresses live and batch_matmul spilled 8 bytes."""
+    X, W = td.placeholder((1024, 1024), name="X"), td.placeholder((1024, 1024), name="W")
+    b = td.placeholder((1024,), name="b")
+    P, Q = td.placeholder((8, 512, 512), name="P"), td.placeholder((8, 512, 512), name="Q")
+    for args in ([X, W, b, ops.dense(X, W, b, activation="relu")], [P, Q, ops.batch_matmul(P, Q)]):
+        f = _build(args, arch)
+        assert "tdsl_cp_async<" in f.get_source()
+        (res,) = kernel_resources(f.cubin(arch)).values()
+        assert res.frame_bytes == 0, res
+
+
 @needs_gxx
 def test_elementwise_default_is_vectorized_and_handles_tails_and_gathers():
     X2 = td.placeholder((64, 40), name="X2")
