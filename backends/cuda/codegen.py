@@ -297,15 +297,27 @@ class KernelRenderer(CStyleRenderer):
     def store(self, s: Any) -> None:
         """A store; a global element copied unchanged into a double buffer's shared array
         is a ``cp.async`` (pipeline.py) where the renderer is emitting its fill."""
-        if self.async_dst and pipeline.is_async_copy(s, self.async_dst):
-            v = s.value
-            dst = f"{self.buffer_ref(s.buffer)}.ptr({self.flat_index(s.buffer, s.indices)})"
+        found = pipeline.async_source(s, self.async_dst) if self.async_dst else None
+        if found is None:
+            super().store(s)
+            return
+        v, cond = found
+        dst = f"{self.buffer_ref(s.buffer)}.ptr({self.flat_index(s.buffer, s.indices)})"
+        base = self.buffer_ref(v.buffer)
+        if cond is None:
             off = self.flat_index(v.buffer, v.indices)
-            src = self.buffer_ref(v.buffer)
-            src = src if off == "0" else f"{src} + {off}"
+            src = base if off == "0" else f"{base} + {off}"
             self.emit(f"tdsl_cp_async<{s.buffer.dtype.itemsize}>({dst}, {src});")
             return
-        super().store(s)
+        # padding: a zero-filling copy; the address is the buffer's start where the
+        # element lies outside it (no byte is read there)
+        with self._braces():
+            ok = self.names.fresh("in_bounds")
+            self.emit(f"const bool {ok} = {self.expr(cond)};")
+            with self.ana.constraint(cond):
+                off = self.flat_index(v.buffer, v.indices)
+            self.emit(f"tdsl_cp_async_zfill<{s.buffer.dtype.itemsize}>({dst}, {ok} ? {base} + "
+                      f"{off} : {base}, {ok});")
 
     def barrier(self, s: Barrier) -> None:
         if self.divergent:

@@ -812,6 +812,15 @@ inline void tdsl_cp_async(const emu::SharedPtr<T>& dst, const emu::Global<S>& sr
   for (int j = 0; j < n; ++j) lanes[j] = src.read(j);
   emu::async_issue(dst.arr, dst.off, n, lanes);
 }
+template <int B, typename T, typename S>
+inline void tdsl_cp_async_zfill(const emu::SharedPtr<T>& dst, const emu::Global<S>& src, bool valid) {
+  if (valid) { tdsl_cp_async<B>(dst, src); return; }
+  static_assert(std::is_same_v<std::remove_const_t<S>, T> && B % sizeof(T) == 0 && B <= 16,
+                "cp.async of B bytes of T");
+  emu::check_vector_align(dst.base + dst.off, B);
+  unsigned char zeros[16] = {};
+  emu::async_issue(dst.arr, dst.off, B / sizeof(T), zeros);   // no global read
+}
 inline void tdsl_cp_async_commit() {}
 inline void tdsl_cp_async_wait_all() { emu::async_wait_all(); }
 

@@ -8,7 +8,8 @@ sequence::
 
 where a fill's stores all go to the double-buffered shared arrays.  On sm_80+ the stores
 of a fill that copy a global element unchanged (``S[...] = G[...]``, 4, 8 or 16 bytes:
-vector copies included) become ``cp.async`` copies, which do not hold the thread until the
+vector copies included; ``if_then_else(c, G[...], 0)``, padding, as a copy that
+zero-fills where ``c`` is false) become ``cp.async`` copies, which do not hold the thread until the
 data arrive, and the sequence becomes::
 
     fill(slot 0) [async]; commit
@@ -19,7 +20,7 @@ data arrive, and the sequence becomes::
       compute(slot v % 2)               overlaps the copies in flight
     sync                                the slots are free again after the loop
 
-still one barrier per iteration.  Stores that compute something (padding, a cast) stay
+still one barrier per iteration.  Stores that compute something (a cast, arithmetic) stay
 ordinary stores: they are ordered the same way.  Under emulation a copy reads global
 memory when issued and lands in shared memory at the thread's wait; an access to its
 destination in between is reported, so a missing wait is caught (emu.h).
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tdsl.expr import BufferLoad
+from tdsl.expr import BufferLoad, Const, Expr, Select
 from tdsl.stmt import Barrier, BufferStore, For, ForKind, IfThenElse, SeqStmt, StorageScope
 from tdsl.visitor import free_vars, post_order_visit
 
@@ -52,12 +53,24 @@ def _stores(s: Any) -> list:
     return out
 
 
+def async_source(s: BufferStore, buffers: "set | frozenset") -> "Optional[tuple[BufferLoad, Expr | None]]":
+    """(the global load, its condition) of a store into one of ``buffers`` that a
+    ``cp.async`` can do: ``S[...] = G[...]`` (condition None), or ``S[...] =
+    if_then_else(c, G[...], 0)`` (padding: the copy zero-fills where ``c`` is false)."""
+    if id(s.buffer) not in buffers or s.buffer.dtype.itemsize not in ASYNC_SIZES:
+        return None
+    v, cond = s.value, None
+    if isinstance(v, Select) and isinstance(v.false_value, Const) and v.false_value.value == 0:
+        v, cond = v.true_value, v.cond
+    if isinstance(v, BufferLoad) and v.buffer.scope is StorageScope.GLOBAL and \
+            v.dtype == s.buffer.dtype:
+        return v, cond
+    return None
+
+
 def is_async_copy(s: BufferStore, buffers: "set | frozenset") -> bool:
-    """A store into one of ``buffers`` of a global element, unchanged."""
-    v = s.value
-    return (id(s.buffer) in buffers and isinstance(v, BufferLoad)
-            and v.buffer.scope is StorageScope.GLOBAL and v.dtype == s.buffer.dtype
-            and s.buffer.dtype.itemsize in ASYNC_SIZES)
+    """A store into one of ``buffers`` a ``cp.async`` can do (see ``async_source``)."""
+    return async_source(s, buffers) is not None
 
 
 def plan(renderer: Any, items: list) -> "dict[int, Pipeline]":

@@ -67,11 +67,19 @@ template <typename V, typename T> __device__ __forceinline__ void tdsl_vstore(T*
 _ASYNC = """\
 #ifndef TDSL_EMULATION
 // cp.async (sm_80+): B bytes copied global -> shared without holding the thread; they land
-// by its next tdsl_cp_async_wait_all(), and a __syncthreads() after that shows them to the block
+// by its next tdsl_cp_async_wait_all(), and a __syncthreads() after that shows them to the block;
+// the _zfill form writes B zero bytes (reading nothing) where valid is false
 template <int B, typename T> __device__ __forceinline__ void tdsl_cp_async(T* dst, const T* src) {
   unsigned s;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(s), "l"(src), "n"(B) : "memory");
+}
+template <int B, typename T>
+__device__ __forceinline__ void tdsl_cp_async_zfill(T* dst, const T* src, bool valid) {
+  unsigned s;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
+               :: "r"(s), "l"(src), "n"(B), "r"(valid ? B : 0) : "memory");
 }
 __device__ __forceinline__ void tdsl_cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory"); }

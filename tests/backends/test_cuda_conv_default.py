@@ -103,3 +103,21 @@ def test_conv_default_no_spills():
     f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda -arch=sm_90")
     r = ptxas_report(f.get_source(), "sm_90")[f.kernels[0].name]
     assert r.spill_stores == 0 and r.spill_loads == 0
+
+
+@needs_gxx
+def test_conv_padded_fetch_is_a_zero_filling_cp_async_on_sm80():
+    """Several chunks of input channels: the shared tiles are double buffered, and on sm_80
+    the padded input patch is fetched by cp.async copies that zero-fill outside the image
+    (pipeline.py), the weights by plain cp.async copies."""
+    args = _conv((1, 16, 9, 9), 16, 3, 1, 1)
+    f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda -arch=sm_80")
+    src = f.get_source()
+    assert "tdsl_cp_async_zfill<4>(D_pad.ptr(" in src
+    assert "tdsl_cp_async<4>(K_pack.ptr(" in src
+    g = np.random.default_rng(5)
+    d = g.standard_normal((1, 16, 9, 9)).astype("float32")
+    k = g.standard_normal((16, 16, 3, 3)).astype("float32")
+    o = np.full((1, 16, 9, 9), np.nan, "float32")
+    f.emulate(d, k, o)
+    np.testing.assert_allclose(o, _ref(d, k, 1, 1, 1), rtol=1e-4, atol=1e-4)
