@@ -73,6 +73,20 @@ def is_async_copy(s: BufferStore, buffers: "set | frozenset") -> bool:
     return async_source(s, buffers) is not None
 
 
+def _next_slot(s: BufferStore, loop: For, cond: Expr) -> bool:
+    """``s`` writes slot ``(v + 1) % 2`` of a buffer of two (``v`` the loop's variable,
+    known in its range and where the fill's condition holds)."""
+    from tdsl.arith import Analyzer
+    from tdsl.tensor import Range
+    two = s.buffer.shape[0] if s.buffer.shape else None
+    if not (isinstance(two, Const) and two.value == 2):
+        return False
+    ana = Analyzer()
+    with ana.bind(loop.var, Range(loop.min, loop.extent)), ana.constraint(cond):
+        d = ana.simplify(s.indices[0] - (loop.var + 1) % 2)
+    return isinstance(d, Const) and d.value == 0
+
+
 def plan(renderer: Any, items: list) -> "dict[int, Pipeline]":
     """The double-buffered loops of one statement sequence, by the index of their first
     prologue statement (sm_80+, and only where some fill store can be a ``cp.async``)."""
@@ -99,8 +113,9 @@ def _match(items: list, k: int, loop: Any) -> "Optional[Pipeline]":
     bufs = {id(s.buffer) for s in stores}
     if not stores or any(s.buffer.scope is not StorageScope.SHARED for s in stores):
         return None
-    # the fill writes slot (v + 1) % 2: its first index uses v
-    if any(loop.var not in free_vars(s.indices[0]) for s in stores):
+    # the fill writes slot (v + 1) % 2 of two (so the compute, on slot v % 2, never reads
+    # what is in flight)
+    if any(not _next_slot(s, loop, first.cond) for s in stores):
         return None
     nf = len(fill.stmts) if isinstance(fill, SeqStmt) else 1
     start = k - 1 - nf
