@@ -65,6 +65,11 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
         K = td.placeholder((64, 64, 3, 3), name="K")
         return [D, K], ops.conv2d(D, K, padding=1)
 
+    def conv2d_s2():
+        D = td.placeholder((1, 64, 56, 56), name="D")
+        K = td.placeholder((128, 64, 3, 3), name="K")
+        return [D, K], ops.conv2d(D, K, stride=2, padding=1)
+
     def softmax():
         X = td.placeholder((4096, 1024), name="X")
         return [X], ops.softmax(X)
@@ -79,6 +84,7 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
         return [X, Y], ops.gelu(ops.add(X, Y))
 
     return {"matmul": matmul, "matmul_fp16": matmul_fp16, "dense": dense, "batch_matmul": batch_matmul, "conv2d": conv2d,
+            "conv2d_s2": conv2d_s2,
             "softmax": softmax, "layernorm": layernorm, "elementwise": elementwise}
 
 

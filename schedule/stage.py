@@ -235,7 +235,8 @@ class Stage:
 
     def double_buffer(self) -> None:
         """Keep two copies of this (shared) stage so one loads while the other is read (GPU
-        kernels; on a CPU schedule it stays a plain single buffer, without barriers)."""
+        kernels; on a CPU schedule it stays a plain single buffer, without barriers).  On
+        sm_80+ the fetch's plain copies from global memory are ``cp.async`` copies."""
         from . import annotate
         self._run("double_buffer", [], {}, lambda: annotate.double_buffer(self))
 

@@ -22,7 +22,7 @@ from tdsl.dtype import DType
 from tdsl.target import Target
 from tdsl.visitor import post_order_visit
 
-from . import barriers, wmma_acc
+from . import barriers, pipeline, wmma_acc
 from .allreduce import AllReduceEmitter
 from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type, type_helper
 from .kernels import KernelInfo, const_span, same_extent, walk
@@ -46,6 +46,8 @@ class KernelRenderer(CStyleRenderer):
         self.allreduce = AllReduceEmitter(self)
         self.wmma_acc: dict[int, str] = {}    # id(WMMA call) -> its register accumulator
         self.narrow = fits_int32(kernel)      # loop indices as 32-bit ints (see fits_int32)
+        self.async_dst: frozenset = frozenset()   # ids of shared buffers filled by cp.async
+        self.pipelined: dict[int, tuple] = {}     # id(loop body) -> its pipelined parts
 
     # ---- the function ----------------------------------------------------------------------
     def render(self) -> str:
@@ -110,14 +112,23 @@ class KernelRenderer(CStyleRenderer):
     def seq(self, s: SeqStmt) -> None:
         """Statements in order; a WMMA tile's zero-init followed by its k loop keeps the
         accumulator in registers (wmma_acc.py); barriers that order nothing are dropped
-        (barriers.py)."""
+        (barriers.py); a double buffer's fills become cp.async copies on sm_80+
+        (pipeline.py)."""
+        if id(s) in self.pipelined:
+            pipeline.render_body(self, s)
+            return
         items = list(s.stmts)
         drop = barriers.redundant(items)
         if drop:
             self.emit(f"// {len(drop)} barrier(s) between independent fetches merged")
             items = [x for n, x in enumerate(items) if n not in drop]
+        pipes = pipeline.plan(self, items)
         i = 0
         while i < len(items):
+            if i in pipes:
+                pipeline.render(self, items, pipes[i])
+                i = pipes[i].loop + 1
+                continue
             p = wmma_acc.plan(self, items[i], items[i + 1]) if i + 1 < len(items) else None
             if p is not None:
                 wmma_acc.render(self, p)
@@ -208,7 +219,12 @@ class KernelRenderer(CStyleRenderer):
             with self.block(f"if ({' && '.join(checks)})"):
                 self.vector_body(p)
             with self.block("else"):  # a tail, or a user's array that starts misaligned
-                self.serial_loop(p.scalar_loop())
+                # (plain stores there, not 4-byte cp.async: fewer live addresses, no spills)
+                prev, self.async_dst = self.async_dst, frozenset()
+                try:
+                    self.serial_loop(p.scalar_loop())
+                finally:
+                    self.async_dst = prev
 
     @contextmanager
     def _braces(self) -> Iterator[None]:
@@ -228,6 +244,14 @@ class KernelRenderer(CStyleRenderer):
         return name if off == "0" else f"{name} + {off}"
 
     def vector_body(self, p: VectorPlan) -> None:
+        if id(p.store.buffer) in self.async_dst and len(p.loads) == 1 and \
+                p.value is p.loads[0].nodes[0] and p.loads[0].ctype == p.store.ctype and \
+                p.loads[0].buffer.scope is StorageScope.GLOBAL and \
+                p.width * p.store.buffer.dtype.itemsize in pipeline.ASYNC_SIZES:
+            acc = p.loads[0]       # a plain copy into a double buffer: cp.async
+            self.emit(f"tdsl_cp_async<{p.width * p.store.buffer.dtype.itemsize}>("
+                      f"{self.vector_pointer(p.store)}, {self.vector_pointer(acc)});")
+            return
         for acc in p.loads:
             acc.name = self.names.fresh(f"{acc.buffer.name}_v")
             self.emit(f"const {acc.ctype} {acc.name} = tdsl_vload<{acc.ctype}>("
@@ -285,6 +309,31 @@ class KernelRenderer(CStyleRenderer):
         if self.depends_on_thread(s.value):
             self.thread_vars.add(s.var)
         super().let(s)
+
+    def store(self, s: Any) -> None:
+        """A store; a global element copied unchanged into a double buffer's shared array
+        is a ``cp.async`` (pipeline.py) where the renderer is emitting its fill."""
+        found = pipeline.async_source(s, self.async_dst) if self.async_dst else None
+        if found is None:
+            super().store(s)
+            return
+        v, cond = found
+        dst = f"{self.buffer_ref(s.buffer)}.ptr({self.flat_index(s.buffer, s.indices)})"
+        base = self.buffer_ref(v.buffer)
+        if cond is None:
+            off = self.flat_index(v.buffer, v.indices)
+            src = base if off == "0" else f"{base} + {off}"
+            self.emit(f"tdsl_cp_async<{s.buffer.dtype.itemsize}>({dst}, {src});")
+            return
+        # padding: a zero-filling copy; the address is the buffer's start where the
+        # element lies outside it (no byte is read there)
+        with self._braces():
+            ok = self.names.fresh("in_bounds")
+            self.emit(f"const bool {ok} = {self.expr(cond)};")
+            with self.ana.constraint(cond):
+                off = self.flat_index(v.buffer, v.indices)
+            self.emit(f"tdsl_cp_async_zfill<{s.buffer.dtype.itemsize}>({dst}, {ok} ? {base} + "
+                      f"{off} : {base}, {ok});")
 
     def barrier(self, s: Barrier) -> None:
         if self.divergent:

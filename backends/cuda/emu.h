@@ -75,9 +75,17 @@ struct Shadow {
   uint32_t r_epoch;   // barrier interval of the reads below
   uint32_t w_wep, r_wep, o_wep;  // __syncwarp interval of the actor's warp at each access
   int16_t w_actor, r_actor, r_other;
+  uint64_t a_block;   // block serial while a cp.async copy into it is in flight (else 0)
 };
 
 struct SharedBase;
+struct AsyncCopy {       // a cp.async copy in flight (see async_issue)
+  SharedBase* arr;
+  long long i;           // first element
+  int n;                 // elements
+  int thread;
+  unsigned char bytes[16];
+};
 inline void (*tdsl_block_hook)() = nullptr;  // per-block state of later sections (shuffles)
 
 struct Runtime {
@@ -102,6 +110,7 @@ struct Runtime {
   bool reverse = false;               // visit blocks in reverse order
   uint32_t block_lin = 0;             // 1 + the linear index of the running block
   std::vector<struct GlobalRegion*> globals;  // this launch's global buffers
+  std::vector<AsyncCopy> async;  // cp.async copies issued and not yet waited for
 };
 inline Runtime rt;
 
@@ -175,10 +184,16 @@ struct SharedBase {
     report("race", i, buf);
   }
 
+  void in_flight(long long i) {
+    if (shadow[i].a_block == rt.block_serial)
+      report("async", i, "");
+  }
+
   void on_read(long long i) {
     if (!rt.check) return;
     Shadow& s = shadow[i];
     int a = actor();
+    in_flight(i);
     if (s.w_block != rt.block_serial)
       report("uninit", i, "");
     else if (s.w_epoch == rt.epoch && conflict(s.w_actor, s.w_wep, a))
@@ -196,6 +211,7 @@ struct SharedBase {
     if (!rt.check) return;
     Shadow& s = shadow[i];
     int a = actor();
+    in_flight(i);
     if (s.w_block == rt.block_serial && s.w_epoch == rt.epoch &&
         conflict(s.w_actor, s.w_wep, a))
       race("write-after-write", i, s.w_actor, a);
@@ -235,6 +251,48 @@ template <typename T> struct SharedPtr {
   }
 };
 
+
+// ---- cp.async: a copy that reads global memory when issued and lands at the thread's wait ------
+// On a GPU the shared destination is written at some time between the copy and the thread's
+// cp.async wait, so: the copy counts as a write when issued (a race with other threads'
+// accesses in that barrier interval) and again when it lands (at the wait); any access to the
+// destination in between, by any thread, is reported (a missing or late wait); and a copy
+// still in flight when its thread ends is reported.
+inline void async_issue(SharedBase* arr, long long i, int n, const void* value) {
+  if (!arr->in_bounds(i) || !arr->in_bounds(i + n - 1)) return;
+  AsyncCopy c{arr, i, n, rt.cur, {}};
+  memcpy(c.bytes, value, (size_t)n * arr->elem);
+  for (int j = 0; j < n; ++j) {
+    arr->on_write(i + j);
+    if (rt.check) arr->shadow[i + j].a_block = rt.block_serial;
+  }
+  rt.async.push_back(c);
+}
+inline void async_wait_all() {
+  std::vector<AsyncCopy> keep;
+  for (const AsyncCopy& c : rt.async) {
+    if (c.thread != rt.cur) { keep.push_back(c); continue; }
+    for (int j = 0; j < c.n; ++j) {
+      c.arr->shadow[c.i + j].a_block = 0;
+      c.arr->on_write(c.i + j);
+    }
+    memcpy(c.arr->bytes + (size_t)c.i * c.arr->elem, c.bytes, (size_t)c.n * c.arr->elem);
+  }
+  rt.async.swap(keep);
+}
+inline void async_end_block() {
+  if (rt.async.empty()) return;
+  const AsyncCopy& c = rt.async.front();
+  for (const AsyncCopy& x : rt.async)
+    for (int j = 0; j < x.n; ++j) x.arr->shadow[x.i + j].a_block = 0;
+  char buf[160];
+  snprintf(buf, sizeof buf, "%zu cp.async copies (the first by thread %d, into shared memory "
+           "declared at line %u) were never waited for (no cp.async wait before the block ended)",
+           rt.async.size(), c.thread, c.arr->line);
+  rt.async.clear();
+  if (rt.error) { rt.nerrors++; return; }   // an access while in flight was seen first
+  fail("async-end", buf);
+}
 
 // ---- global memory: buffers of a launch with shadow state per element -----------------------------
 struct GAccess {          // one access of a launch: 0 block = none
@@ -527,7 +585,9 @@ inline int launch(const long long* dims, int flags, char* msg, int msglen,
     rt.epoch++;
     for (SharedBase* s : rt.shared) memset(s->bytes, 0xff, s->count * s->elem);
     if (tdsl_block_hook) tdsl_block_hook();
+    rt.async.clear();
     run_block();
+    async_end_block();
   }
   rt.body = nullptr;
   end_launch();
@@ -746,6 +806,30 @@ template <typename V, typename T> inline void tdsl_vstore(const emu::SharedPtr<T
   memcpy(lanes, &v, sizeof v);
   for (int j = 0; j < n; ++j) p.write(j, lanes[j]);
 }
+
+// cp.async (sm_80+): see emu::async_issue
+template <int B, typename T, typename S>
+inline void tdsl_cp_async(const emu::SharedPtr<T>& dst, const emu::Global<S>& src) {
+  static_assert(std::is_same_v<std::remove_const_t<S>, T> && B % sizeof(T) == 0 && B <= 16,
+                "cp.async of B bytes of T");
+  constexpr int n = B / sizeof(T);
+  emu::check_vector_align(dst.base + dst.off, B);
+  emu::check_vector_align(src.p, B);
+  T lanes[n];
+  for (int j = 0; j < n; ++j) lanes[j] = src.read(j);
+  emu::async_issue(dst.arr, dst.off, n, lanes);
+}
+template <int B, typename T, typename S>
+inline void tdsl_cp_async_zfill(const emu::SharedPtr<T>& dst, const emu::Global<S>& src, bool valid) {
+  if (valid) { tdsl_cp_async<B>(dst, src); return; }
+  static_assert(std::is_same_v<std::remove_const_t<S>, T> && B % sizeof(T) == 0 && B <= 16,
+                "cp.async of B bytes of T");
+  emu::check_vector_align(dst.base + dst.off, B);
+  unsigned char zeros[16] = {};
+  emu::async_issue(dst.arr, dst.off, B / sizeof(T), zeros);   // no global read
+}
+inline void tdsl_cp_async_commit() {}
+inline void tdsl_cp_async_wait_all() { emu::async_wait_all(); }
 
 // ---- WMMA m16n16k16 (f16 x f16 + f32): fragments hold the whole tile in every lane -----------------
 struct tdsl_wmma_a { float v[256]; };

@@ -322,6 +322,12 @@ def _error(kernel: Any, source: str, msg: str) -> EmulationError:
         return EmulationError(
             f"{where}: {who} accessed global buffer '{info.get('gname')}' at byte "
             f"{info.get('byte')}, outside its {info.get('nbytes')} bytes (out of bounds){more}")
+    if kind == "async":
+        buf = _shared_name(kernel, source, int(info["line"]))
+        return EmulationError(
+            f"{where}: {who} accessed shared array {buf} at {info.get('offset')} while a "
+            f"cp.async copy into it was in flight (its thread had not waited for it with "
+            f"cp.async.wait before this access){more}")
     if kind in ("oob", "uninit"):
         buf = _shared_name(kernel, source, int(info["line"]))
         offset = int(info["offset"])

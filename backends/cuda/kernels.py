@@ -31,6 +31,7 @@ from tdsl.target import GPUArch, Target
 from tdsl.visitor import children, free_vars
 
 from . import limits
+from .accumulate import optimize_kernel
 from .host import (HostAlloc, HostIf, HostLaunch, HostLet, HostSeq, buffer_nbytes,
                    check_host_expr, host_eval)
 
@@ -201,6 +202,7 @@ class _Splitter:
     def kernel(self, root: For, scope: frozenset) -> Any:
         idx = len(self.kernels)
         name = f"{self.base}_kernel" if self.n_roots == 1 else f"{self.base}_kernel{idx}"
+        root = optimize_kernel(root)   # guards out of k loops, accumulators in registers
         info = analyze_kernel(root, name, scope, self.func, self.target)
         self.kernels.append(info)
         plan: Any = HostLaunch(info)

@@ -95,6 +95,29 @@ template <typename V, typename T> __device__ __forceinline__ void tdsl_vstore(T*
   *(V*)p = v; }
 #endif"""
 
+_ASYNC = """\
+#ifndef TDSL_EMULATION
+// cp.async (sm_80+): B bytes copied global -> shared without holding the thread; they land
+// by its next tdsl_cp_async_wait_all(), and a __syncthreads() after that shows them to the block;
+// the _zfill form writes B zero bytes (reading nothing) where valid is false
+template <int B, typename T> __device__ __forceinline__ void tdsl_cp_async(T* dst, const T* src) {
+  unsigned s;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(s), "l"(src), "n"(B) : "memory");
+}
+template <int B, typename T>
+__device__ __forceinline__ void tdsl_cp_async_zfill(T* dst, const T* src, bool valid) {
+  unsigned s;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
+               :: "r"(s), "l"(src), "n"(B), "r"(valid ? B : 0) : "memory");
+}
+__device__ __forceinline__ void tdsl_cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void tdsl_cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory"); }
+#endif"""
+
 _HALF_VECTOR = """\
 struct __align__(4) tdsl_half2 { tdsl_half x, y; };
 struct __align__(8) tdsl_half4 { tdsl_half x, y, z, w; };"""
@@ -172,7 +195,7 @@ def wmma_prelude(functions: set[str]) -> str:
 
 def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = None) -> str:
     """The prelude for a source whose kernels use ``helpers`` ("half", "bf16", "floordiv",
-    "shared", "vector", "wmma")."""
+    "shared", "raw", "vector", "async", "wmma")."""
     parts = [_HEADER.format(target=target)]
     if "half" in helpers or "wmma" in helpers:
         parts.append(_HALF)
@@ -190,6 +213,8 @@ def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = 
         parts.append(_RAW)
     if "vector" in helpers:
         parts.append(_VECTOR)
+    if "async" in helpers:
+        parts.append(_ASYNC)
     if "wmma" in helpers:
         parts.append(wmma_prelude(wmma_functions or set()))
     return "\n\n".join(parts) + "\n"

@@ -196,13 +196,24 @@ def test_warp_collective_ops_run_in_lockstep() -> None:
 
 
 def test_double_buffered_pipeline_needs_its_one_barrier() -> None:
-    """Double buffering keeps one barrier per k-iteration (after the compute); without it
-    the next iteration's fetch overwrites the tile other threads still read."""
+    """Double buffering keeps one barrier per k-iteration; without it the next iteration's
+    fetch overwrites the tile other threads still read.  Before sm_80 the fills are stores
+    and the barrier follows the compute; on sm_80+ (the default) they are cp.async copies and
+    the barrier follows the wait at the top of the iteration (pipeline.py)."""
+    from tdsl.backends.cuda import build
     from tests.backends.test_cuda_schedules import workload
     w = workload("tiled_matmul_double_buffered")
-    src = w.module.get_source()
-    assert src.count(BARRIER) == 2   # after the prologue fetch, and once per iteration
     arrays = w.inputs(np.random.default_rng(0))
+    sync = build(w.module.func, "cuda -arch=sm_75")
+    src = sync.source
+    assert "tdsl_cp_async" not in src
+    assert src.count(BARRIER) == 2   # after the prologue fetch, and once per iteration
+    sync.emulate(*arrays)
+    with pytest.raises(SharedMemoryRaceError, match="write-after-read|read-after-write"):
+        sync.emulate(*arrays, source=without_barrier(src, 1))
+    src = w.module.get_source()
+    assert "tdsl_cp_async_wait_all();" in src
+    assert src.count(BARRIER) == 2   # once per iteration (after the wait), once after the loop
     w.module.emulate(*arrays)
     with pytest.raises(SharedMemoryRaceError, match="write-after-read|read-after-write"):
-        w.module.emulate(*arrays, source=without_barrier(src, 1))
+        w.module.emulate(*arrays, source=without_barrier(src, 0))

@@ -96,9 +96,10 @@ def test_large_matmul_is_two_level_tiled():
     names = sorted(b.name for b in k.shared)
     assert len(names) == 2 and k.shared_bytes <= 48 * 1024
     src = f.get_source()
-    assert "tdsl_vload<float4>(B" in src and "tdsl_vload<float2>(A" in src
+    # float4 / float2 fetches: cp.async copies of 16 / 8 bytes on sm_80+ (pipeline.py)
+    assert "tdsl_cp_async<16>(B_pack" in src and "tdsl_cp_async<8>(A_shared" in src
     body = src[src.index("for (int k_outer"):]
-    assert body.count("__syncthreads();") == 1      # one barrier per k slice
+    assert body.count("__syncthreads();") == 2      # one barrier per k slice, one after
     inner = body[body.index("for (int k_inner"):]
     assert "if (" not in inner[:inner.index("__syncthreads();")]   # no guard on the FMAs
 
@@ -112,6 +113,21 @@ def test_large_matmul_assembles_without_spills(arch):
     assert res.frame_bytes == 0, res          # no local memory: no spills, no local arrays
     assert "__launch_bounds__(256, 2)" in f.get_source()
     assert res.registers <= 128               # two blocks of 256 threads per SM
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_dense_and_batch_matmul_assemble_without_spills(arch):
+    """With cp.async fills (the float4 path) and plain stores on the misaligned fallback:
+    4-byte cp.async there kept more addresses live and batch_matmul spilled 8 bytes."""
+    X, W = td.placeholder((1024, 1024), name="X"), td.placeholder((1024, 1024), name="W")
+    b = td.placeholder((1024,), name="b")
+    P, Q = td.placeholder((8, 512, 512), name="P"), td.placeholder((8, 512, 512), name="Q")
+    for args in ([X, W, b, ops.dense(X, W, b, activation="relu")], [P, Q, ops.batch_matmul(P, Q)]):
+        f = _build(args, arch)
+        assert "tdsl_cp_async<" in f.get_source()
+        (res,) = kernel_resources(f.cubin(arch)).values()
+        assert res.frame_bytes == 0, res
 
 
 @needs_gxx

@@ -1,7 +1,8 @@
 """Default CUDA schedules: one kernel per non-inlined stage.
 
 matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tiles, and
-fp16 x fp16 -> fp32 products tensor cores (``cuda_gemm.py``).  Elementwise stages run
+fp16 x fp16 -> fp32 products tensor cores (``cuda_gemm.py``); an NCHW conv2d is an
+implicit GEMM with shared-memory tiles (``cuda_conv.py``).  Elementwise stages run
 4 consecutive outputs per thread as a vector loop (float4 where aligned).  Other root
 stages' output loops are fused and split into blocks of threads (``blockIdx.x`` x
 ``threadIdx.x``); a reduction along rows (and softmax, the norms) is reduced across a
@@ -20,7 +21,7 @@ from tdsl.target import Target
 from tdsl.tensor import IterVar, thread_axis
 
 from ..tags import Pattern
-from . import cuda_gemm, cuda_reduction
+from . import cuda_conv, cuda_gemm, cuda_reduction
 from .graph import fusable_anchor, is_inlined, stage_pattern
 
 #: Threads per block for elementwise kernels and for reductions.
@@ -66,6 +67,12 @@ def apply(s: Schedule, target: Target) -> None:
         gemm = cuda_gemm.gemm_anchor(s, st, bodies)   # matmul family: 2-level tiles
         if gemm is not None and gemm[0] not in done:
             got = cuda_gemm.schedule_gemm(s, *gemm)
+            if got:
+                done |= got
+                continue
+        conv = cuda_conv.conv_anchor(s, st, bodies)   # NCHW conv2d: implicit GEMM tiles
+        if conv is not None and conv[0] not in done:
+            got = cuda_conv.schedule_conv(s, *conv)
             if got:
                 done |= got
                 continue

@@ -1,0 +1,167 @@
+"""Default CUDA schedule of ``conv2d`` (NCHW data, one group): an implicit GEMM.
+
+Seen as a GEMM, the convolution multiplies the weights (``CO x (CI*KH*KW)``) by the input
+patches (``(CI*KH*KW) x (N*OH*OW)``).  Per block a tile of ``CO_TILE`` = 64 output
+channels by an 8 x 8 square of output pixels; 16 x 16 threads, each holding 4 channels x
+4 consecutive pixels of a row (16 outputs) in registers (``threadIdx.y``: channels,
+``threadIdx.x``: the 8 rows x 2 column groups).  Where that leaves the grid too small to
+fill the GPU, the block takes 32 or 16 channels (8 or 4 thread rows).
+
+The reduction over (ic, kh, kw) runs in chunks: per ``RC`` input channels, the block
+fetches the weight tile (``RC x KH x KW x 64``, from the packed ``(CI, KH, KW, CO)``
+weights) and the input patch the 8 x 8 pixels read (``RC x rows x cols``, the padding
+computed by the fetch: zeros outside the image) cooperatively into shared memory, double
+buffered; each thread then does ``RC*KH*KW*16`` FMAs from shared memory.  Where the
+window's tiles would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one kernel row
+(``RC x KW`` taps).  Bias and activation run on the accumulators before the store (4
+consecutive pixels: float4 where aligned).
+
+Sizes that don't divide the tiles are guarded per output (a thread's out-of-range
+accumulators would read shared elements no thread fetched); every size is constant
+here, so the index arithmetic is 32-bit.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from tdsl.schedule import Schedule, Stage
+from tdsl.tensor import thread_axis
+
+from ..tags import OpKind, Pattern
+from .graph import fusable_anchor, stage_kind, stage_pattern
+
+#: Output channels per block and per thread.
+CO_TILE, CO_THREAD = 64, 4
+#: The square of output pixels per block, and consecutive pixels of a row per thread.
+PIX_TILE, PIX_THREAD = 8, 4
+#: Threads per block along the pixels (8 rows x 2 column groups).
+THREADS = 16
+#: Blocks a launch should have to fill the GPU (an H100 has 132 SMs): the block's channel
+#: tile shrinks (64 -> 32 -> 16 channels, 256 -> 64 threads) until the grid has that many.
+FILL_BLOCKS = 128
+#: Bytes of one copy of the two shared tiles (double buffering keeps two).
+SHARED_BUDGET = 16 * 1024
+
+
+def _const(e: object) -> Optional[int]:
+    v = getattr(e, "value", None)
+    return int(v) if isinstance(v, int) else None
+
+
+def conv_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage] | None":
+    """(conv2d anchor, its elementwise epilogue) for an NCHW single-group convolution of
+    constant sizes whose only consumer is ``st``."""
+    if stage_pattern(st) is not Pattern.INJECTIVE:
+        return None
+    a = fusable_anchor(s, st, bodies)
+    if a is None or stage_kind(a) is not OpKind.CONV2D:
+        return None
+    attrs = a.op.attrs
+    if attrs.get("layout") != "NCHW" or attrs.get("groups") != 1 or \
+            attrs.get("compute_layout") != "NHWC" or len(st.op.axis) != 4:
+        return None
+    if any(_const(ax.dom.extent) is None for ax in (*a.op.axis, *a.op.reduce_axis)):
+        return None
+    return a, st
+
+
+def _input_stages(s: Schedule, anchor: Stage) -> "tuple[Stage | object, Stage] | None":
+    """(the input: its pad stage or the data tensor, the packed weights stage)."""
+    data = pack = None
+    for t in anchor.op.input_tensors:
+        st = s[t]
+        if stage_kind(st) is OpKind.PACK:
+            pack = st
+        elif data is None:
+            data = st if not st.is_placeholder else t
+    if pack is None or data is None or pack.is_output:
+        return None
+    return data, pack
+
+
+def _chunk(ci: int, taps: int, rows: int, cols: int, co_tile: int) -> "int | None":
+    """Input channels per reduction chunk (``taps`` kernel positions each): the largest
+    of 8, 4, 2, 1 dividing ``ci`` whose two tiles fit ``SHARED_BUDGET``, or None."""
+    for rc in (8, 4, 2, 1):
+        if ci % rc == 0 and 4 * rc * (taps * co_tile + rows * cols) <= SHARED_BUDGET:
+            return rc
+    return None
+
+
+def _co_threads(n: int, co: int, oh: int, ow: int) -> int:
+    """Threads along the output channels (16, 8 or 4; each holds ``CO_THREAD`` channels):
+    the largest whose grid has ``FILL_BLOCKS`` blocks."""
+    def cdiv(a: int, b: int) -> int:
+        return -(-a // b)
+    for ty in (16, 8, 4):
+        if n * cdiv(co, ty * CO_THREAD) * cdiv(oh, PIX_TILE) * cdiv(ow, PIX_TILE) >= FILL_BLOCKS:
+            return ty
+    return 4
+
+
+def _fetch(st: Stage, at: Stage, where: object, ty_threads: int) -> None:
+    """``st`` computed at ``where`` of ``at`` into shared memory, its elements spread over
+    the block's threads (consecutive threads, consecutive elements), double buffered."""
+    st.set_scope("shared")
+    st.compute_at(at, where)
+    fused = st.fuse(*st.op.axis)
+    rest, tx = st.split(fused, factor=THREADS)
+    _, ty = st.split(rest, factor=ty_threads)
+    st.bind(tx, thread_axis("threadIdx.x"))
+    st.bind(ty, thread_axis("threadIdx.y"))
+    st.double_buffer()
+
+
+def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
+    """Implicit-GEMM tiles for ``anchor`` computed in ``out``'s kernel; the stages done."""
+    found = _input_stages(s, anchor)
+    if found is None:
+        return set()
+    data, pack = found
+    (sh, sw), (dh, dw) = anchor.op.attrs["stride"], anchor.op.attrs["dilation"]
+    rc_ax, ry_ax, rx_ax = anchor.op.reduce_axis
+    ci, kh, kw = (_const(r.dom.extent) for r in (rc_ax, ry_ax, rx_ax))
+    cols = (PIX_TILE - 1) * sw + (kw - 1) * dw + 1
+    n, co, y, x = out.op.axis
+    tys = _co_threads(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
+    co_tile = tys * CO_THREAD
+    # a chunk: RC input channels x the whole kernel window (the input patch fetched
+    # once), or where that does not fit, x one kernel row
+    rc = _chunk(ci, kh * kw, (PIX_TILE - 1) * sh + (kh - 1) * dh + 1, cols, co_tile)
+    whole = rc is not None
+    if not whole:
+        rc = _chunk(ci, kw, (PIX_TILE - 1) * sh + 1, cols, co_tile) or 1
+
+    cob, cor = out.split(co, factor=co_tile)
+    ty, coi = out.split(cor, factor=CO_THREAD)
+    yb, yi = out.split(y, factor=PIX_TILE)
+    xb, xr = out.split(x, factor=PIX_TILE)
+    xt, xi = out.split(xr, factor=PIX_THREAD)
+    out.reorder(n, cob, yb, xb, ty, yi, xt, coi, xi)
+    out.bind(out.fuse(n, cob), thread_axis("blockIdx.z"))
+    out.bind(yb, thread_axis("blockIdx.y"))
+    out.bind(xb, thread_axis("blockIdx.x"))
+    out.bind(ty, thread_axis("threadIdx.y"))
+    tx = out.fuse(yi, xt)
+    out.bind(tx, thread_axis("threadIdx.x"))
+    out.unroll(coi)
+    out.vectorize(xi)                 # 4 consecutive pixels: a float4 store where aligned
+
+    anchor.set_scope("local")
+    anchor.compute_at(out, tx)
+    rco, rci = anchor.split(rc_ax, factor=rc)
+    if whole:
+        anchor.reorder(rco, ry_ax, rx_ax, rci, *anchor.op.axis)
+        chunk = rco
+    else:
+        anchor.reorder(ry_ax, rco, rx_ax, rci, *anchor.op.axis)
+        chunk = anchor.fuse(ry_ax, rco)     # one loop over the chunks: double buffered
+    for ax in (rci, *anchor.op.axis):   # registers: every accumulator index a constant
+        anchor.unroll(ax)
+    if isinstance(data, Stage):
+        d_sh = data                         # the padding stage: zeros computed by the fetch
+    else:
+        d_sh = s[s.cache_read(data, "shared", [anchor])]
+    _fetch(d_sh, anchor, chunk, tys)
+    _fetch(pack, anchor, chunk, tys)
+    return {anchor, out, pack} | ({d_sh} if d_sh is not data else set())
