@@ -7,6 +7,7 @@ are released as soon as no module, launcher or function pointer holds them.
 """
 import gc
 import os
+import shutil
 import sys
 import weakref
 
@@ -140,3 +141,33 @@ def test_the_cache_keeps_the_configured_count(small_cache, monkeypatch, rng):
         axpb(k)
     assert len(cache._memory) == 3
     assert cache.memory_entries() == 3
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("gcc") is None,
+                    reason="counts /proc/self/maps (Linux) and exports with gcc")
+@pytest.mark.parametrize("parallel", [False, True])
+def test_loaded_libraries_are_closed_when_dropped(small_cache, tmp_path, rng, parallel):
+    # a tuning worker loads one exported library per candidate
+    axpb(7000, parallel).export_library(str(tmp_path / "k.so"))
+    keep = td.load_module(str(tmp_path / "k.so"))
+    check(keep, 7000, rng)
+    gc.collect()
+    before = maps()
+    for i in range(60):
+        path = tmp_path / f"k{i}.so"   # distinct files: dlopen shares one path's handle
+        shutil.copyfile(tmp_path / "k.so", path)
+        check(td.load_module(str(path)), 7000, rng)
+    a = rng.standard_normal(41).astype("float32")
+    b = np.full(41, np.nan, "float32")
+    lib = td.load_module(str(tmp_path / "k59.so"))
+    run = lib._launcher(*lib.bind([a, b]))
+    del lib
+    gc.collect()
+    run()                              # a launcher keeps its library open
+    np.testing.assert_allclose(b, a * np.float32(7001.5) + np.float32(7000), rtol=1e-5,
+                               atol=1e-2)
+    del run
+    gc.collect()
+    grown = maps() - before
+    assert grown < 60, f"{grown} memory mappings more after 60 libraries were dropped"
+    check(keep, 7000, rng)            # the library loaded first is still open
