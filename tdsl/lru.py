@@ -52,15 +52,18 @@ class LRU(Generic[K, V]):
 
     def put(self, key: K, value: V) -> None:
         limit = self._capacity()   # outside the lock: it may read the environment
+        evicted = []               # dropped after the lock: their finalizers may run then
         with self._lock:
             self._items[key] = value
             self._items.move_to_end(key)
             while len(self._items) > limit:
-                self._items.popitem(last=False)
+                evicted.append(self._items.popitem(last=False))
+        del evicted
 
     def clear(self) -> None:
         with self._lock:
-            self._items.clear()
+            items, self._items = self._items, OrderedDict()
+        del items
 
     def __len__(self) -> int:
         return len(self._items)
