@@ -28,7 +28,6 @@ from .template import Config, Template, get_config, template
 from .tuner import GridSearchTuner, RandomTuner, TuneResult, Tuner, XGBTuner
 from .auto_schedule import auto_schedule, create_auto_task, verify_candidates
 from .dynamic import DispatchModule, build_dynamic, tune_dynamic
-from .distributed import DaskRunner
 from .task_scheduler import JobResult, TaskScheduler, extract_tasks, tune_tasks
 from .lease import TimingLease
 from .progress import progress_bar
@@ -46,3 +45,12 @@ __all__ = [
     "progress_bar", "plot_tuning_curve", "DaskRunner",
     "extract_tasks", "tune_tasks", "TaskScheduler", "JobResult", "TimingLease",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``DaskRunner`` on first use: its module imports ``distributed`` (about a second), which
+    every worker process and CLI call would otherwise pay."""
+    if name == "DaskRunner":
+        from .distributed import DaskRunner
+        return DaskRunner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

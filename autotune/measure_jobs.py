@@ -4,7 +4,10 @@ They are module-level (picklable by reference) and return plain tuples
 ``(value, error_kind, message)``; errors tdsl raises on purpose are classified
 here, anything else propagates to the worker loop, which reports it with its
 traceback.  Each worker memoizes the unpickled computation, its random inputs and
-the reference outputs per task key; ``reference_job`` makes them resident once per
+the reference outputs per task key, for the ``$TDSL_TUNE_TASK_CACHE`` (default
+``DEFAULT_TASK_ENTRIES``) most recently used tasks, so a worker serving a long multi-task
+run holds a bounded amount (an evicted task's data is reloaded from the reference cache on
+disk, or recomputed); ``reference_job`` makes them resident once per
 task (before any candidate, under its own timeout) and writes the outputs to an
 on-disk cache, from which a replacement process (after a crash) or a resumed job
 loads them instead of recomputing.  A Dask worker runs the same jobs in its own
@@ -23,6 +26,7 @@ import numpy as np
 
 from tdsl.errors import BuildError, LoweringError, ScheduleError, ShapeError, TDSLError
 from tdsl.keywords import check_keywords
+from tdsl.lru import LRU, env_entries
 from tdsl.tensor import PlaceholderOp, Tensor
 
 from .irutil import eval_int
@@ -31,14 +35,24 @@ from .replay import fresh_schedule, replay
 INTERPRETER = "interpreter"
 _ILLEGAL = (ScheduleError, LoweringError, ShapeError)
 
-_computations: dict[str, list[Tensor]] = {}
-_data: dict[tuple, tuple[list[np.ndarray], dict[int, np.ndarray]]] = {}
+ENV_TASK_ENTRIES = "TDSL_TUNE_TASK_CACHE"
+DEFAULT_TASK_ENTRIES = 16
+
+
+def task_entries() -> int:
+    """How many tasks a worker keeps in memory (``$TDSL_TUNE_TASK_CACHE``)."""
+    return env_entries(ENV_TASK_ENTRIES, DEFAULT_TASK_ENTRIES)
+
+
+_computations: "LRU[str, list[Tensor]]" = LRU(task_entries)
+_data: "LRU[tuple, tuple[list[np.ndarray], dict[int, np.ndarray]]]" = LRU(task_entries)
 
 
 def task_args(payload: bytes, key: str) -> list[Tensor]:
     args = _computations.get(key)
     if args is None:
-        args = _computations[key] = pickle.loads(payload)
+        args = pickle.loads(payload)
+        _computations.put(key, args)
     return args
 
 
@@ -181,7 +195,7 @@ def reference_job(payload: bytes, key: str, sizes: Mapping[str, int], target: st
         ref = _compute_reference(args, arrays, target, name)
         if path:
             _save_reference(path, ref)
-    _data[(key, target, seed)] = (arrays, ref)
+    _data.put((key, target, seed), (arrays, ref))
     return computed, time.perf_counter() - t0
 
 
@@ -201,7 +215,7 @@ def _task_data(payload: bytes, key: str, sizes: Mapping[str, int], target: str, 
         ref = _load_reference(path, args, arrays) if path and os.path.exists(path) else None
         if ref is None:
             ref = _compute_reference(args, arrays, target, name)
-    _data[(key, target, seed)] = (arrays, ref or {})
+    _data.put((key, target, seed), (arrays, ref or {}))
     return arrays, ref or {}
 
 

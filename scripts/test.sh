@@ -10,9 +10,15 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0" \
     || echo "PyTorch 2.13.0 could not be installed: the torch tests will be skipped"
 [ $# -gt 0 ] && exec .venv/bin/python -m pytest -q -ra "$@"
-# The suite runs in three pytest processes: a JIT-compiled kernel keeps its memory mappings
-# (about 3) for the life of the process, and one process building every kernel of the suite
-# comes near Linux's limit of 65530 mappings (vm.max_map_count), where LLVM aborts.
+# The suite runs in three pytest processes.  This began as a workaround: JIT-compiled kernels
+# (about 3 memory mappings each) were never released, and one process building every kernel
+# of the suite came near Linux's limit of 65530 mappings (vm.max_map_count), where LLVM
+# aborts.  The fix is in backends/llvm: a kernel's JIT library is unmapped once no module,
+# launcher or function pointer holds it, the in-memory build cache keeps at most
+# $TDSL_JIT_CACHE_ENTRIES kernels (default 256), and loaded .so libraries are dlclosed when
+# dropped (tests/backends/test_llvm_jit_memory.py checks the mapping count).  The CUDA
+# emulator's compiled harnesses (backends/cuda/emulator.py) are still loaded for the
+# process's life; three processes keep a margin for them.
 status=0
 for group in "tests/autotune tests/backends" \
              "tests/compat tests/fuzz tests/integrations tests/ops" \

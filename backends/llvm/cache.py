@@ -1,5 +1,12 @@
 """The build cache: compiled kernels in memory and object files on disk.
 
+In memory: the ``$TDSL_JIT_CACHE_ENTRIES`` most recently used kernels (default
+``DEFAULT_MEMORY_ENTRIES``; ``0`` keeps none), plus every kernel a live module still holds
+(a weak index, so a rebuild shares it instead of linking it again).  Each JIT-linked kernel
+holds about three memory mappings until released; an evicted kernel is released once no
+module, launcher or function pointer uses it any more (see ``jit.py``), so a long tuning run
+or test session holds a bounded number of them.
+
 Keys come from ``key_function`` (swap it with ``set_key_function``); the default
 is the structural hash of the lowered program (so a hit skips code generation)
 with the names the module exposes, the target, the machine it resolves to, and
@@ -18,14 +25,14 @@ import hashlib
 import json
 import os
 import tempfile
-import threading
-from collections import OrderedDict
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
 import llvmlite
 
 from tdsl import disk_cache
+from tdsl.lru import LRU, env_entries
 from tdsl.stmt import PrimFunc
 from tdsl.target import Target
 
@@ -42,7 +49,10 @@ def backend_fingerprint() -> str:
             h.update(f.name.encode())
             h.update(f.read_bytes())
     return h.hexdigest()[:16]
-MEMORY_ENTRIES = 512
+
+
+ENV_MEMORY_ENTRIES = "TDSL_JIT_CACHE_ENTRIES"
+DEFAULT_MEMORY_ENTRIES = 256
 
 KeyFunction = Callable[[PrimFunc, Target, MachineSpec, Callable[[], str]], str]
 
@@ -84,30 +94,34 @@ def set_key_function(fn: KeyFunction) -> KeyFunction:
 
 
 # ---- memory ----------------------------------------------------------------------------------
-_memory: "OrderedDict[str, Any]" = OrderedDict()
-_mem_lock = threading.Lock()
+def memory_entries() -> int:
+    """How many kernels the in-memory cache keeps (``$TDSL_JIT_CACHE_ENTRIES``)."""
+    return env_entries(ENV_MEMORY_ENTRIES, DEFAULT_MEMORY_ENTRIES)
+
+
+_memory: "LRU[str, Any]" = LRU(memory_entries)
+_live: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
 stats = {"memory_hits": 0, "disk_hits": 0, "misses": 0}
 
 
 def memory_get(key: str) -> Any:
-    with _mem_lock:
-        item = _memory.get(key)
+    item = _memory.get(key)
+    if item is None:
+        item = _live.get(key)        # evicted, but a module still holds it
         if item is not None:
-            _memory.move_to_end(key)
-        return item
+            _memory.put(key, item)
+    return item
 
 
 def memory_put(key: str, item: Any) -> None:
-    with _mem_lock:
-        _memory[key] = item
-        while len(_memory) > MEMORY_ENTRIES:
-            _memory.popitem(last=False)
+    _live[key] = item
+    _memory.put(key, item)
 
 
 def clear_memory() -> None:
     """Forget every in-memory kernel (modules already built stay usable)."""
-    with _mem_lock:
-        _memory.clear()
+    _memory.clear()
+    _live.clear()
 
 
 # ---- disk --------------------------------------------------------------------------------------

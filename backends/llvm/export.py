@@ -17,12 +17,14 @@ library; ``load_module`` still reads those.
 """
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -239,6 +241,17 @@ def _embedded_sources(path: Path) -> dict[str, str]:
     return out
 
 
+def _open_library(path: Path) -> ctypes.CDLL:
+    """``dlopen`` ``path``, closed again when the returned object goes (ctypes never closes
+    a library: a tuning worker loading one per candidate would run out of memory mappings).
+    Every function taken from it holds it; so a launcher holding the function keeps the code."""
+    lib = ctypes.CDLL(str(path))
+    close = getattr(_ctypes, "dlclose", None)
+    if close is not None:
+        weakref.finalize(lib, close, lib._handle).atexit = False
+    return lib
+
+
 class LoadedModule(Module):
     """A kernel loaded from a shared library (``load_module``).
 
@@ -271,7 +284,7 @@ class LoadedModule(Module):
         self.meta = meta
         self.entries = list(by_entry)
         try:
-            self._lib = ctypes.CDLL(str(p))
+            self._lib = _open_library(p)
             fn = getattr(self._lib, self.entry_name)
         except (OSError, AttributeError) as e:
             hint = (" (a kernel with parallel loops needs the OpenMP runtime: link the "

@@ -1,7 +1,12 @@
 """Loading compiled objects into this process with LLVM's ORC LLJIT.
 
 One LLJIT instance serves the process; each kernel object is linked as its own
-JIT library (kept alive by its ``ResourceTracker``).  External symbols resolve
+JIT library, a ``JitLibrary`` that owns the library's ``ResourceTracker``: when the last
+reference to the ``JitLibrary`` goes, LLVM unmaps the code and data (each library holds about
+three memory mappings, and Linux allows a process 65530).  So whatever calls into a library
+must hold it: ``JitLibrary.function`` and ``JitLibrary.cell`` return ctypes objects that do,
+and a library holds the libraries its code calls (the thread pool).  Libraries linked once
+per process (the pool) are ``keep_forever``.  External symbols resolve
 against the process (libc, libm); a parallel kernel's ``GOMP_parallel`` binds to tdsl's
 thread pool (``threadpool.py``), or to libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``.  A missing symbol raises ``BuildError`` (LLJIT
 reports it; it never crashes the process as MCJIT would).
@@ -14,7 +19,6 @@ import functools
 import itertools
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import Any
 
 import llvmlite.binding as llvm
@@ -79,42 +83,53 @@ def gomp_available() -> bool:
     return libgomp() is not None
 
 
-#: Trackers of libraries nothing references any more, disposed at the next ``link``
-#: (under ``LLVM_LOCK``).  llvmlite disposes a ``ResourceTracker`` when it is collected, in
-#: whatever thread the garbage collector runs -- possibly while another thread is inside
-#: ORC's ``link`` (ctypes releases the GIL there), and removing a library from the session
-#: concurrently with a link aborts the process.  So a library's tracker outlives it here.
-_retired: list[Any] = []
-
-
-def _retire(tracker: Any) -> None:
-    _retired.append(tracker)     # list.append is atomic: safe from any thread or finalizer
-
-
-def dispose_retired() -> int:
-    """Free the JIT memory of libraries no module references any more; returns how many."""
-    with LLVM_LOCK:
-        n = 0
-        while _retired:
-            _retired.pop().close()
-            n += 1
-        return n
-
-
-@dataclass
 class JitLibrary:
-    """A linked kernel: symbol addresses, valid while this object (and so ``tracker``)
-    lives; when it is collected, its tracker is retired (``_retire``), not disposed."""
+    """A linked library: its exported symbols' addresses, valid while this object lives.
 
-    name: str
-    tracker: Any
-    addresses: dict[str, int] = field(default_factory=dict)
+    Its memory is released (LLVM's ``ResourceTracker`` removed) once nothing references it;
+    ``keep`` holds what its code calls into (another ``JitLibrary``), so that goes last.
+    """
 
-    def __post_init__(self) -> None:
-        weakref.finalize(self, _retire, self.tracker)
+    def __init__(self, name: str, tracker: Any, addresses: dict[str, int],
+                 keep: tuple = ()):
+        self.name = name
+        self.addresses = addresses
+        self.keep = keep
+        self.permanent = False
+        self._tracker = tracker
+        self._release = weakref.finalize(self, _release, tracker)
+        self._release.atexit = False   # at exit the process goes anyway (pool threads run)
 
     def __getitem__(self, symbol: str) -> int:
+        """The raw address of ``symbol``: valid only while this library is referenced."""
         return self.addresses[symbol]
+
+    def function(self, symbol: str, prototype: Any) -> Any:
+        """``symbol`` as a ctypes function of type ``prototype`` that keeps this library
+        mapped for as long as it exists."""
+        fn = prototype(self.addresses[symbol])
+        fn.jit_library = self
+        return fn
+
+    def cell(self, symbol: str, ctype: Any) -> Any:
+        """The global variable ``symbol`` as a ctypes ``ctype`` object over the library's
+        memory that keeps this library mapped for as long as it exists."""
+        value = ctype.from_address(self.addresses[symbol])
+        value.jit_library = self
+        return value
+
+    def keep_forever(self) -> "JitLibrary":
+        """Never release this library (one linked once per process, whose code may run on
+        threads until the process ends)."""
+        self._release.detach()
+        self._tracker.detach()
+        self.permanent = True
+        return self
+
+
+def _release(tracker: Any) -> None:
+    with LLVM_LOCK:   # serialized with linking, like every other use of LLVM
+        tracker.close()
 
 
 def link(obj: bytes, exports: list[str], needs_gomp: bool,
@@ -122,11 +137,13 @@ def link(obj: bytes, exports: list[str], needs_gomp: bool,
     """Link object code into the JIT and return the addresses of ``exports``; ``imports``
     gives addresses of symbols the code calls (extern stages' trampolines)."""
     builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
+    keep: tuple = ()
     if needs_gomp:
-        from .threadpool import parallel_runtime_address
-        pool = parallel_runtime_address()
+        from .threadpool import parallel_runtime
+        pool = parallel_runtime()
         if pool is not None:               # tdsl's own pool (see threadpool.py)
-            builder.import_symbol("GOMP_parallel", pool)
+            builder.import_symbol("GOMP_parallel", pool.parallel)
+            keep = (pool.library,)
         else:
             lib = libgomp()
             if lib is None:
@@ -139,10 +156,10 @@ def link(obj: bytes, exports: list[str], needs_gomp: bool,
     for sym in exports:
         builder.export_symbol(sym)
     name = f"tdsl_kernel_{next(_names)}"
+    lljit = engine()   # before LLVM_LOCK: engine() takes its own lock, then LLVM_LOCK
     with LLVM_LOCK:
-        dispose_retired()
         try:
-            tracker = builder.link(engine(), name)
+            tracker = builder.link(lljit, name)
         except RuntimeError as e:
             raise BuildError(f"JIT linking failed: {e}") from None
-    return JitLibrary(name, tracker, {s: tracker[s] for s in exports})
+    return JitLibrary(name, tracker, {s: tracker[s] for s in exports}, keep)

@@ -68,8 +68,8 @@ class LLVMModule(Module):
             raise BuildError(f"'{self.entry_name}' was built for {c.spec.triple} "
                              f"(cpu {c.spec.cpu}) and cannot run on this machine: "
                              f"{c.spec.why_not}; use save()/export_library() instead")
-        if c.cfunc is None:
-            c.cfunc = _prototype(self.func)(c.library[c.entry])
+        if c.cfunc is None:   # holds the library: a launcher kept alone still has its code
+            c.cfunc = c.library.function(c.entry, _prototype(self.func))
         return c.cfunc
 
     def _launcher(self, arrays: list[np.ndarray], sizes: dict[Var, int],
@@ -86,7 +86,7 @@ class LLVMModule(Module):
             n = self.num_threads if thread_pool_usable() else 1
             if n > 1:
                 note_thread_pool_use()
-            cell = ctypes.c_int32.from_address(c.library[thread_count_symbol(c.entry)])
+            cell = c.library.cell(thread_count_symbol(c.entry), ctypes.c_int32)
 
             def run() -> None:
                 if c.threads_written != n:

@@ -282,7 +282,7 @@ def native_pool() -> "NativePool | None":
         optimize(mod, spec)
         obj = emit_object(mod, spec)
         exports = ["tdsl_pool_parallel"] + [f"tdsl_pool_{s}" for s in STATE]
-        lib = jit.link(obj, exports, needs_gomp=False)
+        lib = jit.link(obj, exports, needs_gomp=False).keep_forever()   # workers run its code
     return NativePool(lib)
 
 
@@ -290,12 +290,17 @@ def native_pool() -> "NativePool | None":
 ENV_VAR = "TDSL_PARALLEL_RUNTIME"
 
 
-def parallel_runtime_address() -> "int | None":
+def parallel_runtime() -> "NativePool | None":
     """What kernels' ``GOMP_parallel`` binds to in this process: tdsl's pool, or None for
     libgomp's (``TDSL_PARALLEL_RUNTIME=gomp``, or a platform without the pool)."""
     if os.environ.get(ENV_VAR, "").strip().lower() == "gomp":
         return None
-    pool = native_pool()
+    return native_pool()
+
+
+def parallel_runtime_address() -> "int | None":
+    """The address of ``parallel_runtime()``'s entry point (None: libgomp's)."""
+    pool = parallel_runtime()
     return None if pool is None else pool.parallel
 
 

@@ -23,14 +23,14 @@ def _cli(*args, timeout=300):
 
 def test_cli_tune_and_records(tmp_path):
     db = str(tmp_path / "cli.db")
-    r = _cli("tune", "tests/autotune/cli_workload.py:matmul", "--target", "llvm", "--trials", "24",
-             "--batch-size", "12", "--db", db, "--run-timeout", "10", "--repeat", "2",
+    r = _cli("tune", "tests/autotune/cli_workload.py:matmul", "--target", "llvm", "--trials", "12",
+             "--batch-size", "6", "--db", db, "--run-timeout", "10", "--repeat", "2",
              "--min-repeat-ms", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "best" in r.stdout and "GFLOP/s" in r.stdout
-    assert "24/24" in r.stderr or "24 measured" in r.stdout        # progress bar, summary
+    assert "12/12" in r.stderr or "12 measured" in r.stdout        # progress bar, summary
     with autotune.Database(db) as d:
-        assert d.count() >= 24
+        assert d.count() >= 12
     show = _cli("records", "show", "--db", db, "--limit", "3")
     assert show.returncode == 0 and "task" in show.stdout
     best = _cli("records", "best", "--db", db)
@@ -38,7 +38,7 @@ def test_cli_tune_and_records(tmp_path):
     out = tmp_path / "r.jsonl"
     exp = _cli("records", "export", "--db", db, str(out))
     assert exp.returncode == 0 and out.exists()
-    assert len(out.read_text().splitlines()) >= 24
+    assert len(out.read_text().splitlines()) >= 12
     json.loads(out.read_text().splitlines()[0])
     # the records make td.build pick the tuned schedule of the same computation
     A, B, C = matmul()
@@ -76,9 +76,9 @@ def test_tuning_through_a_local_dask_cluster(tmp_path):
         task = autotune.create_task(small_matmul, (32, 32, 32))
         option = autotune.measure_option(runner=DaskRunner(client, timeout=60, repeat=2,
                                                            min_repeat_ms=2))
-        res = autotune.XGBTuner(task).tune(12, option, db=str(tmp_path / "d.db"), batch_size=6)
-    assert res.trials == 12
-    assert res.errors.get("NO_ERROR", 0) == 12
+        res = autotune.XGBTuner(task).tune(6, option, db=str(tmp_path / "d.db"), batch_size=3)
+    assert res.trials == 6
+    assert res.errors.get("NO_ERROR", 0) == 6
     assert res.best is not None
 
 
@@ -89,8 +89,10 @@ def test_dynamic_shapes_dispatch_by_bucket(tmp_path):
     k = td.reduce_axis((0, 32), name="k")
     C = td.compute((n, 32), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k), name="C")
     db = str(tmp_path / "dyn.db")
+    # random proposals: the cost model's search (tested on its own) would score ~200
+    # programs per bucket to pick these 4
     grid = autotune.tune_dynamic([A, B, C], sizes={"n": [16, 64]}, trials=4, db=db,
-                                 measure_option=fast_option(), batch_size=4)
+                                 measure_option=fast_option(), batch_size=4, tuner="random")
     assert grid == [{"n": 16}, {"n": 64}]
     mod = autotune.build_dynamic([A, B, C], db)
     assert [key for key, _ in mod.kernels] == [(16,), (64,)]

@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_two_processes_never_time_at_once(tmp_path):
     db, log = str(tmp_path / "shared.db"), str(tmp_path / "timing.log")
     Database(db).close()
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.autotune.lease_job", db, "9", str(s),
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.autotune.lease_job", db, "6", str(s),
                                log], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for s in (0, 1)]
     outs = [p.communicate(timeout=300) for p in procs]

@@ -26,15 +26,15 @@ def test_reference_is_computed_once_and_cached_on_disk(tmp_path):
     task = autotune.create_task(small_matmul, (32, 32, 32))
     db = str(tmp_path / "r.db")
     opt = _option(tmp_path)
-    autotune.RandomTuner(task).tune(8, opt, db=db, batch_size=3, remeasure_top=0)
+    autotune.RandomTuner(task).tune(4, opt, db=db, batch_size=2, remeasure_top=0)
     assert [(k, computed) for k, computed, _ in opt.runner.reference_log] == [(task.args_key, True)]
     assert len(list((tmp_path / "ref").glob("*.npz"))) == 1
     opt.close()
     # a resumed job (a new runner, new worker processes) loads it instead
     opt2 = _option(tmp_path)
-    res = autotune.RandomTuner(task, seed=1).tune(12, opt2, db=db, batch_size=3,
+    res = autotune.RandomTuner(task, seed=1).tune(6, opt2, db=db, batch_size=2,
                                                    remeasure_top=0)
-    assert res.resumed == 8 and res.errors == {"NO_ERROR": 4}
+    assert res.resumed == 4 and res.errors == {"NO_ERROR": 2}
     assert [(k, computed) for k, computed, _ in opt2.runner.reference_log] == [(task.args_key, False)]
     opt2.close()
 
