@@ -16,9 +16,9 @@ PY=${PYTHON:-python3}
 # aborts.  The fix is in backends/llvm: a kernel's JIT library is unmapped once no module,
 # launcher or function pointer holds it, the in-memory build cache keeps at most
 # $TDSL_JIT_CACHE_ENTRIES kernels (default 256), and loaded .so libraries are dlclosed when
-# dropped (tests/backends/test_llvm_jit_memory.py checks the mapping count).  The CUDA
-# emulator's compiled harnesses (backends/cuda/emulator.py) are still loaded for the
-# process's life; three processes keep a margin for them.
+# dropped (tests/backends/test_llvm_jit_memory.py checks the mapping count); the CUDA
+# emulator keeps $TDSL_EMU_CACHE_ENTRIES compiled harnesses loaded (default 64) and closes
+# the others once no launch holds them.  Three processes still keep a margin.
 status=0
 for group in "tests/autotune tests/backends" \
              "tests/compat tests/fuzz tests/integrations tests/ops" \

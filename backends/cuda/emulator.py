@@ -27,6 +27,8 @@ import numpy as np
 
 from tdsl import disk_cache
 from tdsl.errors import BuildError
+from tdsl.lru import LRU, env_entries
+from tdsl.runtime.shared_lib import open_library
 from tdsl.stmt import Buffer
 
 from .errors import EmulationError, GlobalMemoryRaceError, SharedMemoryRaceError
@@ -37,7 +39,10 @@ CXX_FLAGS = ("-std=c++20", "-O2", "-shared", "-fPIC", "-fwrapv", "-fno-strict-al
              "-fvisibility=hidden", "-w")
 _MSG_LEN = 4096
 _LOCK = threading.Lock()
-_LIBS: dict[str, ctypes.CDLL] = {}
+#: Compiled harnesses, by source hash: the most recent ``TDSL_EMU_CACHE_ENTRIES`` (default
+#: 64) stay loaded; an evicted one is closed once no launch holds it (each keeps ~5 memory
+#: mappings: an unbounded cache filled a test session's address space).
+_LIBS: "LRU[str, ctypes.CDLL]" = LRU(lambda: env_entries("TDSL_EMU_CACHE_ENTRIES", 64))
 _SYNC_WORDS = re.compile(r"__syncthreads|__syncwarp|__shfl|tdsl_wmma|__trap")
 
 
@@ -161,14 +166,14 @@ def load(source: str, kernels: Sequence[Any]) -> ctypes.CDLL:
         disk_cache.prune(Path(cache_dir()), keep=_keep)
     else:
         disk_cache.touch(so)
-    lib = ctypes.CDLL(so)
+    lib = open_library(so)
     for k in kernels:
         fn = getattr(lib, f"tdsl_emu_{k.name}")
         fn.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_void_p),
                        ctypes.POINTER(ctypes.c_longlong), ctypes.c_int, ctypes.c_char_p,
                        ctypes.c_int]
         fn.restype = ctypes.c_int
-    _LIBS[key] = lib
+    _LIBS.put(key, lib)
     return lib
 
 

@@ -17,14 +17,12 @@ library; ``load_module`` still reads those.
 """
 from __future__ import annotations
 
-import _ctypes
 import ctypes
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -37,6 +35,7 @@ from tdsl.errors import BuildError
 from tdsl.expr import Var
 from tdsl.keywords import check_keywords
 from tdsl.runtime import Module, default_num_threads
+from tdsl.runtime.shared_lib import keep_open, open_library
 from tdsl.runtime.threads import note_thread_pool_use, thread_pool_usable
 from tdsl.runtime.embedded import elf_section, read_signatures
 from tdsl.runtime.meta import signature_from_json, signature_to_json
@@ -241,15 +240,27 @@ def _embedded_sources(path: Path) -> dict[str, str]:
     return out
 
 
-def _open_library(path: Path) -> ctypes.CDLL:
-    """``dlopen`` ``path``, closed again when the returned object goes (ctypes never closes
-    a library: a tuning worker loading one per candidate would run out of memory mappings).
-    Every function taken from it holds it; so a launcher holding the function keeps the code."""
-    lib = ctypes.CDLL(str(path))
-    close = getattr(_ctypes, "dlclose", None)
-    if close is not None:
-        weakref.finalize(lib, close, lib._handle).atexit = False
-    return lib
+def _share_parallel_runtime(lib: ctypes.CDLL) -> None:
+    """Run a loaded library's parallel loops on this process's runtime (tdsl's pool, or
+    libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``) instead of the pool it carries: one
+    pool per process, and no thread of the library's own left running its code, so the
+    library can be closed once nothing uses it.  Libraries linked with -lgomp have no
+    setter and need none (libgomp's threads don't run a library's code between calls)."""
+    from .jit import libgomp
+    from .threadpool import RUNTIME_SETTER, parallel_runtime_address
+    try:
+        setter = getattr(lib, RUNTIME_SETTER)
+    except AttributeError:
+        return
+    address = parallel_runtime_address()
+    if address is None and libgomp() is not None:
+        address = ctypes.cast(libgomp().GOMP_parallel, ctypes.c_void_p).value
+    if address is None:
+        keep_open(lib)          # its own pool's threads will run its code
+        return
+    setter.argtypes = [ctypes.c_void_p]
+    setter.restype = None
+    setter(address)
 
 
 class LoadedModule(Module):
@@ -284,7 +295,7 @@ class LoadedModule(Module):
         self.meta = meta
         self.entries = list(by_entry)
         try:
-            self._lib = _open_library(p)
+            self._lib = open_library(p)
             fn = getattr(self._lib, self.entry_name)
         except (OSError, AttributeError) as e:
             hint = (" (a kernel with parallel loops needs the OpenMP runtime: link the "
@@ -298,6 +309,8 @@ class LoadedModule(Module):
         self._threads_cell = ctypes.c_int32.in_dll(
             self._lib, thread_count_symbol(self.entry_name)) if meta.get("parallel") else None
         self._num_threads = 0
+        if meta.get("parallel"):
+            _share_parallel_runtime(self._lib)
 
     def get_function(self, name: str) -> "Module":
         if name == self.entry_name:

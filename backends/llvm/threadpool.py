@@ -228,20 +228,58 @@ def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = Fal
 
 @functools.lru_cache(maxsize=4)
 def embedded_pool_object(spec: Any) -> bytes:
-    """The pool as an object file for an exported library (``export.py``): its entry is a
-    hidden ``GOMP_parallel``, so the library's kernels bind to their own copy of the pool
-    (no libgomp, and none of its wake-up waits: see the module docstring) and the process's
-    other ``GOMP_parallel`` (libgomp's, another library's) is neither used nor replaced.
-    A forked child needs no reset: the caller runs every chunk no helper claims."""
+    """The pool as an object file for an exported library (``export.py``).
+
+    Its ``GOMP_parallel`` is hidden, so the library's kernels call it and nothing else in
+    the process is used or replaced.  It runs the library's own copy of the pool (no
+    libgomp, and none of its wake-up waits: see the module docstring) unless the library
+    was told another runtime with ``tdsl_set_parallel_runtime(fn)`` (``RUNTIME_SETTER``):
+    ``load_module`` passes the process's pool, so a tdsl process runs one pool, and a
+    loaded library never has threads of its own running its code -- it can be closed
+    (``dlclose``) as soon as nothing uses it.  A forked child needs no reset: the caller
+    runs every chunk no helper claims."""
     from .machine import emit_object, optimize, parse
     machine = spec.triple.split("-")[0].lower()
     if machine not in _SYS_FUTEX:
         raise NotImplementedError(f"no native thread pool for {machine}")
-    text = str(_module(machine, entry="GOMP_parallel", private=True))
+    text = str(_embedded_module(machine))
     text = text.replace('define void @"GOMP_parallel"', 'define hidden void @"GOMP_parallel"')
     mod = parse(text)
     optimize(mod, spec)
     return emit_object(mod, spec)
+
+
+#: The function an exported parallel library exports to take another ``GOMP_parallel``.
+RUNTIME_SETTER = "tdsl_set_parallel_runtime"
+
+
+def _embedded_module(machine: str) -> ir.Module:
+    """The private pool, plus ``GOMP_parallel`` (the hook's runtime when set, else the
+    pool) and ``RUNTIME_SETTER``."""
+    m = _module(machine, entry="tdsl_embedded_pool", private=True)
+    pool = m.get_global("tdsl_embedded_pool")
+    pool.linkage = "internal"
+    par_t = pool.function_type
+    hook = ir.GlobalVariable(m, par_t.as_pointer(), "tdsl_parallel_hook")
+    hook.linkage = "internal"
+    hook.initializer = ir.Constant(par_t.as_pointer(), None)
+    gomp = ir.Function(m, par_t, "GOMP_parallel")
+    b = ir.IRBuilder(gomp.append_basic_block("entry"))
+    target = b.load_atomic(hook, "monotonic", 8)
+    other = gomp.append_basic_block("other")
+    own = gomp.append_basic_block("own")
+    b.cbranch(b.icmp_unsigned("!=", target, ir.Constant(par_t.as_pointer(), None)), other, own)
+    b.position_at_end(other)
+    b.call(target, gomp.args)
+    b.ret_void()
+    b.position_at_end(own)
+    b.call(pool, gomp.args)
+    b.ret_void()
+    setter = ir.Function(m, ir.FunctionType(VOID, [I8P]), RUNTIME_SETTER)
+    b = ir.IRBuilder(setter.append_basic_block("entry"))
+    b.store_atomic(b.bitcast(setter.args[0], par_t.as_pointer()), hook, "monotonic", 8)
+    b.ret_void()
+    return m
 
 
 def embedded_pool_supported(spec: Any) -> bool:
