@@ -64,6 +64,12 @@ MAX_INNER = 64
 GPU_BLOCK_TILE = 128
 GPU_AXIS_THREADS = 32
 GPU_REDUCE_TILE = 32
+#: Threads a GPU reduction may run across (``Form.CROSS_THREAD``); a block holds 128 // T
+#: outputs' reductions when T < 128 (threadIdx.y).
+GPU_REDUCE_THREADS = (32, 64, 128, 256)
+GPU_REDUCE_BLOCK = 128
+#: Elements each thread loads at a time in a cooperative fetch to shared memory (4: float4).
+GPU_FETCH_VECTOR = [1, 2, 4]
 
 
 class Rule(enum.Enum):
@@ -81,6 +87,7 @@ class Form(enum.IntEnum):
     RF_VECTOR = 1      # rfactor: vectorized partial results over the inner reduction part
     RF_PARALLEL = 2    # rfactor: partial results of the outer reduction part in parallel
     SPATIAL_VECTOR = 3  # innermost spatial axis split; its inner part vectorized, reductions inside
+    CROSS_THREAD = 4   # GPU: the reduction split over threadIdx.x (warp shuffles, shared memory)
 
 
 class Place(enum.IntEnum):
@@ -266,6 +273,9 @@ class SketchSource:
             flt = (lambda sz: math.prod(sz[1:]) <= GPU_REDUCE_TILE) if self.gpu else None
             self.space.add(f"{p.name}.R{r}", SplitSpace(e, 3 if self.gpu else 2,
                                                        max_factor=self.max_inner, filter=flt))
+        if self.gpu and p.reads:
+            # cooperative fetch into shared memory: elements per thread and load (float4...)
+            self.space.add(f"{p.name}.fetch_vec", OtherOptionSpace(GPU_FETCH_VECTOR))
         if not self.gpu:
             self.space.add(f"{p.name}.unroll", OtherOptionSpace([0, 1, 2]))
             self.space.add(f"{p.name}.auto_unroll", OtherOptionSpace(AUTO_UNROLL))
@@ -291,7 +301,12 @@ class SketchSource:
     def _reduce_knobs(self, p: StagePlan) -> None:
         opts: list = [[int(Form.PLAIN), 0]]
         lanes = self.lanes(p.dtype_bits)
-        if len(p.reduce) == 1:
+        if self.gpu:
+            # one thread per output, or the reduction across T threads of a block (GEMV,
+            # row sums, softmax's max/sum: lanes read consecutive elements)
+            e = math.prod(p.reduce)
+            opts += [[int(Form.CROSS_THREAD), t] for t in GPU_REDUCE_THREADS if t <= max(32, e)]
+        elif len(p.reduce) == 1:
             e = p.reduce[0]
             opts += [[int(Form.RF_VECTOR), f] for f in sorted({8, 16, 32, 64, lanes, 2 * lanes})
                      if 2 <= f < e and e % f == 0]

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 from tdsl.tensor import IterVar, thread_axis
 
 from .replay import fresh_schedule
-from .sketch import Form, Place, Rule, SketchSource, StagePlan, stage_labels
+from .sketch import (GPU_REDUCE_BLOCK, Form, Place, Rule, SketchSource, StagePlan,
+                     stage_labels)
 
 
 def _first(tensors: Any) -> Any:
@@ -185,12 +186,16 @@ class Apply:
             r2.append(y2)
         inner.reorder(*r0, *r1, *b3, *r2, *b4)
         n_threads = math.prod(sz[2] for sz in sizes)
+        vec = self.val(f"{p.name}.fetch_vec", 1)
         for inp in p.reads:
             src = self.stage(inp)
             cache = self.sch.cache_read(src.op.outputs[0], "shared", [inner.op.outputs[0]])
             cst = self.sch[cache]
             cst.compute_at(inner, r0[-1] if r0 else b3[0])
             f = cst.fuse(*cst.op.axis)
+            if vec > 1:          # each thread loads vec consecutive elements (float2/float4)
+                f, fv = cst.split(f, factor=vec)
+                cst.vectorize(fv)
             _, tt = cst.split(f, factor=max(1, n_threads))
             cst.bind(tt, thread_axis("threadIdx.x"))
 
@@ -221,6 +226,9 @@ class Apply:
         if self._can_go_to_row(p, bool(self.val(f"{p.name}.at", 0))):
             st.compute_at(self.stage(p.attach_to), self.row_loop[p.attach_to])
             top = None
+        elif self.src.gpu and mode == Form.CROSS_THREAD:
+            self._cross_thread_gpu(st, width)
+            top = None
         elif self.src.gpu:
             spatial = list(st.op.axis)
             if spatial:
@@ -249,6 +257,23 @@ class Apply:
                 rf[1].compute_at(st, spatial_leaves[-1])
         if not self.src.gpu:
             self._auto_unroll(p, st, top)
+
+    def _cross_thread_gpu(self, st: Any, threads: int) -> None:
+        """Outputs over blocks (``GPU_REDUCE_BLOCK // threads`` per block, threadIdx.y), each
+        one's reduction split over ``threads`` lanes of threadIdx.x: a cross-thread
+        reduction (warp shuffles, then shared memory across warps)."""
+        red = list(st.op.reduce_axis)
+        k = st.fuse(*red) if len(red) > 1 else red[0]
+        _, ki = st.split(k, factor=threads)
+        spatial = list(st.op.axis)
+        if spatial:
+            f = st.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+            rows = max(1, GPU_REDUCE_BLOCK // threads)
+            if rows > 1:
+                f, fy = st.split(f, factor=rows)
+                st.bind(fy, thread_axis("threadIdx.y"))
+            st.bind(f, thread_axis("blockIdx.x"))
+        st.bind(ki, thread_axis("threadIdx.x"))
 
     # ---- MATERIALIZE and ROOT -------------------------------------------------------------------
     def _materialize(self, p: StagePlan) -> None:

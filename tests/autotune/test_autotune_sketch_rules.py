@@ -367,3 +367,57 @@ def test_symbolic_rows_every_form_matches_numpy_at_other_sizes(name):
                                            err_msg=f"{c.config} n={size}")
             checked += 1
     assert checked >= 2
+
+
+def _emulate_point(task, args, ref, values, seed=0):
+    """Build the point with ``values`` (other knobs at their first entity) for CUDA and
+    compare its emulated result with NumPy; returns the candidate's CUDA source."""
+    point_values = {n: task.space.knobs[n].entities[0].value for n in task.space.names}
+    point_values.update(values)
+    c = task.candidate(task.space.point_of(point_values))
+    assert c.valid, c.error
+    ins = _inputs(args, np.random.default_rng(seed))
+    expect = np.asarray(ref(*ins))
+    out = np.zeros(expect.shape, str(task.args[-1].dtype))
+    f = td.build(replay(c.trace, task.outputs), task.args, target="cuda")
+    f.emulate(*ins, out)
+    np.testing.assert_allclose(out, expect, rtol=2e-4, atol=2e-4, err_msg=str(c.config))
+    return f.get_source()
+
+
+@pytest.mark.parametrize("name,kw,stage", [("gemv_bias_tanh", dict(n=12, k=100), "y"),
+                                           ("row_argmax", dict(m=6, n=70), None),
+                                           ("col_sum", dict(m=40, n=6), None)])
+def test_cuda_cross_thread_reduction_forms_emulate_correctly(name, kw, stage):
+    """The GPU REDUCE rule offers reductions across 32..256 threads (the bound output rows
+    over blocks and threadIdx.y): each form builds and matches NumPy under emulation, at
+    reduction lengths the thread counts don't divide."""
+    args, ref = CLASSES[name](**kw)
+    task = autotune.create_auto_task(args, target="cuda")
+    plan = _plan(task, Rule.REDUCE)[0]
+    forms = [e.value for e in task.space.knobs[f"{plan.name}.form"].entities]
+    cross = [f for f in forms if f[0] == Form.CROSS_THREAD]
+    assert [f[1] for f in cross] == [32, 64, 128, 256][:len(cross)] and cross, forms
+    for form in cross[:3]:
+        src = _emulate_point(task, args, ref, {f"{plan.name}.form": form})
+        assert "threadIdx.x" in src and ("__shfl" in src or "__shared__" in src), src[:400]
+
+
+def test_cuda_cooperative_fetch_is_vectorized_by_its_knob():
+    """A tiled matmul's shared-memory fetch loads 1, 2 or 4 consecutive elements per thread
+    (float4 where aligned), correct under emulation, also where the fetched tile's size is
+    not a multiple of the vector (24 x 40 x 20: rows of 3 and 5 elements per thread)."""
+    for n, m, k in ((64, 64, 64), (24, 40, 20)):
+        args, ref = matmul(n=n, m=m, k=k)
+        task = autotune.create_auto_task(args, target="cuda")
+        assert [e.value for e in task.space.knobs["C.fetch_vec"].entities] == [1, 2, 4]
+
+        def pick(knob, ok):
+            return next(e.value for e in task.space.knobs[knob].entities if ok(e.value))
+        tiles = {"C.S0": pick("C.S0", lambda e: e[2] in (4, 8) and e[3] * e[4] > 1),
+                 "C.S1": pick("C.S1", lambda e: e[2] in (4, 8) and e[3] * e[4] > 1),
+                 "C.R0": pick("C.R0", lambda e: e[1] * e[2] >= 4)}
+        for vec in (2, 4):
+            src = _emulate_point(task, args, ref, {**tiles, "C.fetch_vec": vec})
+            if n == 64 and vec == 4:
+                assert "float4" in src, "a 4-element fetch of aligned rows should be a float4"
