@@ -192,3 +192,25 @@ def test_similar_tasks_share_kind_and_arithmetic_intensity():
     sim = _similar(tasks)
     # a GEMV is not held to a large matmul's FLOP/s; two large matmuls are alike
     assert 1 not in sim[0] and 2 in sim[0] and sim[1] == [1] and sim[3] == [3]
+
+
+def test_a_task_at_the_jobs_best_bandwidth_is_expected_to_gain_nothing():
+    """The forward gradient's memory floor: a heavily weighted elementwise task moving its
+    bytes at the best rate of the job gets no more rounds while a compute-bound task can
+    still improve (it took 80 of 192 trials of a 12-task job and gained nothing)."""
+    n = 1 << 16
+    a, b = td.placeholder((n,), name="a"), td.placeholder((n,), name="b")
+    elem = autotune.create_auto_task([ops.add(a, b)])
+    A, B = td.placeholder((64, 64), name="A"), td.placeholder((64, 64), name="B")
+    mm = autotune.create_auto_task([ops.matmul(A, B)])
+    sched = TaskScheduler([elem, mm], [100, 1], eps_greedy=0.0)
+    elem_s = 3 * n * 4 / 10e9          # 10 GB/s: the best bytes/s of the job
+    mm_s = 1e-4                        # 64^3 matmul at 5 GFLOP/s: far from any floor
+    hist = [[elem_s] * 6, [mm_s] * 6]
+    assert sched._choose([_Session(elem_s), _Session(mm_s)], hist, [5, 5], [True, True]) == 1
+    # the same elementwise task twice as slow as the job's best rate may still gain
+    slow = 2 * elem_s
+    other = autotune.create_auto_task([ops.multiply(a, b)])
+    sched = TaskScheduler([elem, other, mm], [100, 1, 1], eps_greedy=0.0)
+    assert sched._choose([_Session(slow), _Session(elem_s / 1.0), _Session(mm_s)],
+                         [[slow] * 6, [elem_s] * 6, [mm_s] * 6], [5, 5, 5], [True] * 3) == 0
