@@ -88,3 +88,17 @@ def test_project_metadata() -> None:
     assert any(r.startswith("threadpoolctl") for r in extras["benchmark"])
     assert "version" in meta.get("dynamic", []) and "version" not in meta
     assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_no_code_imports_the_top_level_folders_as_packages() -> None:
+    """``backends``, ``autotune`` and ``schedule`` are tdsl's subpackages (``tdsl.backends``
+    ...); importing them by their folder name from the repository root loads a second copy
+    of each module -- its own caches, locks and exception classes (a test did, for
+    ``backends.cuda``)."""
+    import re
+    root = Path(__file__).resolve().parents[1]
+    bad = re.compile(r"^\s*(from|import)\s+(backends|autotune|schedule)(\.|\s|$)", re.M)
+    hits = [str(p.relative_to(root)) for d in ("tests", "tdsl", "backends", "autotune",
+                                               "schedule", "benchmarks", "docs", "scripts")
+            for p in (root / d).rglob("*.py") if bad.search(p.read_text(errors="replace"))]
+    assert not hits, hits

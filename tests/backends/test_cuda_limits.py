@@ -12,7 +12,7 @@ import tdsl.interpreter
 from tdsl.errors import BuildError, LoweringError, ShapeError
 from tdsl.target import gpu_arch
 
-from backends.cuda import cubin, limits, nvrtc
+from tdsl.backends.cuda import cubin, limits, nvrtc
 
 thread = td.thread_axis
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(), reason="NVRTC is not installed")
@@ -162,8 +162,8 @@ def test_registers_over_the_register_file_are_refused_at_build() -> None:
 
 @needs_nvrtc
 def test_a_source_nvrtc_rejects_fails_at_build() -> None:
-    from backends.cuda.errors import NVRTCError
-    from backends.cuda.kernels import split_kernels
+    from tdsl.backends.cuda.errors import NVRTCError
+    from tdsl.backends.cuda.kernels import split_kernels
     s, args = _register_hungry()
     f = td.build(s, args, target="cuda -arch=sm_90")
     _, kernels = split_kernels(f.func, f.target)
