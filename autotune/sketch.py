@@ -70,6 +70,10 @@ GPU_REDUCE_THREADS = (32, 64, 128, 256)
 GPU_REDUCE_BLOCK = 128
 #: Elements each thread loads at a time in a cooperative fetch to shared memory (4: float4).
 GPU_FETCH_VECTOR = [1, 2, 4]
+#: A GPU transpose's square tiles, staged in shared memory (rows padded by one element).
+GPU_TRANSPOSE_TILES = (16, 32)
+#: Rows of such a tile each thread copies (the block is tile x tile / rows threads).
+GPU_TRANSPOSE_ROWS = 4
 
 
 class Rule(enum.Enum):
@@ -335,9 +339,9 @@ class SketchSource:
         one_d = len(p.spatial) == 1 and not self.gpu
         self.space.add(f"{p.name}.inner", SplitSpace(p.spatial[-1], 3 if one_d else 2,
                                                      max_factor=self.max_vector))
-        if p.transpose and not self.gpu:
-            tiles = [0] + [t for t in (8, 16, 32, 64)
-                           if t <= p.spatial[-1] and t <= p.spatial[-2]]
+        if p.transpose:
+            sizes = GPU_TRANSPOSE_TILES if self.gpu else (8, 16, 32, 64)
+            tiles = [0] + [t for t in sizes if t <= p.spatial[-1] and t <= p.spatial[-2]]
             self.space.add(f"{p.name}.tile2d", OtherOptionSpace(tiles))
 
     # ---- applying ---------------------------------------------------------------------------

@@ -127,16 +127,22 @@ def read_count(producer: Any, consumers: Sequence[ComputeOp]) -> int:
     return sum(1 for c in consumers for ld in _loads(c) if ld.tensor.op is producer)
 
 
-def is_transpose(op: ComputeOp) -> bool:
-    """Some input of rank >= 2 is read with its innermost index not following the op's
-    innermost axis, while another index does: consecutive outputs read strided inputs."""
+def transposed_inputs(op: ComputeOp) -> list:
+    """The inputs (rank >= 2) read with their innermost index not following the op's
+    innermost axis while another index does: consecutive outputs read strided elements."""
     if len(op.axis) < 2 or op.reduce_axis:
-        return False
+        return []
     last = op.axis[-1].var
+    out: list = []
     for ld in _loads(op):
-        if len(ld.indices) < 2:
+        if len(ld.indices) < 2 or any(ld.tensor is t for t in out):
             continue
         if last not in free_vars(ld.indices[-1]) and \
                 any(last in free_vars(i) for i in ld.indices[:-1]):
-            return True
-    return False
+            out.append(ld.tensor)
+    return out
+
+
+def is_transpose(op: ComputeOp) -> bool:
+    """Some input is read transposed (``transposed_inputs``)."""
+    return bool(transposed_inputs(op))

@@ -14,8 +14,9 @@ from typing import Any, Mapping
 from tdsl.tensor import IterVar, thread_axis
 
 from .replay import fresh_schedule
-from .sketch import (GPU_REDUCE_BLOCK, Form, Place, Rule, SketchSource, StagePlan,
-                     stage_labels)
+from .sketch import (GPU_REDUCE_BLOCK, GPU_TRANSPOSE_ROWS, Form, Place, Rule, SketchSource,
+                     StagePlan, stage_labels)
+from .sketch_analysis import transposed_inputs
 
 
 def _first(tensors: Any) -> Any:
@@ -258,6 +259,30 @@ class Apply:
         if not self.src.gpu:
             self._auto_unroll(p, st, top)
 
+    def _transpose_gpu(self, st: Any, axes: list, tile: int) -> None:
+        """A tile x tile block per output tile: the inputs read transposed are copied into
+        shared memory along their rows (coalesced; rows padded by one element, so the
+        column reads of the write-out hit distinct banks), then the output is written
+        along its rows -- both global accesses coalesced."""
+        rows = GPU_TRANSPOSE_ROWS
+        yo, yi = st.split(axes[-2], factor=tile)
+        xo, xi = st.split(axes[-1], factor=tile)
+        st.reorder(*axes[:-2], yo, xo, yi, xi)
+        block = st.fuse(*axes[:-2], yo, xo) if len(axes) > 2 else st.fuse(yo, xo)
+        ty, _ = st.split(yi, nparts=tile // rows)
+        st.bind(block, thread_axis("blockIdx.x"))
+        st.bind(ty, thread_axis("threadIdx.y"))
+        st.bind(xi, thread_axis("threadIdx.x"))
+        for t in transposed_inputs(st.op):
+            sh = self.sch[self.sch.cache_read(t, "shared", [st.op.outputs[0]])]
+            sh.compute_at(st, block)
+            sh.storage_align(sh.op.axis[-2], tile, 1)
+            f = sh.fuse(*sh.op.axis)
+            f, fx = sh.split(f, factor=tile)
+            _, fy = sh.split(f, factor=tile // rows)
+            sh.bind(fx, thread_axis("threadIdx.x"))
+            sh.bind(fy, thread_axis("threadIdx.y"))
+
     def _cross_thread_gpu(self, st: Any, threads: int) -> None:
         """Outputs over blocks (``GPU_REDUCE_BLOCK // threads`` per block, threadIdx.y), each
         one's reduction split over ``threads`` lanes of threadIdx.x: a cross-thread
@@ -293,6 +318,9 @@ class Apply:
             return
         gpu = self.src.gpu
         tile = self.val(f"{p.name}.tile2d", 0)
+        if tile and gpu:
+            self._transpose_gpu(st, axes, tile)
+            return
         if tile and not gpu:
             yo, yi = st.split(axes[-2], factor=tile)
             xo, xi = st.split(axes[-1], factor=tile)

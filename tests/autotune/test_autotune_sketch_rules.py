@@ -421,3 +421,17 @@ def test_cuda_cooperative_fetch_is_vectorized_by_its_knob():
             src = _emulate_point(task, args, ref, {**tiles, "C.fetch_vec": vec})
             if n == 64 and vec == 4:
                 assert "float4" in src, "a 4-element fetch of aligned rows should be a float4"
+
+
+@pytest.mark.parametrize("m,n", [(64, 96), (40, 24)])
+def test_cuda_transpose_stages_square_tiles_in_padded_shared_memory(m, n):
+    """A GPU transpose reads its input along rows into a shared tile (rows padded by one
+    element: no bank conflicts when it is read down a column) and writes the output along
+    rows: both global accesses coalesced.  Right at sizes the tiles don't divide."""
+    args, ref = transpose(m=m, n=n)
+    task = autotune.create_auto_task(args, target="cuda")
+    tiles = [e.value for e in task.space.knobs["T_transpose.tile2d"].entities]
+    assert tiles[0] == 0 and 16 in tiles
+    for t in tiles[1:]:
+        src = _emulate_point(task, args, ref, {"T_transpose.tile2d": t})
+        assert "__shared__" in src and f"* {t + 1} +" in src, src[-900:]
