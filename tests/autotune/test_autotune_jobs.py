@@ -214,3 +214,34 @@ def test_a_task_at_the_jobs_best_bandwidth_is_expected_to_gain_nothing():
     sched = TaskScheduler([elem, other, mm], [100, 1, 1], eps_greedy=0.0)
     assert sched._choose([_Session(slow), _Session(elem_s / 1.0), _Session(mm_s)],
                          [[slow] * 6, [elem_s] * 6, [mm_s] * 6], [5, 5, 5], [True] * 3) == 0
+
+
+def test_data_larger_than_the_cache_is_held_to_the_memorys_bandwidth():
+    """A task whose data exceeds the last-level cache is compared with the memory's
+    bandwidth (measured when tuning starts), not with a cache-resident task's far higher
+    rate: at that bandwidth it is expected to gain nothing; well below it, it may."""
+    n = 1 << 16
+    a, b = td.placeholder((n,), name="a"), td.placeholder((n,), name="b")
+    big = autotune.create_auto_task([ops.add(a, b)])
+    small = autotune.create_auto_task([ops.add(td.placeholder((64,), name="c"),
+                                               td.placeholder((64,), name="d"))])
+    A, B = td.placeholder((64, 64), name="A"), td.placeholder((64, 64), name="B")
+    mm = autotune.create_auto_task([ops.matmul(A, B)])
+    sched = TaskScheduler([big, small, mm], [100, 1, 1], eps_greedy=0.0,
+                          memory_bandwidth=10e9)
+    sched.cache_bytes = 4096            # the big task's 768 KiB "exceed the cache"
+    at_memory = 3 * n * 4 / 10e9
+    in_cache = 3 * 64 * 4 / 100e9       # 10x the memory's rate
+    mm_s = 1e-4
+    hist = [[at_memory] * 6, [in_cache] * 6, [mm_s] * 6]
+    sessions = [_Session(at_memory), _Session(in_cache), _Session(mm_s)]
+    assert sched._choose(sessions, hist, [5, 5, 5], [True] * 3) == 2
+    slow = 3 * at_memory
+    assert sched._choose([_Session(slow)] + sessions[1:], [[slow] * 6] + hist[1:],
+                         [5, 5, 5], [True] * 3) == 0
+
+
+def test_stream_bandwidth_and_cache_size_are_plausible():
+    from tdsl.autotune.task_scheduler import last_level_cache_bytes, stream_bandwidth
+    assert (1 << 16) <= last_level_cache_bytes() <= (1 << 34)
+    assert 1e8 < stream_bandwidth(1 << 24) < 1e13
