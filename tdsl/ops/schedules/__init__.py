@@ -52,4 +52,19 @@ def schedule(outputs: Any, target: Any = "llvm") -> Schedule:
     s = create_schedule([t.op for t in outs])
     inline_injective(s)
     TARGET_SCHEDULES[tgt.kind](s, tgt)
+    if tgt.kind is TargetKind.LLVM:
+        _specialize_small_m(s, outs, tgt)
     return s
+
+
+def _specialize_small_m(s: Schedule, outs: list, target: Any) -> None:
+    """A dense/matmul whose M is symbolic: the streaming schedule where ``M <= 16`` at run
+    time, the register-tiled one otherwise (one function, an ``if`` around two nests)."""
+    from . import llvm
+    alt = create_schedule([t.op for t in outs])
+    inline_injective(alt)
+    cond = llvm.small_m_condition(alt, target)   # read before scheduling changes the stages
+    if cond is None:
+        return
+    llvm.apply(alt, target, small_m=True)
+    s.specialize(cond, alt)

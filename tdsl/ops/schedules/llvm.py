@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Callable
 
 from tdsl.dtype import DType
+from tdsl.expr import Expr
 from tdsl.lowering.inline import inlined_bodies
 from tdsl.schedule import Schedule, Stage
 from tdsl.schedule.stage import AttachType
@@ -305,16 +306,19 @@ def default_matmul_tiles(cpu: CPU) -> MatmulTiles:
 SKINNY_M = 16
 
 
-def _skinny_dense(anchor: Stage, cpu: CPU) -> bool:
+def _skinny_dense(anchor: Stage, cpu: CPU, symbolic: bool = False) -> bool:
     """A 2-D ``a @ b.T`` (``dense``) with a small constant M and K long enough for vectors:
-    every element of ``b`` is used M times only, so the job is one pass over ``b``."""
+    every element of ``b`` is used M times only, so the job is one pass over ``b``.
+    ``symbolic``: M is symbolic and known (by a run-time test) to be at most ``SKINNY_M``."""
     op = anchor.op
-    if len(op.axis) != 2 or not op.attrs.get("transpose_b") or op.attrs.get("transpose_a"):
+    if len(op.axis) != 2 or len(op.reduce_axis) != 1 or not op.attrs.get("transpose_b") \
+            or op.attrs.get("transpose_a"):
         return False
     M = _ext(op.axis[0])
     kext = _ext(op.reduce_axis[0])
     lanes = cpu.lanes(_out_dtype(anchor))
-    return M is not None and M <= SKINNY_M and (kext is None or kext >= 2 * lanes)
+    small = M is None if symbolic else (M is not None and M <= SKINNY_M)
+    return small and (kext is None or kext >= 2 * lanes)
 
 
 def _skinny_tile(M: int, budget: int) -> tuple[int, int, int]:
@@ -348,8 +352,9 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
         pack.compute_inline()
     M = _ext(anchor.op.axis[0])
     N = _ext(anchor.op.axis[1])
-    assert M is not None
-    mi, rows, vv = _skinny_tile(M, 24 if cpu.vector_bits >= 512 else 12)
+    # a symbolic M (at most SKINNY_M, tested at run time): one row of x per pass over a
+    # block of W's rows (the block stays in L1/L2 for the next row)
+    mi, rows, vv = _skinny_tile(M or 1, 24 if cpu.vector_bits >= 512 else 12)
     bj = 16 if N is None or N >= 16 * 4 * cpu.threads else max(rows, 4)
     (k,) = anchor.op.reduce_axis
     ko, ki = anchor.split(k, factor=vv * lanes)
@@ -369,22 +374,27 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
     rf.compute_at(write, jo)
     ri, rj, rl = rf.op.axis
     (rko,) = rf.op.reduce_axis
-    rio, rii = rf.split(ri, factor=mi)
     rjo, rji = rf.split(rj, factor=rows)
-    rf.reorder(rjo, rio, rko, rii, rji, rl)
-    rf.unroll(rii)
+    if M is None:
+        rf.reorder(rjo, ri, rko, rji, rl)
+    else:
+        rio, rii = rf.split(ri, factor=mi)
+        rf.reorder(rjo, rio, rko, rii, rji, rl)
+        rf.unroll(rii)
     rf.unroll(rji)
     rf.vectorize(rl)
     return {st for st in (anchor, out, pack, rf) if st is not None}
 
 
-def _skinny_matmul(anchor: Stage) -> bool:
-    """A 2-D ``a @ b`` (b not transposed) with a small constant M: one pass over ``b``'s rows."""
+def _skinny_matmul(anchor: Stage, symbolic: bool = False) -> bool:
+    """A 2-D ``a @ b`` (b not transposed) with a small constant M: one pass over ``b``'s rows.
+    ``symbolic``: M is symbolic and known (by a run-time test) to be at most ``SKINNY_M``."""
     op = anchor.op
-    if len(op.axis) != 2 or op.attrs.get("transpose_b") or op.attrs.get("transpose_a"):
+    if len(op.axis) != 2 or len(op.reduce_axis) != 1 or op.attrs.get("transpose_b") \
+            or op.attrs.get("transpose_a"):
         return False
     M = _ext(op.axis[0])
-    return M is not None and M <= SKINNY_M
+    return M is None if symbolic else (M is not None and M <= SKINNY_M)
 
 
 def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
@@ -397,7 +407,6 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
     if pack is not None:
         pack.compute_inline()
     M = _ext(anchor.op.axis[0])
-    assert M is not None
     if out is None:
         cc = s.cache_write(anchor.op.outputs[0], "local")
         comp, write = s[cc], anchor
@@ -406,7 +415,8 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
         comp.set_scope("local")
     wi, wj = write.op.axis[-2], write.op.axis[-1]
     N = _ext(wj)
-    bj = max(lanes, _pow2_floor(4096 // (M * max(1, _out_dtype(anchor).bits // 32))))
+    rows_bound = SKINNY_M if M is None else M     # symbolic M: at most SKINNY_M (run-time test)
+    bj = max(lanes, _pow2_floor(4096 // (rows_bound * max(1, _out_dtype(anchor).bits // 32))))
     bj = min(bj, 1024)
     while bj > lanes and N is not None and N < bj * 2 * cpu.threads:
         bj //= 2
@@ -429,23 +439,24 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
         comp.unroll(ki)
     else:
         comp.reorder(k, cjo, ci, cji)
-    if M <= 8:
+    if M is not None and M <= 8:
         comp.unroll(ci)
     comp.vectorize(cji)
     return {st for st in (anchor, out, pack, comp) if st is not None}
 
 
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
-                    tiles: "MatmulTiles | None" = None) -> set:
+                    tiles: "MatmulTiles | None" = None, small_m: bool = False) -> set:
     """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
     stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
     column tiles (and row chunks) in parallel; the epilogue applied on write-out.
 
     A ``dense`` / ``matmul`` with a small constant M goes to ``schedule_skinny_dense`` /
-    ``schedule_skinny_matmul`` instead."""
-    if tiles is None and _skinny_dense(anchor, cpu):
+    ``schedule_skinny_matmul`` instead, and so does one with a symbolic M when ``small_m``
+    (the schedule of the ``M <= SKINNY_M`` branch: see ``small_m_variant``)."""
+    if tiles is None and _skinny_dense(anchor, cpu, small_m):
         return schedule_skinny_dense(s, anchor, out, cpu)
-    if tiles is None and _skinny_matmul(anchor):
+    if tiles is None and _skinny_matmul(anchor, small_m):
         return schedule_skinny_matmul(s, anchor, out, cpu)
     tiles = tiles or default_matmul_tiles(cpu)
     dt = _out_dtype(anchor)
@@ -639,8 +650,34 @@ ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxy
 
 
 # ---- the driver ----------------------------------------------------------------------------------------------
-def apply(s: Schedule, target: Target) -> None:
+def small_m_condition(s: Schedule, target: Target) -> "Expr | None":
+    """``M <= SKINNY_M`` for each dense/matmul anchor of ``s`` whose M is symbolic and that
+    the streaming schedule fits (``_skinny_dense`` / ``_skinny_matmul``), joined with
+    ``and``; None when there is none.  Where it holds at run time, the schedule made by
+    ``apply(..., small_m=True)`` runs instead (``Schedule.specialize``)."""
+    from tdsl.intrin import all as all_of
     cpu = cpu_of(target)
+    conds, seen = [], set()
+    for st in s.stages:
+        if st.is_placeholder or stage_pattern(st) is not Pattern.ANCHOR \
+                or stage_kind(st) is not OpKind.MATMUL:
+            continue
+        if not (_skinny_dense(st, cpu, symbolic=True) or _skinny_matmul(st, symbolic=True)):
+            continue
+        m = st.op.axis[0].dom.extent
+        if str(m) not in seen:
+            seen.add(str(m))
+            conds.append(m <= SKINNY_M)
+    return all_of(*conds) if conds else None
+
+
+def apply(s: Schedule, target: Target, small_m: bool = False) -> None:
+    """The default schedule of every stage of ``s``; ``small_m``: dense/matmul anchors with a
+    symbolic M get the small-M streaming schedule (for the ``M <= SKINNY_M`` branch)."""
+    cpu = cpu_of(target)
+    anchor_schedules = dict(ANCHOR_SCHEDULES)
+    if small_m:
+        anchor_schedules[OpKind.MATMUL] = functools.partial(schedule_matmul, small_m=True)
     bodies = inlined_bodies(s)
     done: set = set()
     for st in list(reversed(s.stages)):
@@ -651,7 +688,7 @@ def apply(s: Schedule, target: Target) -> None:
         if pat is Pattern.INJECTIVE:
             a = fusable_anchor(s, st, bodies)
             if a is not None and a not in done:
-                done |= ANCHOR_SCHEDULES[stage_kind(a)](s, a, st, cpu)
+                done |= anchor_schedules[stage_kind(a)](s, a, st, cpu)
                 continue
             g = row_group(s, st, bodies)
             if g is not None:
@@ -659,8 +696,8 @@ def apply(s: Schedule, target: Target) -> None:
                 done |= {st, *g.reductions, *g.temps}
                 continue
             schedule_injective(s, st, cpu, bodies)
-        elif pat is Pattern.ANCHOR and stage_kind(st) in ANCHOR_SCHEDULES:
-            done |= ANCHOR_SCHEDULES[stage_kind(st)](s, st, None, cpu)
+        elif pat is Pattern.ANCHOR and stage_kind(st) in anchor_schedules:
+            done |= anchor_schedules[stage_kind(st)](s, st, None, cpu)
         else:
             schedule_reduction(s, st, cpu, bodies)
         done.add(st)
