@@ -10,7 +10,7 @@ import tdsl as td
 import tdsl.interpreter
 from tdsl import ops
 from tdsl.errors import ScheduleError
-from tdsl.ops.schedules.llvm import SKINNY_M
+from tdsl.ops.schedules.llvm import SKINNY_M, SKINNY_M_SYMBOLIC
 from tdsl.stmt import IfThenElse, PrimFunc, SeqStmt
 from tdsl.visitor import post_order_visit
 
@@ -46,7 +46,7 @@ def _allocs(stmt) -> set:
 def test_symbolic_m_dense_every_size_one_function(interp):
     args = _dense(activation="relu")
     s = ops.schedule(args[-1])
-    assert len(s.variants) == 1
+    assert len(s.variants) == len(SKINNY_M_SYMBOLIC)
     f = td.lower(s, args) if interp else td.build(s, args, target="llvm")
     w, b = randn(30, 72), randn(30)
     for m in SIZES:
@@ -64,7 +64,7 @@ def test_symbolic_m_matmul_every_size(transpose_b):
     B = td.placeholder((33, 40) if transpose_b else (40, 33), name="B")
     C = ops.matmul(A, B, transpose_b=transpose_b)
     s = ops.schedule(C)
-    assert len(s.variants) == 1
+    assert len(s.variants) == len(SKINNY_M_SYMBOLIC)
     f = td.build(s, [A, B, C], target="llvm")
     bb = randn(33, 40) if transpose_b else randn(40, 33)
     for mm in SIZES:
@@ -77,26 +77,41 @@ def test_symbolic_m_matmul_every_size(transpose_b):
 
 @pytest.mark.parametrize("interp", [False, True], ids=["llvm", "interpreter"])
 def test_small_m_branch_is_the_one_that_runs(interp):
-    """Keep one branch of the lowered ``if`` at a time: with only the streaming nest, M = 1
-    is computed and M = 17 is left alone; with only the tiled nest, the reverse."""
+    """The lowered function is ``if m <= 3: A elif m <= 16: B else: C`` (A, B streaming,
+    with rfactor'ed lanes over K; C register-tiled).  Keep one nest at a time (the others
+    emptied): only the nest meant for each M writes the output, and writes it right."""
     args = _dense()
     f = td.lower(ops.schedule(args[-1]), args)
-    top = f.body
-    assert isinstance(top, IfThenElse), "one if around the two nests expected"
-    assert any(n.endswith(".rf") for n in _allocs(top.then_case)), "streaming nest: rfactor"
-    assert not any(n.endswith(".rf") for n in _allocs(top.else_case))
+    conds, nests, node = [], [], f.body
+    while isinstance(node, IfThenElse):
+        conds.append(node.cond)
+        nests.append(node.then_case)
+        node = node.else_case
+    nests.append(node)
+    assert len(conds) == len(SKINNY_M_SYMBOLIC)
+    assert [any(n.endswith(".rf") for n in _allocs(nest)) for nest in nests] == \
+        [True] * len(conds) + [False]
+
+    def keep_only(k: int):
+        body = SeqStmt([])
+        for i in reversed(range(len(conds))):
+            body = IfThenElse(conds[i], nests[i] if i == k else SeqStmt([]), body)
+            if i == len(conds) - 1 and k == len(conds):
+                body = IfThenElse(conds[i], SeqStmt([]), nests[-1])
+        return PrimFunc(f.name, f.params, body, f.size_vars, f.bindings, f.attrs)
+
+    bounds = [b for b, _ in SKINNY_M_SYMBOLIC]
+    expect = {1: 0, bounds[0] + 1: 1, SKINNY_M: 1, SKINNY_M + 1: len(conds)}
     w, b = randn(30, 72), randn(30)
-    for keep in ("then", "else"):
-        body = IfThenElse(top.cond, top.then_case if keep == "then" else SeqStmt([]),
-                          top.else_case if keep == "else" else SeqStmt([]))
-        g = PrimFunc(f.name, f.params, body, f.size_vars, f.bindings, f.attrs)
+    for k in range(len(nests)):
+        g = keep_only(k)
         g = g if interp else td.build(g, target="llvm")
-        for m in (1, SKINNY_M + 1):
+        for m, which in expect.items():
             x = randn(m, 72)
             out = np.full((m, 30), -7.0, np.float32)
             _run(g, interp, [x, w, b, out])
             ran = not np.all(out == -7.0)
-            assert ran == ((m <= SKINNY_M) == (keep == "then")), (keep, m)
+            assert ran == (which == k), (k, m)
             if ran:
                 np.testing.assert_allclose(out, x @ w.T + b, rtol=1e-4, atol=1e-4)
 

@@ -58,13 +58,15 @@ def schedule(outputs: Any, target: Any = "llvm") -> Schedule:
 
 
 def _specialize_small_m(s: Schedule, outs: list, target: Any) -> None:
-    """A dense/matmul whose M is symbolic: the streaming schedule where ``M <= 16`` at run
-    time, the register-tiled one otherwise (one function, an ``if`` around two nests)."""
+    """A dense/matmul whose M is symbolic: a streaming schedule where ``M`` is small at run
+    time (``llvm.SKINNY_M_SYMBOLIC``: one for M <= 3, one for M <= 16), the register-tiled
+    one otherwise (one function, ``if``s around the nests: ``Schedule.specialize``)."""
     from . import llvm
-    alt = create_schedule([t.op for t in outs])
-    inline_injective(alt)
-    cond = llvm.small_m_condition(alt, target)   # read before scheduling changes the stages
-    if cond is None:
-        return
-    llvm.apply(alt, target, small_m=True)
-    s.specialize(cond, alt)
+    for bound, rows in llvm.SKINNY_M_SYMBOLIC:
+        alt = create_schedule([t.op for t in outs])
+        inline_injective(alt)
+        cond = llvm.small_m_condition(alt, target, bound)   # before scheduling changes stages
+        if cond is None:
+            return
+        llvm.apply(alt, target, small_m=rows)
+        s.specialize(cond, alt)

@@ -304,6 +304,11 @@ def default_matmul_tiles(cpu: CPU) -> MatmulTiles:
 #: Up to this many rows (a constant M), ``x @ W.T`` is a streaming pass over W (see
 #: ``schedule_skinny_dense``) rather than the register-tiled, B-packing micro-kernel.
 SKINNY_M = 16
+#: A symbolic M gets two streaming nests, chosen at run time (``ops.schedule`` specializes
+#: the schedule): ``(bound, rows)``: where ``M <= bound``, ``rows`` rows of x per pass over a
+#: block of W (a last, partial block of rows guarded).  One row per pass keeps M = 1..3 free
+#: of guards (the guards cost M = 1 3.6x: the accumulators no longer stay in registers).
+SKINNY_M_SYMBOLIC = ((3, 1), (SKINNY_M, 4))
 
 
 def _skinny_dense(anchor: Stage, cpu: CPU, symbolic: bool = False) -> bool:
@@ -339,12 +344,14 @@ def _skinny_tile(M: int, budget: int) -> tuple[int, int, int]:
     return best[1], best[2], best[3]
 
 
-def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
+def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
+                          symbolic_rows: int = 1) -> set:
     """``x (M, K) @ W (N, K).T`` for small M: W's rows streamed once, straight from W (the
     PACK stage stays inlined).  Vector lanes over K (rfactor): each task of ``bj`` output
     columns keeps ``M x rows x vv`` vector accumulators in registers while it reads ``rows``
     rows of W at once, then sums the lanes; tasks (column blocks) in parallel; the epilogue
-    (bias, activation) applied on write-out, vectorized along N."""
+    (bias, activation) applied on write-out, vectorized along N.  A symbolic M (known to
+    be small by a run-time test): ``symbolic_rows`` rows of x per pass, the last block guarded."""
     dt = _out_dtype(anchor)
     lanes = cpu.lanes(dt)
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
@@ -354,8 +361,10 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
     N = _ext(anchor.op.axis[1])
     # a symbolic M (at most SKINNY_M, tested at run time): one row of x per pass over a
     # block of W's rows (the block stays in L1/L2 for the next row)
-    mi, rows, vv = _skinny_tile(M or 1, 24 if cpu.vector_bits >= 512 else 12)
+    mi, rows, vv = _skinny_tile(M or symbolic_rows, 24 if cpu.vector_bits >= 512 else 12)
     bj = 16 if N is None or N >= 16 * 4 * cpu.threads else max(rows, 4)
+    if M is None:   # rows of x one block at a time: a task's W rows stay in cache for the next
+        bj = max(rows, 8)
     (k,) = anchor.op.reduce_axis
     ko, ki = anchor.split(k, factor=vv * lanes)
     rf_t = s.rfactor(anchor.op.outputs[0], ki, factor_axis=2)
@@ -364,23 +373,28 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
     write = out if out is not None else anchor
     wi, wj = write.op.axis[-2], write.op.axis[-1]
     jo, ji = write.split(wj, factor=bj)
-    write.reorder(jo, wi, ji)
+    if M is None:
+        # a symbolic M: the accumulators of ``mi`` rows at a time, a constant-size local
+        # buffer (registers), not an M-sized one in memory; a last, partial block is guarded
+        wio, wii = write.split(wi, factor=mi)
+        write.reorder(jo, wio, wii, ji)
+        at = wio
+    else:
+        write.reorder(jo, wi, ji)
+        at = jo
     write.parallel(jo)
     if out is not None:
         jvo, jvi = _vector_split(write, ji, lanes, extent=bj)
         write.vectorize(jvi)
         anchor.set_scope("local")
-        anchor.compute_at(write, jo)
-    rf.compute_at(write, jo)
+        anchor.compute_at(write, at)
+    rf.compute_at(write, at)
     ri, rj, rl = rf.op.axis
     (rko,) = rf.op.reduce_axis
     rjo, rji = rf.split(rj, factor=rows)
-    if M is None:
-        rf.reorder(rjo, ri, rko, rji, rl)
-    else:
-        rio, rii = rf.split(ri, factor=mi)
-        rf.reorder(rjo, rio, rko, rii, rji, rl)
-        rf.unroll(rii)
+    rio, rii = rf.split(ri, factor=mi)
+    rf.reorder(rjo, rio, rko, rii, rji, rl)
+    rf.unroll(rii)
     rf.unroll(rji)
     rf.vectorize(rl)
     return {st for st in (anchor, out, pack, rf) if st is not None}
@@ -446,17 +460,17 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
 
 
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
-                    tiles: "MatmulTiles | None" = None, small_m: bool = False) -> set:
+                    tiles: "MatmulTiles | None" = None, small_m: int = 0) -> set:
     """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
     stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
     column tiles (and row chunks) in parallel; the epilogue applied on write-out.
 
     A ``dense`` / ``matmul`` with a small constant M goes to ``schedule_skinny_dense`` /
     ``schedule_skinny_matmul`` instead, and so does one with a symbolic M when ``small_m``
-    (the schedule of the ``M <= SKINNY_M`` branch: see ``small_m_variant``)."""
-    if tiles is None and _skinny_dense(anchor, cpu, small_m):
-        return schedule_skinny_dense(s, anchor, out, cpu)
-    if tiles is None and _skinny_matmul(anchor, small_m):
+    (the rows of x per pass: the schedule of a ``M <= bound`` branch, ``SKINNY_M_SYMBOLIC``)."""
+    if tiles is None and _skinny_dense(anchor, cpu, bool(small_m)):
+        return schedule_skinny_dense(s, anchor, out, cpu, max(1, small_m))
+    if tiles is None and _skinny_matmul(anchor, bool(small_m)):
         return schedule_skinny_matmul(s, anchor, out, cpu)
     tiles = tiles or default_matmul_tiles(cpu)
     dt = _out_dtype(anchor)
@@ -650,11 +664,11 @@ ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxy
 
 
 # ---- the driver ----------------------------------------------------------------------------------------------
-def small_m_condition(s: Schedule, target: Target) -> "Expr | None":
-    """``M <= SKINNY_M`` for each dense/matmul anchor of ``s`` whose M is symbolic and that
+def small_m_condition(s: Schedule, target: Target, bound: int = SKINNY_M) -> "Expr | None":
+    """``M <= bound`` for each dense/matmul anchor of ``s`` whose M is symbolic and that
     the streaming schedule fits (``_skinny_dense`` / ``_skinny_matmul``), joined with
-    ``and``; None when there is none.  Where it holds at run time, the schedule made by
-    ``apply(..., small_m=True)`` runs instead (``Schedule.specialize``)."""
+    ``and``; None when there is none.  Where it holds at run time, a schedule made by
+    ``apply(..., small_m=rows)`` runs instead (``Schedule.specialize``)."""
     from tdsl.intrin import all as all_of
     cpu = cpu_of(target)
     conds, seen = [], set()
@@ -667,17 +681,18 @@ def small_m_condition(s: Schedule, target: Target) -> "Expr | None":
         m = st.op.axis[0].dom.extent
         if str(m) not in seen:
             seen.add(str(m))
-            conds.append(m <= SKINNY_M)
+            conds.append(m <= bound)
     return all_of(*conds) if conds else None
 
 
-def apply(s: Schedule, target: Target, small_m: bool = False) -> None:
-    """The default schedule of every stage of ``s``; ``small_m``: dense/matmul anchors with a
-    symbolic M get the small-M streaming schedule (for the ``M <= SKINNY_M`` branch)."""
+def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
+    """The default schedule of every stage of ``s``; ``small_m`` > 0: dense/matmul anchors
+    with a symbolic M get the small-M streaming schedule, ``small_m`` rows of x per pass
+    (for a ``M <= bound`` branch: ``SKINNY_M_SYMBOLIC``)."""
     cpu = cpu_of(target)
     anchor_schedules = dict(ANCHOR_SCHEDULES)
     if small_m:
-        anchor_schedules[OpKind.MATMUL] = functools.partial(schedule_matmul, small_m=True)
+        anchor_schedules[OpKind.MATMUL] = functools.partial(schedule_matmul, small_m=small_m)
     bodies = inlined_bodies(s)
     done: set = set()
     for st in list(reversed(s.stages)):
