@@ -1,5 +1,5 @@
 """Inline float32 math (exp log tanh erf sigmoid sin cos pow) and float64 math (exp log tanh
-sigmoid sin cos) as LLVM IR, vector or scalar.
+sigmoid sin cos erf) as LLVM IR, vector or scalar.
 
 Why: LLVM lowers ``llvm.sin.v8f32``, ``tanhf``... to one libm call per lane, 10-50x
 slower than straight-line vector code.  Each function here is range reduction plus a
@@ -30,8 +30,9 @@ made by scripts/fit_vecmath.py (Lawson's algorithm against float64 NumPy/SciPy).
   x with non-integer y is NaN, odd integer y keeps the sign of x, including -0.0).
 
 float64 (the ``*64`` functions, ``emit_f64``): the same reductions with float64 constants
-and Taylor polynomials (no fitted coefficients); methods and bounds (``MAX_ULP64``) in
-backends/llvm/README.md.  float64 ``erf`` and ``pow`` still call libm.
+and Taylor polynomials; ``erf`` uses its Maclaurin series below 0.75 and mpmath Chebyshev
+fits above (scripts/fit_vecmath64.py); methods and bounds (``MAX_ULP64``) in
+backends/llvm/README.md.  float64 ``pow`` still calls libm.
 """
 from __future__ import annotations
 
@@ -368,9 +369,42 @@ LOG64_P = tuple(2.0 / (2 * k + 1) for k in range(11, 0, -1))              # 2/23
 SIN64_P = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(9, 0, -1))
 COS64_P = tuple((-1) ** k / math.factorial(2 * k) for k in range(10, 1, -1))
 
+# erf: |x| < 0.75: x·P(x²), P the Maclaurin series of erf(x)/x (exact terms, to x^32);
+# 0.75 <= |x| < 6: a polynomial in |x| - mid on each of four intervals, its coefficients
+# chosen per lane (selects); tables made by scripts/fit_vecmath64.py (mpmath Chebyshev fits,
+# absolute error <= 1.1e-17)
+ERF64_SMALL_LIMIT = 0.75
+ERF64_ONE = 5.9                    # from here on erf rounds to ±1 (erfc(5.9) < 2^-55)
+ERF64_BREAKS = (1.5, 2.5, 3.75)
+ERF64_MIDS = (1.125, 2.0, 3.125, 4.875)
+ERF64_LARGE: tuple[tuple[float, ...], ...] = (
+    # [0.75, 1.5): fit error 2.5e-18
+    (0.0, 0.0, 0.0, 0.0, -7.253151177797486e-06, 1.0610407952500252e-05, 4.934756514658036e-05, -0.0001415324216671789, -0.00017694228107031622, 0.001153264195030903, -0.0003601928317666998, -0.0060312606722831875, 0.009606894255920281, 0.015536835442161603, -0.06132368360619423, 0.027973297133990868, 0.1624523329847712, -0.35805820331336635, 0.3182739585007693, 0.8883882317017078),
+    # [1.5, 2.5): fit error 7.6e-18
+    (0.0, 0.0, 0.0, -6.378521647286177e-07, 1.0085975153564003e-06, 3.92402194714752e-06, -1.62636233284568e-05, 5.236254655068624e-06, 0.0001037703371561212, -0.0002628032340366882, -5.011895072471684e-05, 0.0015910298868730846, -0.0033788880373251734, 0.00045926633873837703, 0.013089090722508745, -0.03444497559010945, 0.04822296582624588, -0.041333970708184335, 0.020666985354091894, 0.9953222650189527),
+    # [2.5, 3.75): fit error 7.1e-18
+    (0.0, 0.0, -4.9529492208364605e-09, -2.1034034503071925e-08, 1.2527422243418975e-07, -1.8007294071961364e-07, -4.1449682895999294e-07, 2.730494653234954e-06, -6.365431237050553e-06, 3.873079463643574e-06, 2.5450643764375123e-05, -0.00011126357778846782, 0.00026648105208471496, -0.0004523151823547907, 0.0005769615014366552, -0.0005575739488947317, 0.0004000197828983092, -0.00020237088511111664, 6.475868323471165e-05, 0.9999901032653747),
+    # [3.75, 6.0): fit error 1.1e-17
+    (-1.4678718437338503e-12, 2.766813729146911e-12, 1.0332311728073295e-11, -5.252040993513436e-11, 1.513673486554398e-10, -4.0667555461780734e-10, 9.567218955017932e-10, -1.8814322617284343e-09, 3.1795278667543177e-09, -4.701179354015898e-09, 6.059320274049549e-09, -6.754954404409692e-09, 6.463411512369518e-09, -5.246680347919823e-09, 3.548694359586256e-09, -1.9483721540888533e-09, 8.352155879053423e-10, -2.625109920886001e-10, 5.3848706580468686e-11, 0.9999999999945866),
+)
+
+
+def _erf64_maclaurin(terms: int = 17) -> tuple[float, ...]:
+    """Coefficients (highest first) of erf(x)/x = 2/√π Σ (-1)^n x^(2n) / (n! (2n+1))."""
+    from decimal import localcontext
+    with localcontext() as ctx:
+        ctx.prec = 40
+        two_over_sqrt_pi = 2 / Decimal("3.141592653589793238462643383279502884197").sqrt()
+        return tuple(float(two_over_sqrt_pi * (-1) ** n / (math.factorial(n) * (2 * n + 1)))
+                     for n in range(terms - 1, -1, -1))
+
+
+ERF64_SMALL = _erf64_maclaurin()
+
 #: documented maximum error in ulp of the float64 result (asserted by
 #: tests/backends/test_llvm_vecmath64.py against mpmath; table in README.md)
-MAX_ULP64 = {"exp": 1.5, "log": 1.0, "tanh": 2.5, "sigmoid": 2.5, "sin": 2.0, "cos": 2.0}
+MAX_ULP64 = {"exp": 1.5, "log": 1.0, "tanh": 2.5, "sigmoid": 2.5, "sin": 2.0, "cos": 2.0,
+             "erf": 2.0}
 
 
 def _pio2_parts64() -> tuple[float, float, float]:
@@ -497,12 +531,35 @@ def _sincos64(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
     return _libm_where(o, big, fast, "cos" if cosine else "sin", x)
 
 
+def erf64(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    ax = o.call("fabs", [x])
+    small = b.fmul(x, o.horner(ERF64_SMALL, b.fmul(x, x), F64))      # also ±0 and NaN
+    axc = o.clamp(ax, ERF64_SMALL_LIMIT, 6.0)
+    ge = [b.fcmp_ordered(">=", axc, o.k(v, F64)) for v in ERF64_BREAKS]
+
+    def pick(values: Sequence[float]) -> ir.Value:
+        """The value of each lane's interval."""
+        v = o.k(values[0], F64)
+        for cond, w in zip(ge, values[1:]):
+            v = o.sel(cond, o.k(w, F64), v)
+        return v
+    t = b.fsub(axc, pick(ERF64_MIDS))
+    p = pick([c[0] for c in ERF64_LARGE])
+    for k in range(1, len(ERF64_LARGE[0])):
+        p = o.fma(p, t, pick([c[k] for c in ERF64_LARGE]))
+    p = o.sel(o.lt(ax, o.k(ERF64_ONE, F64)), p, o.k(1.0, F64))
+    large = o.call("copysign", [p, x])
+    return o.sel(b.fcmp_unordered("<", ax, o.k(ERF64_SMALL_LIMIT, F64)), small, large)
+
+
 _UNARY64: dict[Intrinsic, Callable[[_Ops, ir.Value], ir.Value]] = {
     Intrinsic.EXP: exp64, Intrinsic.LOG: log64, Intrinsic.TANH: tanh64,
-    Intrinsic.SIGMOID: sigmoid64, Intrinsic.SIN: lambda o, x: _sincos64(o, x, False),
+    Intrinsic.SIGMOID: sigmoid64, Intrinsic.ERF: erf64,
+    Intrinsic.SIN: lambda o, x: _sincos64(o, x, False),
     Intrinsic.COS: lambda o, x: _sincos64(o, x, True),
 }
-#: the intrinsics computed inline for float64 (erf and pow of float64 still call libm)
+#: the intrinsics computed inline for float64 (pow of float64 still calls libm)
 INLINE_F64 = frozenset(_UNARY64)
 
 
