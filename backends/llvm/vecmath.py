@@ -404,7 +404,7 @@ ERF64_SMALL = _erf64_maclaurin()
 #: documented maximum error in ulp of the float64 result (asserted by
 #: tests/backends/test_llvm_vecmath64.py against mpmath; table in README.md)
 MAX_ULP64 = {"exp": 1.5, "log": 1.0, "tanh": 2.5, "sigmoid": 2.5, "sin": 2.0, "cos": 2.0,
-             "erf": 2.0}
+             "erf": 2.0, "pow": 1.5}
 
 
 def _pio2_parts64() -> tuple[float, float, float]:
@@ -553,16 +553,115 @@ def erf64(o: _Ops, x: ir.Value) -> ir.Value:
     return o.sel(b.fcmp_unordered("<", ax, o.k(ERF64_SMALL_LIMIT, F64)), small, large)
 
 
+def _dd_const(v: str) -> tuple[float, float]:
+    """``v`` (a decimal string) as hi + lo float64s."""
+    from decimal import localcontext
+    with localcontext() as ctx:
+        ctx.prec = 50
+        d = Decimal(v)
+        hi = float(d)
+        return hi, float(d - Decimal(hi))
+
+
+INV_LN2_DD = _dd_const("1.442695040888963407359924681001892137426645954152985934")
+LN2_DD = _dd_const("0.6931471805599452862268275847670772560102009773254394531")
+TWO_THIRDS_DD = _dd_const("0.6666666666666666666666666666666666666666666666666667")
+#: log(1+f) = 2s + 2s³/3 + s⁵·R(s²), R(z) = 2/5 + 2z/7 + ... (s = f/(2+f), z <= 0.0295)
+POW64_LOG_R = tuple(2.0 / (2 * k + 5) for k in range(11, -1, -1))
+
+
+def _log2_dd(o: _Ops, ax: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """log2(ax) as hi + lo (about 2^-100 relative), for finite ax > 0 (subnormals too)."""
+    b = o.b
+    sub = o.lt(ax, o.k(MIN_NORMAL64, F64))
+    xs = o.sel(sub, b.fmul(ax, o.k(18014398509481984.0, F64)), ax)      # 2^54
+    ix = b.add(o.bits(xs, I64), o.k(0x3FF0000000000000 - 0x3FE6A09E667F3BCD, I64))
+    k = b.sub(b.ashr(ix, o.k(52, I64)), o.sel(sub, o.k(1023 + 54, I64), o.k(1023, I64)))
+    m = o.floats(b.add(b.and_(ix, o.k(0x000FFFFFFFFFFFFF, I64)),
+                       o.k(0x3FE6A09E667F3BCD, I64)), F64)
+    f = b.fsub(m, o.k(1.0, F64))                                       # exact
+    two = o.k(2.0, F64)
+    d = b.fadd(f, two)
+    d_lo = b.fadd(b.fsub(two, d), f)                                   # exact: 2 + f = d + d_lo
+    s = b.fdiv(f, d)
+    s_lo = b.fdiv(b.fsub(o.fma(b.fneg(s), d, f), b.fmul(s, d_lo)), d)  # f/(2+f) = s + s_lo
+    z = b.fmul(s, s)
+    z_lo = o.fma(s, s, b.fneg(z))
+    s3 = b.fmul(z, s)
+    s3_lo = b.fadd(b.fadd(o.fma(z, s, b.fneg(s3)), b.fmul(z_lo, s)),
+                   b.fmul(b.fmul(z, s_lo), o.k(3.0, F64)))
+    c_hi, c_lo = TWO_THIRDS_DD
+    t3 = b.fmul(s3, o.k(c_hi, F64))                                    # 2s³/3, double-double
+    t3_lo = b.fadd(b.fadd(o.fma(s3, o.k(c_hi, F64), b.fneg(t3)), b.fmul(s3, o.k(c_lo, F64))),
+                   b.fmul(s3_lo, o.k(c_hi, F64)))
+    tail = b.fmul(b.fmul(s3, z), o.horner(POW64_LOG_R, z, F64))
+    s2 = b.fmul(s, two)
+    h = b.fadd(s2, t3)
+    h_lo = b.fadd(b.fsub(s2, h), t3)                                   # |2s| >= |t3|: exact
+    lo = b.fadd(b.fadd(h_lo, tail), b.fadd(b.fmul(s_lo, two), t3_lo))
+    i_hi, i_lo = INV_LN2_DD                                            # (h + lo) / ln 2
+    l1 = b.fmul(h, o.k(i_hi, F64))
+    l1_lo = b.fadd(o.fma(h, o.k(i_hi, F64), b.fneg(l1)),
+                   o.fma(h, o.k(i_lo, F64), b.fmul(lo, o.k(i_hi, F64))))
+    kf = b.sitofp(k, o.ty(F64))                                        # + k: two-sum
+    sm = b.fadd(kf, l1)
+    bv = b.fsub(sm, kf)
+    sm_lo = b.fadd(b.fadd(b.fsub(kf, b.fsub(sm, bv)), b.fsub(l1, bv)), l1_lo)
+    return sm, sm_lo
+
+
+def pow64(o: _Ops, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x^y = 2^(y·log2|x|), the product in double-double (|y·log2|x|| up to 1075 needs
+    ~2^-63 relative), then the C99/NumPy special cases as for float32 ``pow``."""
+    b = o.b
+    ax = o.call("fabs", [x])
+    lg, lg_lo = _log2_dd(o, ax)
+    zero, inf = o.eq(ax, o.k(0.0, F64)), o.eq(ax, o.k(math.inf, F64))
+    lg = o.sel(zero, o.k(-math.inf, F64), o.sel(inf, o.k(math.inf, F64), lg))
+    t0 = b.fmul(y, lg)
+    t0_lo = o.fma(y, lg_lo, o.fma(y, lg, b.fneg(t0)))
+    ok = b.fcmp_ordered("<", o.call("fabs", [t0]), o.k(1100.0, F64))     # finite, in range
+    t = b.fadd(t0, t0_lo)                        # renormalized (lg_lo holds s⁵R: ~1e-4)
+    tl = o.sel(ok, b.fadd(b.fsub(t0, t), t0_lo), o.k(0.0, F64))
+    # out of range (also x = 0 or inf, whose lg_lo is meaningless): 2^±1100 = inf or 0
+    tc = o.sel(ok, t, o.sel(o.lt(o.k(0.0, F64), t0), o.k(1100.0, F64), o.k(-1100.0, F64)))
+    n = o.call("roundeven", [tc])
+    r = b.fadd(b.fsub(tc, n), tl)                                       # tc - n exact
+    l_hi, l_lo = LN2_DD
+    u = b.fmul(r, o.k(l_hi, F64))
+    u_lo = o.fma(r, o.k(l_lo, F64), o.fma(r, o.k(l_hi, F64), b.fneg(u)))
+    q = o.fma(o.horner(EXP64_P, u, F64), b.fmul(u, u), u)              # e^u - 1
+    e = b.fadd(q, o.fma(u_lo, q, u_lo))                                 # e^(u + u_lo) - 1
+    res = _scale2_64(o, b.fadd(o.k(1.0, F64), e), n)
+    # signs and special cases (C99 Annex F, what NumPy's pow gives)
+    ay = o.call("fabs", [y])
+    is_int = o.eq(o.call("trunc", [y]), y)
+    small_y = o.lt(ay, o.k(9007199254740992.0, F64))                    # 2^53
+    yi = b.fptosi(o.sel(small_y, y, o.k(0.0, F64)), o.ty(I64))
+    odd = b.and_(b.and_(is_int, small_y),
+                 b.icmp_signed("!=", b.and_(yi, o.k(1, I64)), o.k(0, I64)))
+    sign = b.and_(o.bits(x, I64), o.k(-0x8000000000000000, I64))
+    res = o.floats(b.xor(o.bits(res, I64), o.sel(odd, sign, o.k(0, I64))), F64)
+    neg_finite = b.and_(o.lt(x, o.k(0.0, F64)), o.lt(o.k(-math.inf, F64), x))
+    res = o.sel(b.and_(neg_finite, b.not_(is_int)), o.k(math.nan, F64), res)
+    res = o.sel(b.or_(o.isnan(x), o.isnan(y)), b.fadd(x, y), res)
+    one = b.or_(b.or_(o.eq(y, o.k(0.0, F64)), o.eq(x, o.k(1.0, F64))),
+                b.and_(o.eq(x, o.k(-1.0, F64)), o.eq(ay, o.k(math.inf, F64))))
+    return o.sel(one, o.k(1.0, F64), res)
+
+
 _UNARY64: dict[Intrinsic, Callable[[_Ops, ir.Value], ir.Value]] = {
     Intrinsic.EXP: exp64, Intrinsic.LOG: log64, Intrinsic.TANH: tanh64,
     Intrinsic.SIGMOID: sigmoid64, Intrinsic.ERF: erf64,
     Intrinsic.SIN: lambda o, x: _sincos64(o, x, False),
     Intrinsic.COS: lambda o, x: _sincos64(o, x, True),
 }
-#: the intrinsics computed inline for float64 (pow of float64 still calls libm)
-INLINE_F64 = frozenset(_UNARY64)
+#: the intrinsics computed inline for float64
+INLINE_F64 = frozenset(_UNARY64) | {Intrinsic.POW}
 
 
 def emit_f64(cg: "CodeGen", func: Intrinsic, args: Sequence[ir.Value], lanes: int) -> ir.Value:
     """``func(*args)`` on float64 registers (scalars or ``lanes``-wide vectors), inline."""
+    if func is Intrinsic.POW:
+        return pow64(_Ops(cg, lanes), args[0], args[1])
     return _UNARY64[func](_Ops(cg, lanes), args[0])

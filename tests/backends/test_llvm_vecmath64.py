@@ -26,6 +26,8 @@ except ImportError:  # run as a plain script directory
 
 mpmath = pytest.importorskip("mpmath")
 
+UNARY64 = [n for n in MAX_ULP64 if n != "pow"]
+
 
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):
@@ -111,7 +113,7 @@ def kernel(name: str, kind: str):
 
 
 @pytest.mark.parametrize("kind", ["vector", "serial"])
-@pytest.mark.parametrize("name", list(MAX_ULP64))
+@pytest.mark.parametrize("name", UNARY64)
 def test_float64_max_ulp(name, kind):
     x = sample(name)
     y = np.full_like(x, 7.0)
@@ -139,7 +141,7 @@ def _np64(name: str, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kind", ["vector", "serial"])
-@pytest.mark.parametrize("name", list(MAX_ULP64))
+@pytest.mark.parametrize("name", UNARY64)
 def test_float64_special_values_are_numpys(name, kind):
     x = SPECIALS
     y = np.empty_like(x)
@@ -187,12 +189,80 @@ def test_float64_inline_by_default_libm_on_opt_out(name):
     np.testing.assert_allclose(y1, y3, rtol=1e-15, atol=1e-300)
 
 
-def test_float64_pow_still_calls_libm():
-    A = td.placeholder((67,), "float64", name="A")
-    B = td.compute((67,), lambda i: td.power(A[i], A[i]), name="B")
-    s = td.create_schedule(B.op)
-    s[B].vectorize(s[B].split(B.op.axis[0], factor=4)[1])
-    assert any(n.startswith("pow (float64)") for n in build(td.lower(s, [A, B])).notes)
+def _pow_kernel(kind: str):
+    fn = (lambda a, c: call("pow", a, c))
+    if kind == "vector":
+        return build(vector_elementwise("vm64_pow", "float64", fn, 2, lanes=4))
+    return build(elementwise("vm64_pow", "float64", fn, 2))
+
+
+@pytest.mark.parametrize("kind", ["vector", "serial"])
+def test_float64_pow_max_ulp(kind):
+    """Random bases over the whole range (subnormals too) with moderate exponents, bases
+    near 1 with large exponents (|y·log2 x| up to ~1100: the double-double product), and
+    results down in the subnormals."""
+    rng = np.random.default_rng(1)
+    n = 2500
+    x = np.concatenate([np.abs(rng.standard_normal(n)) * 10 ** rng.uniform(-5, 5, n),
+                        rng.uniform(0.5, 2, n), np.exp(rng.uniform(-700, 700, n)),
+                        -rng.uniform(0.1, 3, n), [5e-324, 2.2e-308, 1e-310, 2.0, 3.0]])
+    y = np.concatenate([rng.standard_normal(n) * 10, rng.uniform(-2000, 2000, n),
+                        rng.uniform(-1.0, 1.0, n), rng.integers(-50, 50, n).astype(float),
+                        [0.5, 0.9, -0.3, -1074.5, -677.0]])
+    out = np.full_like(x, 7.0)
+    _pow_kernel(kind)(x, y, out)
+    ref, corr = np.empty(len(x)), np.zeros(len(x))
+    with mpmath.workdps(60):
+        for i, (a, c) in enumerate(zip(x.tolist(), y.tolist())):
+            e = mpmath.power(mpmath.mpf(a), mpmath.mpf(c))
+            ref[i] = float(e)
+            if np.isfinite(ref[i]) and ref[i] != 0:
+                corr[i] = float(e - mpmath.mpf(ref[i]))
+    e = ulp_error(out, ref, corr)
+    i = int(np.argmax(e))
+    assert e.max() <= MAX_ULP64["pow"], f"{e[i]:.3f} ulp at x={x[i]!r}, y={y[i]!r}: got " \
+                                        f"{out[i]!r}, reference {ref[i]!r}"
+
+
+@pytest.mark.parametrize("kind", ["vector", "serial"])
+def test_float64_pow_special_values_are_numpys(kind):
+    import itertools
+    v = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, np.inf, -np.inf,
+                  np.nan, 5e-324, -5e-324, 1e308, -1e308, 2.5, -2.5, 1e-300,
+                  0.9999999999999999, 1.0000000000000002, 2.0 ** 53, 2.0 ** 53 + 2, 1075.0,
+                  -1075.0, 1024.0, -1074.0, 0.3])
+    x, y = (np.array(a) for a in zip(*itertools.product(v, v)))
+    out = np.empty_like(x)
+    _pow_kernel(kind)(x, y, out)
+    with np.errstate(all="ignore"):
+        ref = np.power(x, y)
+    exact = ~np.isfinite(ref) | (ref == 0) | (ref == 1) | ~np.isfinite(x) | ~np.isfinite(y) \
+        | (x == 0)
+    np.testing.assert_array_equal(out[exact], ref[exact])
+    signed = exact & ~np.isnan(ref)                # a NaN's sign is not specified
+    assert (np.signbit(out[signed]) == np.signbit(ref[signed])).all()
+    np.testing.assert_allclose(out[~exact], ref[~exact], rtol=4e-16)
+
+
+def test_float64_pow_inline_by_default_libm_on_opt_out():
+    def lowered(inline):
+        A = td.placeholder((67,), "float64", name="A")
+        B = td.compute((67,), lambda i: td.power(A[i], A[i] * 0.5), name="B")
+        s = td.create_schedule(B.op)
+        s[B].vectorize(s[B].split(B.op.axis[0], factor=4)[1])
+        f = td.lower(s, [A, B], name=f"pow64_{inline}")
+        if inline is not None:
+            f.attrs["fast_math_intrinsics"] = inline
+        return build(f)
+    default, libm = lowered(None), lowered(False)
+    assert not any(n.startswith("pow (float64)") for n in default.notes), default.notes
+    assert not re.search(r"call double @(llvm\.)?pow", default.compiled.ir_text)
+    assert any(n.startswith("pow (float64)") for n in libm.notes), libm.notes
+    x = np.abs(np.random.default_rng(3).standard_normal(67)) * 5
+    y1, y2 = np.empty_like(x), np.empty_like(x)
+    default(x, y1)
+    libm(x, y2)
+    np.testing.assert_allclose(y1, y2, rtol=4e-16)
 
 
 def test_readme_documents_the_float64_bounds():
