@@ -136,3 +136,23 @@ def test_specialize_checks_its_arguments():
         s.specialize(m <= 4, td.create_schedule(ops.relu(args[0]).op))   # other outputs
     s.specialize(m <= 4, other)
     assert len(s.variants) == 1
+
+
+def test_every_size_symbolic_dense_gelu():
+    """M, N and K all symbolic, a GELU epilogue: each nest right, through both backends."""
+    from .helpers import erf
+    m, n, k = td.var("m"), td.var("n"), td.var("k")
+    X = td.placeholder((m, k), name="X")
+    W = td.placeholder((n, k), name="W")
+    B = td.placeholder((n,), name="B")
+    Y = ops.dense(X, W, B, activation="gelu")
+    s = ops.schedule(Y)
+    f, g = td.build(s, [X, W, B, Y], target="llvm"), td.lower(s, [X, W, B, Y])
+    for mm, nn, kk in ((1, 37, 70), (3, 5, 9), (SKINNY_M, 64, 33), (SKINNY_M + 1, 20, 20)):
+        x, w, b = randn(mm, kk), randn(nn, kk), randn(nn)
+        r = x.astype(np.float64) @ w.T.astype(np.float64) + b
+        r = 0.5 * r * (1 + erf(r / np.sqrt(2)))
+        for interp, fn in ((False, f), (True, g)):
+            out = np.full((mm, nn), np.nan, np.float32)
+            _run(fn, interp, [x, w, b, out])
+            np.testing.assert_allclose(out, r, rtol=1e-4, atol=1e-4, err_msg=f"{mm, nn, kk}")
