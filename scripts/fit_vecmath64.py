@@ -1,6 +1,6 @@
 """Fit the float64 ``erf`` polynomials of ``backends/llvm/vecmath.py`` (``ERF64_*``).
 
-For 0.75 <= |x| < 6, erf is a polynomial in ``t = |x| - mid`` on each of four intervals:
+For 0.75 <= |x| < 6, erf is a polynomial in ``t = |x| - mid`` on each of two intervals:
 a Chebyshev fit at 40 digits (``mpmath.chebyfit``) of the interval's erf, converted to
 powers of t and rounded to float64; the degree is the least that keeps the fit's absolute
 error below 2e-17 (a sixth of float64's ulp at 1).  Prints the tables as Python source.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import mpmath as mp
 
 #: (lo, hi) of each interval; erf rounds to 1 in float64 from 5.92 on
-INTERVALS = ((0.75, 1.5), (1.5, 2.5), (2.5, 3.75), (3.75, 6.0))
+INTERVALS = ((0.75, 2.5), (2.5, 6.0))
 
 
 def fit(lo: float, hi: float, tol: float = 2e-17) -> tuple[float, list[float], float]:
