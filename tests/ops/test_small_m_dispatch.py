@@ -9,7 +9,7 @@ import pytest
 import tdsl as td
 import tdsl.interpreter
 from tdsl import ops
-from tdsl.errors import ScheduleError
+from tdsl.errors import ScheduleError, ShapeError
 from tdsl.ops.schedules.llvm import SKINNY_M, SKINNY_M_SYMBOLIC
 from tdsl.stmt import IfThenElse, PrimFunc, SeqStmt
 from tdsl.visitor import post_order_visit
@@ -136,6 +136,10 @@ def test_specialize_checks_its_arguments():
         s.specialize(m <= 4, td.create_schedule(ops.relu(args[0]).op))   # other outputs
     s.specialize(m <= 4, other)
     assert len(s.variants) == 1
+    unbound = td.create_schedule(args[-1].op)
+    unbound.specialize(td.var("q") <= 4, td.create_schedule(args[-1].op))
+    with pytest.raises(ShapeError, match="'q'"):          # no argument binds q
+        td.lower(unbound, args)
 
 
 def test_every_size_symbolic_dense_gelu():
