@@ -44,6 +44,8 @@ class Schedule:
         for op in self.outputs:
             self.stage_map[id(op)].is_output = True
         self._keepalive: list[Operation] = list(_topo_ops(self.outputs))
+        #: ``(cond, schedule)`` pairs from ``specialize``, tried in order at run time
+        self.variants: list[tuple[Any, "Schedule"]] = []
 
     # ---- lookup -------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Stage:
@@ -208,6 +210,33 @@ class Schedule:
             raise ScheduleError("rfactor", st.name, f"factor_axis must be an int, got {factor_axis!r}")
         step = self.trace.step("rfactor", st, [axis], {"factor_axis": factor_axis})
         return self.run_step(step, lambda: rf.rfactor(self, tensor, axis, factor_axis))
+
+    def specialize(self, cond: Any, other: "Schedule") -> None:
+        """Run ``other``'s loop nest instead of this one when ``cond`` holds at call time.
+
+        ``cond`` is a boolean expression over the symbolic sizes (e.g. ``m <= 16``);
+        ``other`` is a schedule of the same outputs.  ``lower`` emits
+        ``if cond: <other's nest> else: <this nest>`` in one function, so a shape-dependent
+        choice of schedule (a batch-1 streaming pass vs a register-tiled one) needs no
+        second kernel or a dispatcher in Python.
+        """
+        from tdsl.expr import Expr
+        from tdsl.visitor import free_vars
+        if not isinstance(other, Schedule) or other is self:
+            raise ScheduleError("specialize", None, f"expected another Schedule, got {other!r}")
+        if [id(o) for o in other.outputs] != [id(o) for o in self.outputs]:
+            raise ScheduleError("specialize", None, "the specialized schedule must have the same "
+                                "output operations")
+        if not isinstance(cond, Expr) or not cond.dtype.is_bool:
+            raise ScheduleError("specialize", None, f"cond must be a boolean expression over "
+                                f"symbolic sizes, got {cond!r}")
+        if not free_vars(cond):
+            raise ScheduleError("specialize", None, f"cond {cond} uses no symbolic size; "
+                                f"choose the schedule at schedule time instead")
+        if other.variants:
+            raise ScheduleError("specialize", None, "the specialized schedule has variants of its "
+                                "own; add them to this schedule instead")
+        self.variants.append((cond, other))
 
     # ---- display --------------------------------------------------------------------------------
     def default_args(self) -> list[Tensor]:

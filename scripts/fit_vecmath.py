@@ -84,7 +84,7 @@ def fit_erf() -> None:
     erfc = _erfc(x)
     target = np.log(erfc)
     weight = erfc / (1 - erfc)
-    c = lawson(x - 2.5, target, weight, 10)
+    c = lawson(x - 2.5, target, weight, 6)   # fit error ~0.02 ulp; float32 rounding dominates
     show("ERF_LARGE", c, float(np.max(weight * np.abs(np.polyval(c[::-1], x - 2.5) - target))))
 
 

@@ -1,5 +1,5 @@
 """Inline float32 math (exp log tanh erf sigmoid sin cos pow) and float64 math (exp log tanh
-sigmoid sin cos) as LLVM IR, vector or scalar.
+sigmoid sin cos erf) as LLVM IR, vector or scalar.
 
 Why: LLVM lowers ``llvm.sin.v8f32``, ``tanhf``... to one libm call per lane, 10-50x
 slower than straight-line vector code.  Each function here is range reduction plus a
@@ -16,7 +16,9 @@ made by scripts/fit_vecmath.py (Lawson's algorithm against float64 NumPy/SciPy).
 - ``log``: x = 2^k m with m in [√½, √2) (subnormals pre-scaled by 2^23); log1p(f) =
   f - f²/2 + f³P(f); plus k·ln 2 in two parts.
 - ``tanh``: x + x³P(x²) for |x| < 0.625, else ±(1 - 2/(e^{2|x|} + 1)).
-- ``erf``: x·P(x²) for |x| < 1, else ±(1 - exp(Q(|x|))) with Q ≈ log erfc (|x| ≤ 3.95).
+- ``erf``: x·P(x²) for |x| < 1 (and NaN), else ±(1 - exp(Q(|x|))) with Q ≈ log erfc
+  (|x| ≤ 3.95; degree 6: the fit's error is ~0.02 ulp, float32 rounding dominates), exp
+  without its overflow/underflow handling (Q's range needs none).
 - ``sigmoid``: with e = exp(-|x|): 1/(1+e) for x ≥ 0, e/(1+e) below (no overflow, and
   accurate where sigmoid is subnormal).
 - ``sin``/``cos``: j = round(|x|·2/π), r = |x| - j·π/2 in three parts (Cody-Waite with
@@ -28,8 +30,9 @@ made by scripts/fit_vecmath.py (Lawson's algorithm against float64 NumPy/SciPy).
   x with non-integer y is NaN, odd integer y keeps the sign of x, including -0.0).
 
 float64 (the ``*64`` functions, ``emit_f64``): the same reductions with float64 constants
-and Taylor polynomials (no fitted coefficients); methods and bounds (``MAX_ULP64``) in
-backends/llvm/README.md.  float64 ``erf`` and ``pow`` still call libm.
+and Taylor polynomials; ``erf`` uses its Maclaurin series below 0.75 and mpmath Chebyshev
+fits above (scripts/fit_vecmath64.py); methods and bounds (``MAX_ULP64``) in
+backends/llvm/README.md.  float64 ``pow`` still calls libm.
 """
 from __future__ import annotations
 
@@ -58,9 +61,8 @@ TANH_P = (2.142951358e-03, -8.177387528e-03, 2.170069888e-02, -5.394676328e-02,
           1.333320588e-01, -3.333333135e-01)
 ERF_SMALL = (7.853827265e-05, -8.010184392e-04, 5.188326817e-03, -2.685381100e-02,
              1.128358543e-01, -3.761262596e-01, 1.128379107e+00)
-ERF_LARGE = (-2.952326952e-07, -1.083333814e-06, 7.500242987e-07, -1.248597982e-05,
-             7.852390263e-05, -4.198821553e-04, 2.165473532e-03, -1.085835136e-02,
-             -9.438938498e-01, -5.352680683e+00, -7.806815147e+00)
+ERF_LARGE = (1.863807120e-04, -1.519631478e-04, 2.465397585e-03, -1.071124990e-02,
+             -9.438831210e-01, -5.352694035e+00, -7.806818008e+00)
 SIN_P = (2.718025826e-06, -1.983930269e-04, 8.333329111e-03, -1.666666716e-01)
 COS_P = (-2.720484531e-07, 2.479944851e-05, -1.388888340e-03, 4.166666791e-02)
 
@@ -209,14 +211,26 @@ def tanh(o: _Ops, x: ir.Value) -> ir.Value:
     return o.sel(o.isnan(x), x, y)
 
 
+def _exp_in_range(o: _Ops, x: ir.Value) -> ir.Value:
+    """``exp(x)`` for -87 <= x <= 88 (not NaN): ``exp`` without the clamps and selects for
+    overflow, underflow and NaN, and with one scaling step (2^n is a normal float)."""
+    b = o.b
+    n = o.call("roundeven", [b.fmul(x, o.k(1.44269504088896341))])
+    r = o.fma(n, o.k(-0.693359375), x)
+    r = o.fma(n, o.k(2.12194440e-4), r)
+    y = o.fma(o.horner(EXP_P, r), b.fmul(r, r), b.fadd(r, o.k(1.0)))
+    scale = o.floats(b.shl(b.add(b.fptosi(n, o.ty(I32)), o.k(127, I32)), o.k(23, I32)))
+    return b.fmul(y, scale)
+
+
 def erf(o: _Ops, x: ir.Value) -> ir.Value:
     b = o.b
     ax = o.call("fabs", [x])
-    small = b.fmul(x, o.horner(ERF_SMALL, b.fmul(x, x)))
+    small = b.fmul(x, o.horner(ERF_SMALL, b.fmul(x, x)))     # also ±0 and NaN
     t = b.fsub(o.clamp(ax, 1.0, 3.95), o.k(2.5))
-    large = b.fsub(o.k(1.0), exp(o, o.horner(ERF_LARGE, t)))
-    y = o.sel(o.lt(ax, o.k(1.0)), small, o.call("copysign", [large, x]))
-    return o.sel(o.isnan(x), x, y)
+    # Q(t) is in [-17.6, -1.8]: exp needs no overflow or underflow handling
+    large = b.fsub(o.k(1.0), _exp_in_range(o, o.horner(ERF_LARGE, t)))
+    return o.sel(b.fcmp_unordered("<", ax, o.k(1.0)), small, o.call("copysign", [large, x]))
 
 
 def sigmoid(o: _Ops, x: ir.Value) -> ir.Value:
@@ -355,9 +369,50 @@ LOG64_P = tuple(2.0 / (2 * k + 1) for k in range(11, 0, -1))              # 2/23
 SIN64_P = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(9, 0, -1))
 COS64_P = tuple((-1) ** k / math.factorial(2 * k) for k in range(10, 1, -1))
 
+# erf: |x| < 0.75: x·P(x²), P the Maclaurin series of erf(x)/x (exact terms, to x^32);
+# 0.75 <= |x| < 6: a polynomial in |x| - mid on each of two intervals, its coefficients
+# chosen per lane (selects); tables made by scripts/fit_vecmath64.py (mpmath Chebyshev fits,
+# absolute error <= 1.1e-17)
+ERF64_SMALL_LIMIT = 0.75
+ERF64_ONE = 5.9                    # from here on erf rounds to ±1 (erfc(5.9) < 2^-55)
+ERF64_BREAKS = (2.5,)
+ERF64_MIDS = (1.625, 4.25)
+ERF64_LARGE: tuple[tuple[float, ...], ...] = (
+    # [0.75, 2.5): fit error 1.9e-17
+    (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -2.2638918211780826e-09, -4.142753245313723e-09, 4.130180609100514e-08, 3.752592456054657e-09, -4.3801557196334426e-07, 6.694210364458097e-07, 2.8269606001507706e-06, -1.0612790840741204e-05, -4.270564050352481e-06, 8.797167756421235e-05, -0.00012566373469958454, -0.00035597962103005987, 0.0014106850409574515, -0.0005765253659099117, -0.006184261516204219, 0.014414781124951816, -0.002134924840568093, -0.049718863158790455, 0.11484061964670796, -0.13076742091158639, 0.08047225902251116, 0.9784437332399837),
+    # [2.5, 6.0): fit error 2.3e-18
+    (4.924601368332397e-16, -1.9324197946092224e-15, -8.40579352012644e-15, 5.843196866657561e-14, -5.846752544903134e-14, -4.2808162454300953e-13, 2.1254328928690963e-12, -4.782232249991337e-12, -4.1297381332190545e-13, 5.317317205609724e-11, -2.391302287058602e-10, 5.693576624820312e-10, -4.063151561826317e-10, -3.026728777481261e-09, 1.712710909864154e-08, -5.59071600816911e-08, 1.3776545177410025e-07, -2.7506323706676617e-07, 4.570062870285432e-07, -6.37832177648968e-07, 7.477251904757582e-07, -7.309200486992338e-07, 5.872461828351411e-07, -3.7879526551507926e-07, 1.8901925965959995e-07, -6.861197348434726e-08, 1.6143993720598705e-08, 0.9999999981494259),
+)
+
+
+def _dd_const(v: str) -> tuple[float, float]:
+    """``v`` (a decimal string) as hi + lo float64s."""
+    from decimal import localcontext
+    with localcontext() as ctx:
+        ctx.prec = 50
+        d = Decimal(v)
+        hi = float(d)
+        return hi, float(d - Decimal(hi))
+
+
+def _erf64_maclaurin(terms: int = 17) -> tuple[float, ...]:
+    """Coefficients (highest first) of erf(x)/x = 2/√π Σ (-1)^n x^(2n) / (n! (2n+1))."""
+    from decimal import localcontext
+    with localcontext() as ctx:
+        ctx.prec = 40
+        two_over_sqrt_pi = 2 / Decimal("3.141592653589793238462643383279502884197").sqrt()
+        return tuple(float(two_over_sqrt_pi * (-1) ** n / (math.factorial(n) * (2 * n + 1)))
+                     for n in range(terms - 1, -1, -1))
+
+
+ERF64_SMALL = _erf64_maclaurin()
+#: 2/√π as hi + lo: erf(x) = x·hi + x·(lo + x²·P₁(x²)) rounds once where x is tiny
+ERF64_C0 = _dd_const("1.128379167095512573896158903121545171688101258657997713688")
+
 #: documented maximum error in ulp of the float64 result (asserted by
 #: tests/backends/test_llvm_vecmath64.py against mpmath; table in README.md)
-MAX_ULP64 = {"exp": 1.5, "log": 1.0, "tanh": 2.5, "sigmoid": 2.5, "sin": 2.0, "cos": 2.0}
+MAX_ULP64 = {"exp": 1.5, "log": 1.0, "tanh": 2.5, "sigmoid": 2.5, "sin": 2.0, "cos": 2.0,
+             "erf": 1.5, "pow": 1.5}
 
 
 def _pio2_parts64() -> tuple[float, float, float]:
@@ -484,15 +539,129 @@ def _sincos64(o: _Ops, x: ir.Value, cosine: bool) -> ir.Value:
     return _libm_where(o, big, fast, "cos" if cosine else "sin", x)
 
 
+def erf64(o: _Ops, x: ir.Value) -> ir.Value:
+    b = o.b
+    ax = o.call("fabs", [x])
+    x2 = b.fmul(x, x)
+    q = o.fma(o.horner(ERF64_SMALL[:-1], x2, F64), x2, o.k(ERF64_C0[1], F64))
+    small = o.fma(x, o.k(ERF64_C0[0], F64), b.fmul(x, q))              # also ±0 and NaN
+    axc = o.clamp(ax, ERF64_SMALL_LIMIT, 6.0)
+    ge = [b.fcmp_ordered(">=", axc, o.k(v, F64)) for v in ERF64_BREAKS]
+
+    def pick(values: Sequence[float]) -> ir.Value:
+        """The value of each lane's interval."""
+        v = o.k(values[0], F64)
+        for cond, w in zip(ge, values[1:]):
+            v = o.sel(cond, o.k(w, F64), v)
+        return v
+    t = b.fsub(axc, pick(ERF64_MIDS))
+    p = pick([c[0] for c in ERF64_LARGE])
+    for k in range(1, len(ERF64_LARGE[0])):
+        p = o.fma(p, t, pick([c[k] for c in ERF64_LARGE]))
+    p = o.sel(o.lt(ax, o.k(ERF64_ONE, F64)), p, o.k(1.0, F64))
+    large = o.call("copysign", [p, x])
+    return o.sel(b.fcmp_unordered("<", ax, o.k(ERF64_SMALL_LIMIT, F64)), small, large)
+
+
+INV_LN2_DD = _dd_const("1.442695040888963407359924681001892137426645954152985934")
+LN2_DD = _dd_const("0.6931471805599452862268275847670772560102009773254394531")
+TWO_THIRDS_DD = _dd_const("0.6666666666666666666666666666666666666666666666666667")
+#: log(1+f) = 2s + 2s³/3 + s⁵·R(s²), R(z) = 2/5 + 2z/7 + ... (s = f/(2+f), z <= 0.0295)
+POW64_LOG_R = tuple(2.0 / (2 * k + 5) for k in range(11, -1, -1))
+
+
+def _log2_dd(o: _Ops, ax: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """log2(ax) as hi + lo (about 2^-100 relative), for finite ax > 0 (subnormals too)."""
+    b = o.b
+    sub = o.lt(ax, o.k(MIN_NORMAL64, F64))
+    xs = o.sel(sub, b.fmul(ax, o.k(18014398509481984.0, F64)), ax)      # 2^54
+    ix = b.add(o.bits(xs, I64), o.k(0x3FF0000000000000 - 0x3FE6A09E667F3BCD, I64))
+    k = b.sub(b.ashr(ix, o.k(52, I64)), o.sel(sub, o.k(1023 + 54, I64), o.k(1023, I64)))
+    m = o.floats(b.add(b.and_(ix, o.k(0x000FFFFFFFFFFFFF, I64)),
+                       o.k(0x3FE6A09E667F3BCD, I64)), F64)
+    f = b.fsub(m, o.k(1.0, F64))                                       # exact
+    two = o.k(2.0, F64)
+    d = b.fadd(f, two)
+    d_lo = b.fadd(b.fsub(two, d), f)                                   # exact: 2 + f = d + d_lo
+    s = b.fdiv(f, d)
+    s_lo = b.fdiv(b.fsub(o.fma(b.fneg(s), d, f), b.fmul(s, d_lo)), d)  # f/(2+f) = s + s_lo
+    z = b.fmul(s, s)
+    z_lo = o.fma(s, s, b.fneg(z))
+    s3 = b.fmul(z, s)
+    s3_lo = b.fadd(b.fadd(o.fma(z, s, b.fneg(s3)), b.fmul(z_lo, s)),
+                   b.fmul(b.fmul(z, s_lo), o.k(3.0, F64)))
+    c_hi, c_lo = TWO_THIRDS_DD
+    t3 = b.fmul(s3, o.k(c_hi, F64))                                    # 2s³/3, double-double
+    t3_lo = b.fadd(b.fadd(o.fma(s3, o.k(c_hi, F64), b.fneg(t3)), b.fmul(s3, o.k(c_lo, F64))),
+                   b.fmul(s3_lo, o.k(c_hi, F64)))
+    tail = b.fmul(b.fmul(s3, z), o.horner(POW64_LOG_R, z, F64))
+    s2 = b.fmul(s, two)
+    h = b.fadd(s2, t3)
+    h_lo = b.fadd(b.fsub(s2, h), t3)                                   # |2s| >= |t3|: exact
+    lo = b.fadd(b.fadd(h_lo, tail), b.fadd(b.fmul(s_lo, two), t3_lo))
+    i_hi, i_lo = INV_LN2_DD                                            # (h + lo) / ln 2
+    l1 = b.fmul(h, o.k(i_hi, F64))
+    l1_lo = b.fadd(o.fma(h, o.k(i_hi, F64), b.fneg(l1)),
+                   o.fma(h, o.k(i_lo, F64), b.fmul(lo, o.k(i_hi, F64))))
+    kf = b.sitofp(k, o.ty(F64))                                        # + k: two-sum
+    sm = b.fadd(kf, l1)
+    bv = b.fsub(sm, kf)
+    sm_lo = b.fadd(b.fadd(b.fsub(kf, b.fsub(sm, bv)), b.fsub(l1, bv)), l1_lo)
+    return sm, sm_lo
+
+
+def pow64(o: _Ops, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x^y = 2^(y·log2|x|), the product in double-double (|y·log2|x|| up to 1075 needs
+    ~2^-63 relative), then the C99/NumPy special cases as for float32 ``pow``."""
+    b = o.b
+    ax = o.call("fabs", [x])
+    lg, lg_lo = _log2_dd(o, ax)
+    zero, inf = o.eq(ax, o.k(0.0, F64)), o.eq(ax, o.k(math.inf, F64))
+    lg = o.sel(zero, o.k(-math.inf, F64), o.sel(inf, o.k(math.inf, F64), lg))
+    t0 = b.fmul(y, lg)
+    t0_lo = o.fma(y, lg_lo, o.fma(y, lg, b.fneg(t0)))
+    ok = b.fcmp_ordered("<", o.call("fabs", [t0]), o.k(1100.0, F64))     # finite, in range
+    t = b.fadd(t0, t0_lo)                        # renormalized (lg_lo holds s⁵R: ~1e-4)
+    tl = o.sel(ok, b.fadd(b.fsub(t0, t), t0_lo), o.k(0.0, F64))
+    # out of range (also x = 0 or inf, whose lg_lo is meaningless): 2^±1100 = inf or 0
+    tc = o.sel(ok, t, o.sel(o.lt(o.k(0.0, F64), t0), o.k(1100.0, F64), o.k(-1100.0, F64)))
+    n = o.call("roundeven", [tc])
+    r = b.fadd(b.fsub(tc, n), tl)                                       # tc - n exact
+    l_hi, l_lo = LN2_DD
+    u = b.fmul(r, o.k(l_hi, F64))
+    u_lo = o.fma(r, o.k(l_lo, F64), o.fma(r, o.k(l_hi, F64), b.fneg(u)))
+    q = o.fma(o.horner(EXP64_P, u, F64), b.fmul(u, u), u)              # e^u - 1
+    e = b.fadd(q, o.fma(u_lo, q, u_lo))                                 # e^(u + u_lo) - 1
+    res = _scale2_64(o, b.fadd(o.k(1.0, F64), e), n)
+    # signs and special cases (C99 Annex F, what NumPy's pow gives)
+    ay = o.call("fabs", [y])
+    is_int = o.eq(o.call("trunc", [y]), y)
+    small_y = o.lt(ay, o.k(9007199254740992.0, F64))                    # 2^53
+    yi = b.fptosi(o.sel(small_y, y, o.k(0.0, F64)), o.ty(I64))
+    odd = b.and_(b.and_(is_int, small_y),
+                 b.icmp_signed("!=", b.and_(yi, o.k(1, I64)), o.k(0, I64)))
+    sign = b.and_(o.bits(x, I64), o.k(-0x8000000000000000, I64))
+    res = o.floats(b.xor(o.bits(res, I64), o.sel(odd, sign, o.k(0, I64))), F64)
+    neg_finite = b.and_(o.lt(x, o.k(0.0, F64)), o.lt(o.k(-math.inf, F64), x))
+    res = o.sel(b.and_(neg_finite, b.not_(is_int)), o.k(math.nan, F64), res)
+    res = o.sel(b.or_(o.isnan(x), o.isnan(y)), b.fadd(x, y), res)
+    one = b.or_(b.or_(o.eq(y, o.k(0.0, F64)), o.eq(x, o.k(1.0, F64))),
+                b.and_(o.eq(x, o.k(-1.0, F64)), o.eq(ay, o.k(math.inf, F64))))
+    return o.sel(one, o.k(1.0, F64), res)
+
+
 _UNARY64: dict[Intrinsic, Callable[[_Ops, ir.Value], ir.Value]] = {
     Intrinsic.EXP: exp64, Intrinsic.LOG: log64, Intrinsic.TANH: tanh64,
-    Intrinsic.SIGMOID: sigmoid64, Intrinsic.SIN: lambda o, x: _sincos64(o, x, False),
+    Intrinsic.SIGMOID: sigmoid64, Intrinsic.ERF: erf64,
+    Intrinsic.SIN: lambda o, x: _sincos64(o, x, False),
     Intrinsic.COS: lambda o, x: _sincos64(o, x, True),
 }
-#: the intrinsics computed inline for float64 (erf and pow of float64 still call libm)
-INLINE_F64 = frozenset(_UNARY64)
+#: the intrinsics computed inline for float64
+INLINE_F64 = frozenset(_UNARY64) | {Intrinsic.POW}
 
 
 def emit_f64(cg: "CodeGen", func: Intrinsic, args: Sequence[ir.Value], lanes: int) -> ir.Value:
     """``func(*args)`` on float64 registers (scalars or ``lanes``-wide vectors), inline."""
+    if func is Intrinsic.POW:
+        return pow64(_Ops(cg, lanes), args[0], args[1])
     return _UNARY64[func](_Ops(cg, lanes), args[0])

@@ -7,7 +7,7 @@ from ..arith import Analyzer
 from ..errors import LoweringError, ShapeError
 from ..expr import Const, SizeVar, Var
 from ..keywords import check_keywords
-from ..stmt import Allocate, Buffer, PrimFunc
+from ..stmt import Allocate, Buffer, IfThenElse, PrimFunc
 from ..tensor import PlaceholderOp, Tensor
 from ..visitor import free_vars
 from .bound import infer_bounds
@@ -166,13 +166,28 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     if not isinstance(sch, Schedule):
         raise LoweringError(f"lower: expected a Schedule (td.create_schedule(...)), got "
                             f"{type(sch).__name__}")
-    ana = Analyzer()
     params, by_stage, scratch, scalars = _params(sch, args)
     _check_scalars_listed(sch, scalars)
+    body = _lower_nest(sch, by_stage, scratch, dump)
+    for cond, alt in reversed(sch.variants):   # the first variant is tested first
+        alt_params, alt_by_stage, alt_scratch, _ = _params(alt, args)
+        same = {id(b2): b for b2, b in zip(alt_params, params)}
+        alt_by_stage = {sid: [same.get(id(b), b) for b in lst] for sid, lst in alt_by_stage.items()}
+        body = IfThenElse(cond, _lower_nest(alt, alt_by_stage, alt_scratch, dump), body)
+    body, attrs = _substitute_scalars(body, params, scalars)
+    size_vars, bindings = _bind_sizes(params, body, name)
+    check_scope(body, set(bindings), name)
+    return PrimFunc(name, params, body, size_vars, bindings, attrs)
+
+
+def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],
+                dump: "Callable[[str, Any], None] | None") -> Any:
+    """The loop nest of one schedule, its buffers allocated, simplified and checked."""
+    from tdsl.schedule.stage import AttachType
+    ana = Analyzer()
     bodies = inlined_bodies(sch)
     # An inlined stage that is also an argument: its consumers read the inlined expression,
     # and its buffer is written at root as well (the caller asked for its values).
-    from tdsl.schedule.stage import AttachType
     materialize = frozenset(st for st in sch.stages
                             if st.attach_type is AttachType.INLINE and id(st) in by_stage)
     bounds = infer_bounds(sch, bodies, ana, materialize)
@@ -197,10 +212,7 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     check_loops(body)
     body = predicate_redundant_stores(body)
     check_thread_extents(body)
-    body, attrs = _substitute_scalars(body, params, scalars)
-    size_vars, bindings = _bind_sizes(params, body, name)
-    check_scope(body, set(bindings), name)
-    return PrimFunc(name, params, body, size_vars, bindings, attrs)
+    return body
 
 
 def _empty():

@@ -212,7 +212,7 @@ def test_opt_out_calls_libm_and_default_does_not(name):
 
 
 def test_notes_name_scalarized_libm_calls_in_vectorized_loops():
-    f, _, _ = _te_kernel("erf", "float64")
+    f, _, _ = _te_kernel("erf", "float64", inline=False)
     notes = build(f).notes
     assert any(n.startswith("erf (float64) in vectorized loop 'i.inner' of stage 'B'")
                and "one libm call per lane" in n for n in notes), notes

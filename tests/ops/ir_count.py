@@ -8,6 +8,22 @@ from tdsl.stmt import Allocate, BufferStore, For, IfThenElse, LetStmt, SeqStmt
 from tdsl.visitor import post_order_visit
 
 
+def variants(func: Any) -> list[Any]:
+    """The alternative loop nests of a function whose schedule was specialized on its sizes
+    (``Schedule.specialize``: ``if c1: A elif c2: B else: C`` at the top), each as a
+    PrimFunc of its own; ``[func]`` when there is no such choice."""
+    from tdsl.stmt import PrimFunc
+    if not isinstance(func.body, IfThenElse) or func.body.else_case is None:
+        return [func]
+    bodies, node = [], func.body
+    while isinstance(node, IfThenElse) and node.else_case is not None:
+        bodies.append(node.then_case)
+        node = node.else_case
+    bodies.append(node)
+    return [PrimFunc(func.name, func.params, b, func.size_vars, func.bindings, func.attrs)
+            for b in bodies]
+
+
 def root_nests(func: Any) -> list[For]:
     """The top-level loop nests of a lowered CPU function (each a separate pass)."""
     out: list[For] = []

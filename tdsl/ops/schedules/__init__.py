@@ -52,4 +52,21 @@ def schedule(outputs: Any, target: Any = "llvm") -> Schedule:
     s = create_schedule([t.op for t in outs])
     inline_injective(s)
     TARGET_SCHEDULES[tgt.kind](s, tgt)
+    if tgt.kind is TargetKind.LLVM:
+        _specialize_small_m(s, outs, tgt)
     return s
+
+
+def _specialize_small_m(s: Schedule, outs: list, target: Any) -> None:
+    """A dense/matmul whose M is symbolic: a streaming schedule where ``M`` is small at run
+    time (``llvm.SKINNY_M_SYMBOLIC``: one for M <= 3, one for M <= 16), the register-tiled
+    one otherwise (one function, ``if``s around the nests: ``Schedule.specialize``)."""
+    from . import llvm
+    for bound, rows in llvm.SKINNY_M_SYMBOLIC:
+        alt = create_schedule([t.op for t in outs])
+        inline_injective(alt)
+        cond = llvm.small_m_condition(alt, target, bound)   # before scheduling changes stages
+        if cond is None:
+            return
+        llvm.apply(alt, target, small_m=rows)
+        s.specialize(cond, alt)

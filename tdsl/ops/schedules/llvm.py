@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Callable
 
 from tdsl.dtype import DType
+from tdsl.expr import Expr
 from tdsl.lowering.inline import inlined_bodies
 from tdsl.schedule import Schedule, Stage
 from tdsl.schedule.stage import AttachType
@@ -303,18 +304,26 @@ def default_matmul_tiles(cpu: CPU) -> MatmulTiles:
 #: Up to this many rows (a constant M), ``x @ W.T`` is a streaming pass over W (see
 #: ``schedule_skinny_dense``) rather than the register-tiled, B-packing micro-kernel.
 SKINNY_M = 16
+#: A symbolic M gets two streaming nests, chosen at run time (``ops.schedule`` specializes
+#: the schedule): ``(bound, rows)``: where ``M <= bound``, ``rows`` rows of x per pass over a
+#: block of W (a last, partial block of rows guarded).  One row per pass keeps M = 1..3 free
+#: of guards (the guards cost M = 1 3.6x: the accumulators no longer stay in registers).
+SKINNY_M_SYMBOLIC = ((3, 1), (SKINNY_M, 4))
 
 
-def _skinny_dense(anchor: Stage, cpu: CPU) -> bool:
+def _skinny_dense(anchor: Stage, cpu: CPU, symbolic: bool = False) -> bool:
     """A 2-D ``a @ b.T`` (``dense``) with a small constant M and K long enough for vectors:
-    every element of ``b`` is used M times only, so the job is one pass over ``b``."""
+    every element of ``b`` is used M times only, so the job is one pass over ``b``.
+    ``symbolic``: M is symbolic and known (by a run-time test) to be at most ``SKINNY_M``."""
     op = anchor.op
-    if len(op.axis) != 2 or not op.attrs.get("transpose_b") or op.attrs.get("transpose_a"):
+    if len(op.axis) != 2 or len(op.reduce_axis) != 1 or not op.attrs.get("transpose_b") \
+            or op.attrs.get("transpose_a"):
         return False
     M = _ext(op.axis[0])
     kext = _ext(op.reduce_axis[0])
     lanes = cpu.lanes(_out_dtype(anchor))
-    return M is not None and M <= SKINNY_M and (kext is None or kext >= 2 * lanes)
+    small = M is None if symbolic else (M is not None and M <= SKINNY_M)
+    return small and (kext is None or kext >= 2 * lanes)
 
 
 def _skinny_tile(M: int, budget: int) -> tuple[int, int, int]:
@@ -335,12 +344,14 @@ def _skinny_tile(M: int, budget: int) -> tuple[int, int, int]:
     return best[1], best[2], best[3]
 
 
-def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
+def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
+                          symbolic_rows: int = 1) -> set:
     """``x (M, K) @ W (N, K).T`` for small M: W's rows streamed once, straight from W (the
     PACK stage stays inlined).  Vector lanes over K (rfactor): each task of ``bj`` output
     columns keeps ``M x rows x vv`` vector accumulators in registers while it reads ``rows``
     rows of W at once, then sums the lanes; tasks (column blocks) in parallel; the epilogue
-    (bias, activation) applied on write-out, vectorized along N."""
+    (bias, activation) applied on write-out, vectorized along N.  A symbolic M (known to
+    be small by a run-time test): ``symbolic_rows`` rows of x per pass, the last block guarded."""
     dt = _out_dtype(anchor)
     lanes = cpu.lanes(dt)
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
@@ -348,9 +359,12 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
         pack.compute_inline()
     M = _ext(anchor.op.axis[0])
     N = _ext(anchor.op.axis[1])
-    assert M is not None
-    mi, rows, vv = _skinny_tile(M, 24 if cpu.vector_bits >= 512 else 12)
+    # a symbolic M (at most SKINNY_M, tested at run time): one row of x per pass over a
+    # block of W's rows (the block stays in L1/L2 for the next row)
+    mi, rows, vv = _skinny_tile(M or symbolic_rows, 24 if cpu.vector_bits >= 512 else 12)
     bj = 16 if N is None or N >= 16 * 4 * cpu.threads else max(rows, 4)
+    if M is None:   # rows of x one block at a time: a task's W rows stay in cache for the next
+        bj = max(rows, 8)
     (k,) = anchor.op.reduce_axis
     ko, ki = anchor.split(k, factor=vv * lanes)
     rf_t = s.rfactor(anchor.op.outputs[0], ki, factor_axis=2)
@@ -359,18 +373,26 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
     write = out if out is not None else anchor
     wi, wj = write.op.axis[-2], write.op.axis[-1]
     jo, ji = write.split(wj, factor=bj)
-    write.reorder(jo, wi, ji)
+    if M is None:
+        # a symbolic M: the accumulators of ``mi`` rows at a time, a constant-size local
+        # buffer (registers), not an M-sized one in memory; a last, partial block is guarded
+        wio, wii = write.split(wi, factor=mi)
+        write.reorder(jo, wio, wii, ji)
+        at = wio
+    else:
+        write.reorder(jo, wi, ji)
+        at = jo
     write.parallel(jo)
     if out is not None:
         jvo, jvi = _vector_split(write, ji, lanes, extent=bj)
         write.vectorize(jvi)
         anchor.set_scope("local")
-        anchor.compute_at(write, jo)
-    rf.compute_at(write, jo)
+        anchor.compute_at(write, at)
+    rf.compute_at(write, at)
     ri, rj, rl = rf.op.axis
     (rko,) = rf.op.reduce_axis
-    rio, rii = rf.split(ri, factor=mi)
     rjo, rji = rf.split(rj, factor=rows)
+    rio, rii = rf.split(ri, factor=mi)
     rf.reorder(rjo, rio, rko, rii, rji, rl)
     rf.unroll(rii)
     rf.unroll(rji)
@@ -378,13 +400,15 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
     return {st for st in (anchor, out, pack, rf) if st is not None}
 
 
-def _skinny_matmul(anchor: Stage) -> bool:
-    """A 2-D ``a @ b`` (b not transposed) with a small constant M: one pass over ``b``'s rows."""
+def _skinny_matmul(anchor: Stage, symbolic: bool = False) -> bool:
+    """A 2-D ``a @ b`` (b not transposed) with a small constant M: one pass over ``b``'s rows.
+    ``symbolic``: M is symbolic and known (by a run-time test) to be at most ``SKINNY_M``."""
     op = anchor.op
-    if len(op.axis) != 2 or op.attrs.get("transpose_b") or op.attrs.get("transpose_a"):
+    if len(op.axis) != 2 or len(op.reduce_axis) != 1 or op.attrs.get("transpose_b") \
+            or op.attrs.get("transpose_a"):
         return False
     M = _ext(op.axis[0])
-    return M is not None and M <= SKINNY_M
+    return M is None if symbolic else (M is not None and M <= SKINNY_M)
 
 
 def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
@@ -397,7 +421,6 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
     if pack is not None:
         pack.compute_inline()
     M = _ext(anchor.op.axis[0])
-    assert M is not None
     if out is None:
         cc = s.cache_write(anchor.op.outputs[0], "local")
         comp, write = s[cc], anchor
@@ -406,7 +429,8 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
         comp.set_scope("local")
     wi, wj = write.op.axis[-2], write.op.axis[-1]
     N = _ext(wj)
-    bj = max(lanes, _pow2_floor(4096 // (M * max(1, _out_dtype(anchor).bits // 32))))
+    rows_bound = SKINNY_M if M is None else M     # symbolic M: at most SKINNY_M (run-time test)
+    bj = max(lanes, _pow2_floor(4096 // (rows_bound * max(1, _out_dtype(anchor).bits // 32))))
     bj = min(bj, 1024)
     while bj > lanes and N is not None and N < bj * 2 * cpu.threads:
         bj //= 2
@@ -429,23 +453,24 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
         comp.unroll(ki)
     else:
         comp.reorder(k, cjo, ci, cji)
-    if M <= 8:
+    if M is not None and M <= 8:
         comp.unroll(ci)
     comp.vectorize(cji)
     return {st for st in (anchor, out, pack, comp) if st is not None}
 
 
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
-                    tiles: "MatmulTiles | None" = None) -> set:
+                    tiles: "MatmulTiles | None" = None, small_m: int = 0) -> set:
     """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
     stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
     column tiles (and row chunks) in parallel; the epilogue applied on write-out.
 
     A ``dense`` / ``matmul`` with a small constant M goes to ``schedule_skinny_dense`` /
-    ``schedule_skinny_matmul`` instead."""
-    if tiles is None and _skinny_dense(anchor, cpu):
-        return schedule_skinny_dense(s, anchor, out, cpu)
-    if tiles is None and _skinny_matmul(anchor):
+    ``schedule_skinny_matmul`` instead, and so does one with a symbolic M when ``small_m``
+    (the rows of x per pass: the schedule of a ``M <= bound`` branch, ``SKINNY_M_SYMBOLIC``)."""
+    if tiles is None and _skinny_dense(anchor, cpu, bool(small_m)):
+        return schedule_skinny_dense(s, anchor, out, cpu, max(1, small_m))
+    if tiles is None and _skinny_matmul(anchor, bool(small_m)):
         return schedule_skinny_matmul(s, anchor, out, cpu)
     tiles = tiles or default_matmul_tiles(cpu)
     dt = _out_dtype(anchor)
@@ -639,8 +664,35 @@ ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxy
 
 
 # ---- the driver ----------------------------------------------------------------------------------------------
-def apply(s: Schedule, target: Target) -> None:
+def small_m_condition(s: Schedule, target: Target, bound: int = SKINNY_M) -> "Expr | None":
+    """``M <= bound`` for each dense/matmul anchor of ``s`` whose M is symbolic and that
+    the streaming schedule fits (``_skinny_dense`` / ``_skinny_matmul``), joined with
+    ``and``; None when there is none.  Where it holds at run time, a schedule made by
+    ``apply(..., small_m=rows)`` runs instead (``Schedule.specialize``)."""
+    from tdsl.intrin import all as all_of
     cpu = cpu_of(target)
+    conds, seen = [], set()
+    for st in s.stages:
+        if st.is_placeholder or stage_pattern(st) is not Pattern.ANCHOR \
+                or stage_kind(st) is not OpKind.MATMUL:
+            continue
+        if not (_skinny_dense(st, cpu, symbolic=True) or _skinny_matmul(st, symbolic=True)):
+            continue
+        m = st.op.axis[0].dom.extent
+        if str(m) not in seen:
+            seen.add(str(m))
+            conds.append(m <= bound)
+    return all_of(*conds) if conds else None
+
+
+def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
+    """The default schedule of every stage of ``s``; ``small_m`` > 0: dense/matmul anchors
+    with a symbolic M get the small-M streaming schedule, ``small_m`` rows of x per pass
+    (for a ``M <= bound`` branch: ``SKINNY_M_SYMBOLIC``)."""
+    cpu = cpu_of(target)
+    anchor_schedules = dict(ANCHOR_SCHEDULES)
+    if small_m:
+        anchor_schedules[OpKind.MATMUL] = functools.partial(schedule_matmul, small_m=small_m)
     bodies = inlined_bodies(s)
     done: set = set()
     for st in list(reversed(s.stages)):
@@ -651,7 +703,7 @@ def apply(s: Schedule, target: Target) -> None:
         if pat is Pattern.INJECTIVE:
             a = fusable_anchor(s, st, bodies)
             if a is not None and a not in done:
-                done |= ANCHOR_SCHEDULES[stage_kind(a)](s, a, st, cpu)
+                done |= anchor_schedules[stage_kind(a)](s, a, st, cpu)
                 continue
             g = row_group(s, st, bodies)
             if g is not None:
@@ -659,8 +711,8 @@ def apply(s: Schedule, target: Target) -> None:
                 done |= {st, *g.reductions, *g.temps}
                 continue
             schedule_injective(s, st, cpu, bodies)
-        elif pat is Pattern.ANCHOR and stage_kind(st) in ANCHOR_SCHEDULES:
-            done |= ANCHOR_SCHEDULES[stage_kind(st)](s, st, None, cpu)
+        elif pat is Pattern.ANCHOR and stage_kind(st) in anchor_schedules:
+            done |= anchor_schedules[stage_kind(st)](s, st, None, cpu)
         else:
             schedule_reduction(s, st, cpu, bodies)
         done.add(st)
