@@ -28,8 +28,8 @@ its best latency fell per round over the last ``backward_window`` rounds,
 ``best / rounds`` (latency falling as 1/rounds) and the gap to the latency at
 ``1 / beta`` of the best throughput among similar tasks (the same output operator
 tag and an arithmetic intensity within 2x: a GEMV is not held to a matmul's FLOP/s),
-but never below a memory floor: the task's bytes (its arguments, read or written once)
-at the best rate it can hope for -- for data larger than the last-level cache, the
+but never below a memory floor: the task's memory traffic (its inputs read once, its
+outputs written once, which costs a read and a write) at the best rate it can hope for -- for data larger than the last-level cache, the
 memory's bandwidth (a copy measured when the job starts, or a rate a task as large
 reached), else the best bytes per second any task reached.  A bandwidth-bound task
 already at that rate is expected to gain nothing (without the floor, the heaviest
@@ -173,14 +173,18 @@ def _tag(task: Task) -> str:
         f"untagged:{task.workload}"
 
 
-def _bytes(task: Task) -> int:
-    """Bytes of the task's arguments: what a kernel must at least read and write."""
+def _bytes(task: Task, written_twice: bool = False) -> int:
+    """Bytes of the task's arguments: what a kernel must at least read and write;
+    ``written_twice``: an output counts twice, as memory traffic (a CPU reads a line it is
+    about to write: a write costs a read and a write)."""
     import numpy as np
+    from tdsl.tensor import PlaceholderOp
     from .irutil import eval_int
     total = 0
     for t in task.args:
         n = math.prod(max(1, eval_int(s, task.sizes, 1)) for s in t.shape)
-        total += n * np.dtype(str(t.dtype) if str(t.dtype) != "bool" else "bool").itemsize
+        k = 1 if isinstance(t.op, PlaceholderOp) or not written_twice else 2
+        total += k * n * np.dtype(str(t.dtype) if str(t.dtype) != "bool" else "bool").itemsize
     return max(1, total)
 
 
@@ -284,7 +288,7 @@ class TaskScheduler:
         self.transfer = transfer
         self.rng = random.Random(seed)
         self.similar = _similar(self.tasks)
-        self.bytes = [_bytes(t) for t in self.tasks]
+        self.bytes = [_bytes(t, written_twice=True) for t in self.tasks]   # memory traffic
         #: bytes/s a kernel whose data does not fit in the last-level cache can hope for
         #: (None: measured when tuning starts, ``stream_bandwidth``; 0: no such floor)
         self.memory_bandwidth = memory_bandwidth
