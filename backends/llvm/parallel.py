@@ -40,8 +40,10 @@ if TYPE_CHECKING:
 
 
 #: Chunks of a parallel loop per thread: a thread that starts late (asleep after an idle
-#: gap, or waiting for a CPU) leaves its share to the others, a chunk at a time.
-CHUNKS_PER_THREAD = 4
+#: gap, or waiting for a CPU) leaves its share to the others, a chunk at a time, and the
+#: last chunk is what the caller may wait for.  Measured on a 2-CPU VM, 512^3 matmul on 2
+#: threads: median 2.01 ms with 4 chunks per thread, 1.58 ms with 16 (libgomp 1.73 ms).
+CHUNKS_PER_THREAD = 16
 
 
 def thread_count_symbol(entry: str) -> str:
