@@ -191,26 +191,31 @@ def test_recorded_best_agrees_with_a_fresh_measurement(tmp_path):
                     f"processes make timings disagree; this check needs a quiet machine")
     # ~1 ms matmuls, timed on one thread by the runner and here; the fresh figure is
     # retried (median of 7 samples each time) because other processes share this machine:
-    # it must agree within 15% at least once in 5 tries
+    # it must agree within 15% at least once in 5 tries.  A burst of load during the
+    # runner's own re-measurement skews the record itself (a CI run once recorded 0.449 ms
+    # against a steady 0.378 fresh), so a disagreeing job is tuned once more from scratch.
     task = autotune.create_task(small_matmul, (192, 192, 192))
-    opt = autotune.measure_option(builder=autotune.LocalBuilder(n_parallel=1),
-                                  runner=autotune.LocalRunner(
-                                      timeout=20.0, reference_dir=str(tmp_path / "ref"),
-                                      n_threads=1))
-    res = autotune.RandomTuner(task).tune(6, opt, db=str(tmp_path / "a.db"), batch_size=6,
-                                          remeasure_top=3, remeasure_rounds=3)
-    opt.close()
-    best = res.best
-    assert best.final_pass, "the best must come from the re-measurement"
-    tries = []
-    for _ in range(5):
-        fresh = _fresh_median(best, task)
-        tries.append(fresh)
-        if abs(fresh - best.cost) <= 0.15 * best.cost:
-            break
-    else:
-        pytest.fail(f"recorded {best.cost * 1e3:.3f} ms (spread {best.spread:.2f}), fresh "
-                    f"{[round(t * 1e3, 3) for t in tries]} ms")
+    failures = []
+    for attempt in range(2):
+        opt = autotune.measure_option(builder=autotune.LocalBuilder(n_parallel=1),
+                                      runner=autotune.LocalRunner(
+                                          timeout=20.0, reference_dir=str(tmp_path / "ref"),
+                                          n_threads=1))
+        res = autotune.RandomTuner(task, seed=attempt).tune(
+            6, opt, db=str(tmp_path / f"a{attempt}.db"), batch_size=6, remeasure_top=3,
+            remeasure_rounds=3)
+        opt.close()
+        best = res.best
+        assert best.final_pass, "the best must come from the re-measurement"
+        tries = []
+        for _ in range(5):
+            fresh = _fresh_median(best, task)
+            tries.append(fresh)
+            if abs(fresh - best.cost) <= 0.15 * best.cost:
+                return
+        failures.append(f"recorded {best.cost * 1e3:.3f} ms (spread {best.spread:.2f}), "
+                        f"fresh {[round(t * 1e3, 3) for t in tries]} ms")
+    pytest.fail("; ".join(failures))
 
 
 def test_a_cold_first_run_is_never_a_cost(monkeypatch):
