@@ -25,13 +25,18 @@ def test_interleaves_rotates_and_warms_up():
     calls: list[str] = []
     r = benchmark({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
                    "c": lambda: calls.append("c")},
-                  repeat=3, min_repeat_ms=0, warmup_ms=0)
+                  repeat=3, min_repeat_ms=0, warmup_ms=0, settle_ms=0)
     # warm-up: each at least once, before any measurement
     assert calls[:3] == ["a", "b", "c"]
     measured = calls[3:]
     assert measured == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # rotating order
     assert isinstance(r, BenchmarkResult) and len(r["a"].results) == 3
     assert r.baseline == "a"
+    # by default each sample follows a rest and one untimed call (others' threads idle)
+    calls.clear()
+    benchmark({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+              repeat=2, min_repeat_ms=0, warmup_ms=0, settle_ms=1)
+    assert calls[2:] == ["a", "a", "b", "b", "b", "b", "a", "a"]
 
 
 def test_same_threads_for_every_contender(parallel_add, monkeypatch):

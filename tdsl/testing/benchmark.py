@@ -194,14 +194,19 @@ def _same_threads(threads: int, notes: list[str]) -> Iterator[None]:
 def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
               repeat: int = 9, min_repeat_ms: float = 20.0, warmup_ms: float = 30.0,
               flops: "float | None" = None, baseline: "str | None" = None,
-              max_seconds: "float | None" = None) -> BenchmarkResult:
+              max_seconds: "float | None" = None, settle_ms: float = 150.0
+              ) -> BenchmarkResult:
     """Time ``contenders`` (name → a no-argument callable, or a ``(tdsl module, arrays)``
     pair) fairly, and return their medians and spreads.
 
     ``threads`` (default: tdsl's default, ``TDSL_NUM_THREADS`` or every CPU) is used by
     every contender.  Each is warmed up for ``warmup_ms`` (at least one call); then
     ``repeat`` rounds, each timing every contender once (in a rotating order) over enough
-    calls to last ``min_repeat_ms``.  ``flops`` (per call) adds GFLOP/s; ``baseline`` (default: the
+    calls to last ``min_repeat_ms``, after a rest of ``settle_ms`` and one untimed call: other
+    libraries' thread pools keep spinning after they return (OpenBLAS about 0.1 s), and a
+    multi-threaded contender timed right after them would find no CPU for its second
+    thread (tdsl's tuned matmul then timed at half its speed next to NumPy).
+    ``flops`` (per call) adds GFLOP/s; ``baseline`` (default: the
     first contender) is what the speedups compare with.  ``max_seconds`` stops early
     (after at least three rounds) when the rounds would take longer.
 
@@ -213,10 +218,10 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
     """
     if not contenders:
         raise ArgumentError("benchmark: no contenders")
-    if repeat < 1 or min_repeat_ms < 0 or warmup_ms < 0:
+    if repeat < 1 or min_repeat_ms < 0 or warmup_ms < 0 or settle_ms < 0:
         raise ArgumentError(f"benchmark: repeat must be >= 1 and the times >= 0, got "
                             f"repeat={repeat}, min_repeat_ms={min_repeat_ms}, "
-                            f"warmup_ms={warmup_ms}")
+                            f"warmup_ms={warmup_ms}, settle_ms={settle_ms}")
     names = list(contenders)
     baseline = baseline if baseline is not None else names[0]
     if baseline not in contenders:
@@ -236,6 +241,9 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
                 order = names[r % len(names):] + names[:r % len(names)]
                 for n in order:
                     fn, number = fns[n], numbers[n]
+                    if settle_ms:
+                        time.sleep(settle_ms / 1e3)
+                        fn()
                     t0 = time.perf_counter()
                     for _ in range(number):
                         fn()
