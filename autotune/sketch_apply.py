@@ -268,7 +268,7 @@ class Apply:
         yo, yi = st.split(axes[-2], factor=tile)
         xo, xi = st.split(axes[-1], factor=tile)
         st.reorder(*axes[:-2], yo, xo, yi, xi)
-        block = st.fuse(*axes[:-2], yo, xo) if len(axes) > 2 else st.fuse(yo, xo)
+        block = st.fuse(*axes[:-2], yo, xo)
         ty, _ = st.split(yi, nparts=tile // rows)
         st.bind(block, thread_axis("blockIdx.x"))
         st.bind(ty, thread_axis("threadIdx.y"))
