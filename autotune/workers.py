@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
 from tdsl.errors import TuningError
+from tdsl.runtime.threads import POOL_SPIN_ENV_VAR
 from typing import Any, Callable, Sequence
 
 
@@ -119,6 +120,9 @@ class _Worker:
         r1, w1 = os.pipe()
         r2, w2 = os.pipe()
         env = dict(os.environ)
+        # A job times its calls back to back; between jobs the pool's idle workers need not
+        # stay awake (300 ms by default), taking CPU time from the builders of the next batch.
+        env.setdefault(POOL_SPIN_ENV_VAR, "5")
         env.update(self.env or {})
         code = f"from tdsl.autotune.workers import child_main; " \
                f"child_main({r1}, {w2}, {os.getpid()})"

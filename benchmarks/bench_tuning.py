@@ -32,6 +32,7 @@ import numpy as np
 
 import tdsl as td
 from tdsl import autotune
+from tdsl.runtime import rest
 from tdsl.autotune.cost_model import RandomModel, XGBoostCostModel
 from tdsl.autotune.dataset import cross_eval
 from tdsl.autotune.features import FEATURE_VERSION
@@ -95,7 +96,7 @@ def side_by_side(task, db: autotune.Database, rounds: int = 15) -> tuple[float, 
     ts, tn = [], []
     for _ in range(rounds):
         for fn, out in (((lambda: f(a, b, c)), ts), ((lambda: a @ b), tn)):
-            time.sleep(0.2)      # let the other runtime's spinning threads go to sleep
+            rest(0.2)      # every runtime's spinning threads (tdsl's too) go to sleep
             fn()
             t0 = time.perf_counter()
             for _ in range(5):

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from timing import SETTLE_S, interleaved
+from timing import SETTLE_S, interleaved, rest
 
 # OpenBLAS settings some machines export (a forced core type, a small L2 size) slow NumPy's
 # kernels down; peers must run at their best, so the script re-executes itself without them.
@@ -585,7 +585,7 @@ class Suite:
             names = list(cont)
             for k in names[r % len(names):] + names[:r % len(names)]:
                 fn = cont[k]
-                time.sleep(SETTLE_S)
+                rest(SETTLE_S)
                 for g in gaps:
                     if g:
                         time.sleep(g)

@@ -6,12 +6,16 @@ compared.  Before each sample the script sleeps ``settle_s``: the peers' thread 
 (OpenBLAS's spins about 2^28 cycles, ~0.1 s, after each call; libgomp's a few ms) keep a
 CPU busy after they return, and on a small machine the next contender's second thread
 would otherwise get no CPU -- the sample would measure whoever ran just before it.
+tdsl's idle workers spin longer (``tdsl.runtime.pool_spin_ms()``, 300 ms); the rest puts
+them to sleep (``tdsl.runtime.rest``) so they do not take CPU time from the next contender.
 """
 from __future__ import annotations
 
 import statistics
 import time
 from typing import Any, Callable
+
+from tdsl.runtime import rest
 
 #: Seconds of rest before each sample (longer than OpenBLAS's default spin).
 SETTLE_S = 0.15
@@ -43,7 +47,7 @@ def interleaved(contenders: "dict[str, Callable[[], Any]]", rounds: int, min_sam
             if max_rounds and r >= max_rounds.get(name, rounds):
                 continue
             fn, k = contenders[name], numbers[name]
-            time.sleep(settle_s)
+            rest(settle_s)
             fn()
             t0 = time.perf_counter()
             for _ in range(k):

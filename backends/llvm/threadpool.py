@@ -9,7 +9,17 @@ waiting for a CPU (on a loaded machine) delays the whole call by its wake-up -- 
 milliseconds to tens of milliseconds for a 2-thread kernel on a busy 2-CPU machine, whatever
 the work.  Here the call never waits for a thread to be scheduled.  No Python, no GIL:
 
-* workers sleep on a futex on ``gen`` (after a short spin); a call publishes the job
+* between jobs a worker waits in three steps: a short ``pause`` spin (calls back to back),
+  then a spin that yields the CPU (``sched_yield``) for up to ``spin_ns`` of wall time
+  (``TDSL_POOL_SPIN_MS``, default 300 ms: ``tdsl.runtime.threads``), then a futex sleep on ``gen``.  The
+  middle step is what keeps a call after an idle gap as fast as one in a loop: a worker
+  woken from sleep is often placed on the CPU of the thread that woke it (schedulers
+  that pack threads onto few CPUs -- virtual machines' especially -- do it every time),
+  and there it only takes turns with the caller, so the call runs at one thread's speed.
+  A worker that is still running keeps its own CPU, and yielding gives that CPU to any
+  other thread that wants it.  Intel's OpenMP (``KMP_BLOCKTIME``, 200 ms) and OpenBLAS
+  (~0.1 s) wait the same way;
+* a call publishes the job
   (``fn``, ``data``, ``want`` = n - 1 helper slots), sets ``active``, bumps ``gen`` and
   wakes up to n - 1 sleepers, then runs ``fn(data)`` itself;
 * ``fn`` claims chunks of the loop from its closure until none is left
@@ -36,6 +46,8 @@ from typing import Any
 
 import llvmlite.ir as ir
 
+from tdsl.runtime.threads import DEFAULT_POOL_SPIN_MS, pool_spin_ms_from_env
+
 I8P = ir.IntType(8).as_pointer()
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
@@ -47,12 +59,15 @@ _PAUSE = {"x86_64": ("llvm.x86.sse2.pause", None), "amd64": ("llvm.x86.sse2.paus
           "aarch64": ("llvm.aarch64.hint", 1), "arm64": ("llvm.aarch64.hint", 1)}
 FUTEX_WAIT_PRIVATE = 128
 FUTEX_WAKE_PRIVATE = 129
+CLOCK_MONOTONIC = 1
 
-#: Spin iterations (with a CPU pause) before a worker sleeps, and before the caller sleeps
-#: waiting for workers to finish their chunk: short, so that idle workers leave the CPU to
-#: others quickly (the caller never needs them to be awake).
+#: Spin iterations (with a CPU pause) before a worker starts its yielding spin, and before
+#: the caller sleeps waiting for workers to finish their chunk.
 WORKER_SPIN = 2000
 CALLER_SPIN = 20000
+DEFAULT_SPIN_MS = DEFAULT_POOL_SPIN_MS
+#: Yields between two looks at the clock in the yielding spin.
+YIELDS_PER_CLOCK = 8
 
 STATE = ("gen", "active", "holders", "busy", "taken", "want", "workers")
 
@@ -93,6 +108,24 @@ def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = Fal
         b.call(syscall, [nr, b.ptrtoint(addr, I64), ir.Constant(I32, op), val, null, null,
                          ir.Constant(I32, 0)])
 
+    g_spin = ir.GlobalVariable(m, I64, "tdsl_pool_spin_ns")
+    g_spin.initializer = ir.Constant(I64, int(DEFAULT_SPIN_MS * 1e6))
+    g_spin.align = 64
+    g_spin.linkage = linkage
+    g_sleeps = ir.GlobalVariable(m, I64, "tdsl_pool_sleeps")   # futex sleeps of workers
+    g_sleeps.initializer = ir.Constant(I64, 0)
+    g_sleeps.linkage = linkage
+    timespec = ir.LiteralStructType([I64, I64])
+    clock_gettime = ir.Function(m, ir.FunctionType(I32, [I32, timespec.as_pointer()]),
+                                "clock_gettime")
+    sched_yield = ir.Function(m, ir.FunctionType(I32, []), "sched_yield")
+
+    def now_ns(b: ir.IRBuilder, ts: ir.Value) -> ir.Value:
+        b.call(clock_gettime, [ir.Constant(I32, CLOCK_MONOTONIC), ts])
+        sec = b.load(b.gep(ts, [ir.Constant(I32, 0), ir.Constant(I32, 0)]))
+        nsec = b.load(b.gep(ts, [ir.Constant(I32, 0), ir.Constant(I32, 1)]))
+        return b.add(b.mul(sec, ir.Constant(I64, 1_000_000_000)), nsec)
+
     def load(b: ir.IRBuilder, gv: ir.Value) -> ir.Value:
         return b.load_atomic(gv, "seq_cst", 4)
 
@@ -100,13 +133,16 @@ def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = Fal
         b.store_atomic(val, gv, "seq_cst", 4)
 
     def spin_until_changed(b: ir.IRBuilder, f: ir.Function, gv: ir.Value, old: ir.Value,
-                           spins: int, tag: str) -> None:
+                           spins: int, tag: str, sleep: "ir.Block | None" = None,
+                           out: "ir.Block | None" = None) -> None:
         """Spin ``spins`` times while ``*gv == old``, then futex-wait once; returns (to the
-        caller's loop) after a change or a wake-up."""
+        caller's loop) after a change or a wake-up.  Given ``sleep`` and ``out`` blocks, it
+        branches to them instead (the caller emits both)."""
         head = f.append_basic_block(f"{tag}.spin")
         body = f.append_basic_block(f"{tag}.pause")
-        sleep = f.append_basic_block(f"{tag}.sleep")
-        out = f.append_basic_block(f"{tag}.out")
+        own = sleep is None
+        sleep = sleep or f.append_basic_block(f"{tag}.sleep")
+        out = out or f.append_basic_block(f"{tag}.out")
         pre = b.block
         b.branch(head)
         b.position_at_end(head)
@@ -120,7 +156,44 @@ def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = Fal
         nxt = b.add(i, ir.Constant(I32, 1))
         i.add_incoming(nxt, body)
         b.cbranch(more, head, sleep)
+        if own:
+            b.position_at_end(sleep)
+            futex(b, gv, FUTEX_WAIT_PRIVATE, old)
+            b.branch(out)
+            b.position_at_end(out)
+
+    def wait_for_job(b: ir.IRBuilder, f: ir.Function, gv: ir.Value, old: ir.Value,
+                     ts: ir.Value, count: ir.Value) -> None:
+        """While ``*gv == old``: a ``pause`` spin (``WORKER_SPIN``), a yielding spin until
+        ``tdsl_pool_spin_ns`` have passed, then one futex wait; returns (to the caller's
+        loop) after a change or a wake-up."""
+        spin_until = f.append_basic_block("w.timed")
+        yield_bb = f.append_basic_block("w.yield")
+        clock_bb = f.append_basic_block("w.clock")
+        sleep = f.append_basic_block("w.sleep")
+        out = f.append_basic_block("w.out")
+        spin_until_changed(b, f, gv, old, WORKER_SPIN, "w", sleep=spin_until, out=out)
+        b.position_at_end(spin_until)
+        start = now_ns(b, ts)
+        b.store(ir.Constant(I32, 0), count)
+        b.branch(yield_bb)
+        b.position_at_end(yield_bb)
+        b.call(sched_yield, [])
+        k = b.add(b.load(count), ir.Constant(I32, 1))
+        b.store(k, count)
+        check = b.icmp_unsigned("==", b.urem(k, ir.Constant(I32, YIELDS_PER_CLOCK)),
+                                ir.Constant(I32, 0))
+        still = b.icmp_unsigned("==", load(b, gv), old)
+        go_on = f.append_basic_block("w.still")
+        b.cbranch(still, go_on, out)
+        b.position_at_end(go_on)
+        b.cbranch(check, clock_bb, yield_bb)
+        b.position_at_end(clock_bb)
+        late = b.icmp_signed(">=", b.sub(now_ns(b, ts), start),
+                             b.load_atomic(g_spin, "monotonic", 8))
+        b.cbranch(late, sleep, yield_bb)
         b.position_at_end(sleep)
+        b.atomic_rmw("add", g_sleeps, ir.Constant(I64, 1), "monotonic")
         futex(b, gv, FUTEX_WAIT_PRIVATE, old)
         b.branch(out)
         b.position_at_end(out)
@@ -129,6 +202,8 @@ def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = Fal
     worker = ir.Function(m, worker_t, "tdsl_pool_worker")
     worker.linkage = linkage
     b = ir.IRBuilder(worker.append_basic_block("entry"))
+    ts = b.alloca(timespec)
+    count = b.alloca(I32)
     seen = b.alloca(I32)
     b.store(b.trunc(b.ptrtoint(worker.args[0], I64), I32), seen)
     loop = worker.append_basic_block("loop")
@@ -140,7 +215,7 @@ def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = Fal
     wait_bb = worker.append_basic_block("wait")
     b.cbranch(b.icmp_unsigned("==", gen, s), wait_bb, new_bb)
     b.position_at_end(wait_bb)
-    spin_until_changed(b, worker, g["gen"], s, WORKER_SPIN, "w")
+    wait_for_job(b, worker, g["gen"], s, ts, count)
     b.branch(loop)
     b.position_at_end(new_bb)
     b.store(gen, seen)
@@ -288,11 +363,28 @@ def embedded_pool_supported(spec: Any) -> bool:
 
 
 class NativePool:
-    """The JIT-linked pool: its entry point's address and its state (for fork resets)."""
+    """The JIT-linked pool: its entry point's address, its state (for fork resets) and how
+    long its idle workers spin before they sleep."""
 
     def __init__(self, library: Any):
         self.library = library
         self.parallel = library["tdsl_pool_parallel"]
+        self._spin_ns = ctypes.c_int64.from_address(library["tdsl_pool_spin_ns"])
+
+    @property
+    def sleeps(self) -> int:
+        """How many times a worker went to sleep (futex) since the pool started."""
+        return ctypes.c_int64.from_address(self.library["tdsl_pool_sleeps"]).value
+
+    @property
+    def spin_ms(self) -> float:
+        """Milliseconds an idle worker keeps yielding before it sleeps."""
+        return self._spin_ns.value / 1e6
+
+    @spin_ms.setter
+    def spin_ms(self, ms: float) -> None:
+        # Workers read it at each look at the clock: lowering it puts spinning ones to sleep.
+        self._spin_ns.value = int(max(0.0, float(ms)) * 1e6)
 
     def reset_after_fork(self) -> None:
         """In a forked child no worker exists: forget them (and any job of the parent)."""
@@ -319,9 +411,13 @@ def native_pool() -> "NativePool | None":
         mod.triple = host_info()[0]
         optimize(mod, spec)
         obj = emit_object(mod, spec)
-        exports = ["tdsl_pool_parallel"] + [f"tdsl_pool_{s}" for s in STATE]
+        exports = ["tdsl_pool_parallel", "tdsl_pool_spin_ns", "tdsl_pool_sleeps"] + [
+            f"tdsl_pool_{s}" for s in STATE]
         lib = jit.link(obj, exports, needs_gomp=False).keep_forever()   # workers run its code
-    return NativePool(lib)
+    pool = NativePool(lib)
+    pool.spin_ms = pool_spin_ms_from_env()
+    return pool
+
 
 
 #: ``TDSL_PARALLEL_RUNTIME=gomp`` links kernels against libgomp's fork-join instead.

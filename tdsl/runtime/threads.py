@@ -1,8 +1,9 @@
-"""How many CPU threads a parallel kernel uses by default (the one place that reads
-``TDSL_NUM_THREADS``)."""
+"""How many CPU threads a parallel kernel uses by default, and how long tdsl's idle pool
+workers spin (the one place that reads ``TDSL_NUM_THREADS`` and ``TDSL_POOL_SPIN_MS``)."""
 from __future__ import annotations
 
 import os
+import time
 
 from ..errors import BuildError
 
@@ -32,6 +33,75 @@ def default_num_threads() -> int:
             raise BuildError(f"{ENV_VAR}={value!r}: must be a positive integer")
         return n
     return available_cpus()
+
+
+# ---- the idle policy of tdsl's thread pool ------------------------------------------------------
+POOL_SPIN_ENV_VAR = "TDSL_POOL_SPIN_MS"
+#: Long enough for callers that pause up to a few hundred ms between calls (a model's
+#: layers, a request server) to find the workers awake.
+DEFAULT_POOL_SPIN_MS = 300.0
+
+
+def pool_spin_ms_from_env() -> float:
+    """``TDSL_POOL_SPIN_MS`` (milliseconds, >= 0; 0: workers sleep as soon as a short
+    ``pause`` spin ends), else ``DEFAULT_POOL_SPIN_MS``."""
+    value = os.environ.get(POOL_SPIN_ENV_VAR, "").strip()
+    if not value:
+        return DEFAULT_POOL_SPIN_MS
+    try:
+        ms = float(value)
+    except ValueError:
+        ms = -1.0
+    if not ms >= 0.0 or ms == float("inf"):
+        raise BuildError(f"{POOL_SPIN_ENV_VAR}={value!r}: must be a number of milliseconds >= 0")
+    return ms
+
+def _started_pool():
+    """tdsl's native pool if this process has started it, else None (never starts it)."""
+    from tdsl.backends.llvm import threadpool
+    if not threadpool.native_pool.cache_info().currsize:
+        return None
+    return threadpool.native_pool()
+
+
+def pool_spin_ms() -> float:
+    """Milliseconds an idle worker of tdsl's thread pool keeps spinning (yielding its CPU
+    to any thread that wants it) before it sleeps: ``TDSL_POOL_SPIN_MS``, default 300.
+
+    A call within that time of the previous one finds its workers awake; a later one
+    wakes them, and a worker woken from sleep is often placed on its caller's CPU for the
+    start of the call (see ``tdsl.backends.llvm.threadpool``)."""
+    pool = _started_pool()
+    return pool_spin_ms_from_env() if pool is None else pool.spin_ms
+
+
+def set_pool_spin_ms(ms: float) -> None:
+    """Set ``pool_spin_ms()`` for this process (0: workers sleep right after a job, as
+    ``OMP_WAIT_POLICY=passive``); workers already spinning see it at once."""
+    ms = float(ms)
+    if not ms >= 0.0 or ms == float("inf"):
+        raise BuildError(f"set_pool_spin_ms({ms!r}): must be a number of milliseconds >= 0")
+    from tdsl.backends.llvm import threadpool
+    pool = _started_pool() or threadpool.parallel_runtime()
+    if pool is not None:
+        pool.spin_ms = ms
+
+
+def rest(seconds: float) -> None:
+    """Sleep ``seconds`` with tdsl's idle workers asleep too, not spinning.
+
+    For benchmarks: before another library is timed, tdsl's spinning workers would take
+    CPU time from its threads (as OpenBLAS's spinning threads do from tdsl's)."""
+    pool = _started_pool()
+    if pool is None:
+        time.sleep(seconds)
+        return
+    saved = pool.spin_ms
+    pool.spin_ms = 0.0
+    try:
+        time.sleep(seconds)
+    finally:
+        pool.spin_ms = saved
 
 
 # ---- fork safety ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tdsl.errors import ArgumentError
-from tdsl.runtime.threads import ENV_VAR, default_num_threads
+from tdsl.runtime.threads import ENV_VAR, default_num_threads, rest
 
 Contender = "Callable[[], Any] | tuple[Any, Sequence[Any]]"
 
@@ -205,7 +205,8 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
     calls to last ``min_repeat_ms``, after a rest of ``settle_ms`` and one untimed call: other
     libraries' thread pools keep spinning after they return (OpenBLAS about 0.1 s), and a
     multi-threaded contender timed right after them would find no CPU for its second
-    thread (tdsl's tuned matmul then timed at half its speed next to NumPy).
+    thread (tdsl's tuned matmul then timed at half its speed next to NumPy).  tdsl's own
+    idle workers sleep during the rest (``tdsl.runtime.rest``) for the same reason.
     ``flops`` (per call) adds GFLOP/s; ``baseline`` (default: the
     first contender) is what the speedups compare with.  ``max_seconds`` stops early
     (after at least three rounds) when the rounds would take longer.
@@ -242,7 +243,7 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
                 for n in order:
                     fn, number = fns[n], numbers[n]
                     if settle_ms:
-                        time.sleep(settle_ms / 1e3)
+                        rest(settle_ms / 1e3)
                         fn()
                     t0 = time.perf_counter()
                     for _ in range(number):
