@@ -5,7 +5,8 @@ Every non-inlined stage gets one of five schedules, chosen from its pattern and 
 * an injective output: fused outer loops in parallel, the innermost loop vectorized;
 * an anchor (matmul, dense, batch_matmul, conv2d), with the elementwise stage that
   consumes it (its epilogue) when there is one: register tiles in a local stage, packed
-  operand panels, the epilogue applied while the tile is written out;
+  operand panels, the epilogue applied while the tile is written out; a matmul written by
+  hand with ``td.compute`` (``recognize.py``) gets the same schedule;
 * a row group (softmax, log_softmax, layernorm, rmsnorm, mean, argmax, ...): the output's
   rows in parallel, each row's reductions (and temporaries) computed just before it;
 * a reduction (sum, max, pooling): vectorized along the contiguous axis -- lanes of
@@ -30,11 +31,12 @@ from tdsl.lowering.inline import inlined_bodies
 from tdsl.schedule import Schedule, Stage
 from tdsl.schedule.stage import AttachType
 from tdsl.target import Target, cpu_facts
-from tdsl.tensor import IterVar
+from tdsl.tensor import IterVar, Tensor
 from tdsl.visitor import free_vars
 
 from .._util import const_value
 from ..tags import OpKind, Pattern
+from .recognize import gemm_form
 from .graph import (RowGroup, effective_loads, fusable_anchor, innermost_use, is_inlined,
                     reduce_source_loads, row_group, stage_kind, stage_pattern, unit_stride,
                     uses_in_last_index)
@@ -460,14 +462,18 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
 
 
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
-                    tiles: "MatmulTiles | None" = None, small_m: int = 0) -> set:
+                    tiles: "MatmulTiles | None" = None, small_m: int = 0,
+                    panel_of: "Tensor | None" = None) -> set:
     """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
     stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
     column tiles (and row chunks) in parallel; the epilogue applied on write-out.
 
     A ``dense`` / ``matmul`` with a small constant M goes to ``schedule_skinny_dense`` /
     ``schedule_skinny_matmul`` instead, and so does one with a symbolic M when ``small_m``
-    (the rows of x per pass: the schedule of a ``M <= bound`` branch, ``SKINNY_M_SYMBOLIC``)."""
+    (the rows of x per pass: the schedule of a ``M <= bound`` branch, ``SKINNY_M_SYMBOLIC``).
+
+    ``panel_of``: a hand-written matmul has no PACK stage; B's panels are then copied by a
+    cache stage of this tensor (B, read as ``B[k, j]``: the copy keeps the packed layout)."""
     if tiles is None and _skinny_dense(anchor, cpu, bool(small_m)):
         return schedule_skinny_dense(s, anchor, out, cpu, max(1, small_m))
     if tiles is None and _skinny_matmul(anchor, bool(small_m)):
@@ -476,6 +482,8 @@ def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     dt = _out_dtype(anchor)
     lanes = cpu.lanes(dt)
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    if pack is None and panel_of is not None:
+        pack = s[s.cache_read(panel_of, "global", [anchor.op.outputs[0]])]
     if out is None:
         cc = s.cache_write(anchor.op.outputs[0], "local")
         comp, write = s[cc], anchor
@@ -713,6 +721,8 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
             schedule_injective(s, st, cpu, bodies)
         elif pat is Pattern.ANCHOR and stage_kind(st) in anchor_schedules:
             done |= anchor_schedules[stage_kind(st)](s, st, None, cpu)
+        elif (gemm := gemm_form(st.op)) is not None:
+            done |= schedule_matmul(s, st, None, cpu, panel_of=gemm.b)
         else:
             schedule_reduction(s, st, cpu, bodies)
         done.add(st)

@@ -1,0 +1,77 @@
+"""Recognize operators written by hand with ``td.compute`` that the default schedules know.
+
+``tdsl.ops`` tags its operators (``OpKind``), and the default schedules key on the tag. A
+user who writes the textbook matmul themselves (TVM's tutorials do) gets an untagged
+compute with the same structure; ``gemm_form`` finds it, so it gets the same register-tiled,
+panel-packed schedule instead of the generic reduction one (measured 512^3 on two
+threads: 6.2 ms generic vs 1.5 ms).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tdsl.expr import Add, Cast, Mul, Reduce, TensorLoad
+from tdsl.tensor import ComputeOp, PlaceholderOp, Tensor
+
+
+@dataclass(frozen=True)
+class GemmForm:
+    """``C[*b, i, j] = sum_k A[*b, i, k] * B[*b, k, j]``: ``a`` and ``b`` are the operands
+    (placeholders) in the roles of A and B."""
+
+    a: Tensor
+    b: Tensor
+
+
+def _is_plain_sum(red: Reduce) -> bool:
+    comb = red.combiner
+    if len(comb.result) != 1 or not isinstance(comb.result[0], Add):
+        return False
+    res = comb.result[0]
+    return {id(res.a), id(res.b)} == {id(comb.lhs[0]), id(comb.rhs[0])}
+
+
+def _load(e: Any) -> "Optional[TensorLoad]":
+    """A load of a placeholder, under at most one cast."""
+    if isinstance(e, Cast):
+        e = e.value
+    if isinstance(e, TensorLoad) and isinstance(e.tensor.op, PlaceholderOp):
+        return e
+    return None
+
+
+def _is(index: Any, iv: Any) -> bool:
+    return index is iv.var
+
+
+def gemm_form(op: Any) -> "Optional[GemmForm]":
+    """The operands of ``op`` when it is an untagged (hand-written) matmul or batched
+    matmul with B not transposed, else None.  Only this form: the copy of B's column panel
+    the schedule makes (a cache stage) keeps B's layout, which is the packed one here."""
+    if not isinstance(op, ComputeOp) or op.tag or len(op.body) != 1 or len(op.axis) not in (2, 3):
+        return None
+    red = op.body[0]
+    if not isinstance(red, Reduce) or len(red.axis) != 1 or len(red.source) != 1 \
+            or not _is_plain_sum(red) or not red.dtype.is_float:
+        return None
+    if red.init or getattr(red.condition, "value", None) is not True:
+        return None
+    src = red.source[0]
+    if isinstance(src, Cast):
+        src = src.value
+    if not isinstance(src, Mul):
+        return None
+    (k,) = red.axis
+    *batch, i, j = op.axis
+    for x, y in ((src.a, src.b), (src.b, src.a)):
+        la, lb = _load(x), _load(y)
+        if la is None or lb is None or la.tensor is lb.tensor:
+            continue
+        ia, ib = la.indices, lb.indices
+        if len(ia) != len(op.axis) or len(ib) != len(op.axis):
+            continue
+        if all(_is(p, q) for p, q in zip(ia, [*batch, i, k])) \
+                and all(_is(p, q) for p, q in zip(ib, [*batch, k, j])):
+            return GemmForm(la.tensor, lb.tensor)
+    return None

@@ -1,0 +1,128 @@
+"""A matmul written by hand with ``td.compute`` gets ``ops.matmul``'s default schedule
+(register tiles, B's panels packed by a cache stage), and stays correct; computations
+that only look similar do not (tdsl/ops/schedules/recognize.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tdsl as td
+from tdsl import ops
+from tdsl.ops.schedules.recognize import gemm_form
+
+from .helpers import check, randn
+
+
+def _matmul(M, N, K, dtype="float32", transpose_b=False, batch=None):
+    bshape = () if batch is None else (batch,)
+    A = td.placeholder(bshape + (M, K), dtype, name="A")
+    B = td.placeholder(bshape + ((N, K) if transpose_b else (K, N)), dtype, name="B")
+    k = td.reduce_axis((0, K), name="k")
+    if batch is None:
+        C = td.compute((M, N), lambda i, j: td.sum(
+            A[i, k] * (B[j, k] if transpose_b else B[k, j]), axis=k), name="C")
+    else:
+        C = td.compute((batch, M, N), lambda b, i, j: td.sum(A[b, i, k] * B[b, k, j], axis=k),
+                       name="C")
+    return A, B, C
+
+
+def _stage_names(s):
+    return [st.op.name for st in s.stages]
+
+
+def test_hand_written_matmul_gets_the_packed_register_tiled_schedule():
+    A, B, C = _matmul(96, 80, 64)
+    form = gemm_form(C.op)
+    assert form is not None and form.a is A and form.b is B
+    s = ops.schedule([C])
+    names = _stage_names(s)
+    assert "B.global" in names and "C.local" in names, names
+    text = str(td.lower(s, [A, B, C]))
+    assert "B.global[" in text and "parallel(" in text and "vectorized(" in text
+
+
+def test_operands_in_either_order():
+    A = td.placeholder((32, 48), name="A")
+    B = td.placeholder((48, 40), name="B")
+    k = td.reduce_axis((0, 48), name="k")
+    C = td.compute((32, 40), lambda i, j: td.sum(B[k, j] * A[i, k], axis=k), name="C")
+    form = gemm_form(C.op)
+    assert form is not None and form.a is A and form.b is B
+
+
+@pytest.mark.parametrize("what", ["transposed_b", "max", "tagged", "where", "same_tensor",
+                                  "swapped_axes", "integer", "init"])
+def test_look_alikes_are_not_recognized(what):
+    A = td.placeholder((32, 32), name="A")
+    B = td.placeholder((32, 32), name="B")
+    k = td.reduce_axis((0, 32), name="k")
+    if what == "transposed_b":
+        _, _, C = _matmul(32, 32, 32, transpose_b=True)
+    elif what == "max":
+        C = td.compute((32, 32), lambda i, j: td.max(A[i, k] * B[k, j], axis=k))
+    elif what == "tagged":
+        C = ops.matmul(A, B)
+    elif what == "where":
+        C = td.compute((32, 32), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k, where=k > i))
+    elif what == "same_tensor":
+        C = td.compute((32, 32), lambda i, j: td.sum(A[i, k] * A[k, j], axis=k))
+    elif what == "swapped_axes":
+        C = td.compute((32, 32), lambda i, j: td.sum(A[j, k] * B[k, i], axis=k))
+    elif what == "integer":
+        Ai = td.placeholder((32, 32), "int32", name="Ai")
+        Bi = td.placeholder((32, 32), "int32", name="Bi")
+        C = td.compute((32, 32), lambda i, j: td.sum(Ai[i, k] * Bi[k, j], axis=k))
+    else:
+        C = td.compute((32, 32), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k, init=1.0))
+    assert gemm_form(C.op) is None
+
+
+def _check_numeric(A, B, C, shapes):
+    s = ops.schedule([C])
+    f = td.build(s, [A, B, C], target="llvm")
+    a, b = randn(*shapes[0]), randn(*shapes[1])
+    check(f, [a, b], np.matmul(a, b), rtol=1e-4, atol=1e-4 * shapes[0][-1])
+
+
+@settings(max_examples=12, deadline=None)
+@given(M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(1, 70))
+def test_hand_written_matmul_matches_numpy(M, N, K):
+    """Sizes that do and do not divide the register tile (6 x 16 / 6 x 32) and the K split."""
+    A, B, C = _matmul(M, N, K)
+    _check_numeric(A, B, C, [(M, K), (K, N)])
+
+
+@pytest.mark.parametrize("M, N, K", [(512, 512, 512), (200, 130, 77), (7, 300, 33)])
+def test_hand_written_matmul_matches_numpy_at_larger_sizes(M, N, K):
+    A, B, C = _matmul(M, N, K)
+    _check_numeric(A, B, C, [(M, K), (K, N)])
+
+
+@pytest.mark.parametrize("M, N, K", [(6, 32, 16), (13, 50, 9)])
+def test_hand_written_batch_matmul_matches_numpy(M, N, K):
+    A, B, C = _matmul(M, N, K, batch=3)
+    assert gemm_form(C.op) is not None
+    _check_numeric(A, B, C, [(3, M, K), (3, K, N)])
+
+
+def test_hand_written_matmul_float64():
+    A, B, C = _matmul(37, 41, 29, dtype="float64")
+    s = ops.schedule([C])
+    f = td.build(s, [A, B, C], target="llvm")
+    a, b = randn(37, 29, dtype="float64"), randn(29, 41, dtype="float64")
+    check(f, [a, b], a @ b, rtol=1e-10, atol=1e-10)
+
+
+def test_hand_written_matmul_with_symbolic_sizes():
+    m, n, kk = td.var("m"), td.var("n"), td.var("kk")
+    A = td.placeholder((m, kk), name="A")
+    B = td.placeholder((kk, n), name="B")
+    k = td.reduce_axis((0, kk), name="k")
+    C = td.compute((m, n), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k), name="C")
+    assert gemm_form(C.op) is not None
+    f = td.build(ops.schedule([C]), [A, B, C], target="llvm")
+    for M, N, K in [(1, 1, 1), (6, 16, 4), (50, 33, 70), (129, 7, 3)]:
+        a, b = randn(M, K), randn(K, N)
+        check(f, [a, b], a @ b, rtol=1e-4, atol=1e-4 * K)
