@@ -65,7 +65,6 @@ CLOCK_MONOTONIC = 1
 #: the caller sleeps waiting for workers to finish their chunk.
 WORKER_SPIN = 2000
 CALLER_SPIN = 20000
-DEFAULT_SPIN_MS = DEFAULT_POOL_SPIN_MS
 #: Yields between two looks at the clock in the yielding spin.
 YIELDS_PER_CLOCK = 8
 
@@ -109,7 +108,7 @@ def _module(machine: str, entry: str = "tdsl_pool_parallel", private: bool = Fal
                          ir.Constant(I32, 0)])
 
     g_spin = ir.GlobalVariable(m, I64, "tdsl_pool_spin_ns")
-    g_spin.initializer = ir.Constant(I64, int(DEFAULT_SPIN_MS * 1e6))
+    g_spin.initializer = ir.Constant(I64, int(DEFAULT_POOL_SPIN_MS * 1e6))
     g_spin.align = 64
     g_spin.linkage = linkage
     g_sleeps = ir.GlobalVariable(m, I64, "tdsl_pool_sleeps")   # futex sleeps of workers
