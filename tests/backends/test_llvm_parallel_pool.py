@@ -143,33 +143,37 @@ def _child_call(x):
     return y
 
 
-def test_idle_workers_spin_for_spin_ms_then_sleep():
+@pytest.fixture
+def idle_pool():
+    """A 2-thread kernel, its arrays and the pool; the pool's spin is restored afterwards."""
+    f = _accumulate_kernel(2)
+    x = np.random.default_rng(1).standard_normal(1 << 16).astype("float32")
+    pool = pool_mod.native_pool()
+    saved = pool.spin_ms
+    yield f, x, np.empty_like(x), pool
+    pool.spin_ms = saved
+
+
+def test_idle_workers_spin_for_spin_ms_then_sleep(idle_pool):
     """Issue 12, "a call after idle": a worker that sleeps is often woken onto its caller's
     CPU, where the call runs at one thread's speed; within ``spin_ms`` of its last job it
     must still be awake (yielding), and ``spin_ms = 0`` must put it to sleep."""
     import time
-    f = _accumulate_kernel(2)
-    x = np.random.default_rng(1).standard_normal(1 << 16).astype("float32")
-    y = np.empty_like(x)
-    pool = pool_mod.native_pool()
-    saved = pool.spin_ms
-    try:
-        pool.spin_ms = 5000.0
-        f(x, y)
-        before = pool.sleeps
-        time.sleep(0.1)                       # a gap well inside the spin
-        f(x, y)
-        time.sleep(0.1)
-        assert pool.sleeps == before, "a worker slept within spin_ms of its last job"
-        pool.spin_ms = 0.0                    # workers read it at their next look at the clock
-        deadline = time.monotonic() + 2.0     # well before the 5 s spin ends
-        while pool.sleeps == before and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert pool.sleeps > before, "spin_ms = 0 did not put the spinning worker to sleep"
-        f(x, y)                               # a sleeping worker is woken: the call still runs
-        np.testing.assert_allclose(y, x + 1.0, rtol=1e-6)
-    finally:
-        pool.spin_ms = saved
+    f, x, y, pool = idle_pool
+    pool.spin_ms = 5000.0
+    f(x, y)
+    before = pool.sleeps
+    time.sleep(0.1)                       # a gap well inside the spin
+    f(x, y)
+    time.sleep(0.1)
+    assert pool.sleeps == before, "a worker slept within spin_ms of its last job"
+    pool.spin_ms = 0.0                    # workers read it at their next look at the clock
+    deadline = time.monotonic() + 2.0     # well before the 5 s spin ends
+    while pool.sleeps == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool.sleeps > before, "spin_ms = 0 did not put the spinning worker to sleep"
+    f(x, y)                               # a sleeping worker is woken: the call still runs
+    np.testing.assert_allclose(y, x + 1.0, rtol=1e-6)
 
 
 @pytest.mark.parametrize("value, expected", [("", threads.DEFAULT_POOL_SPIN_MS), ("0", 0.0),
@@ -188,19 +192,12 @@ def test_bad_spin_time_is_a_clear_error(monkeypatch, value):
         threads.set_pool_spin_ms(float(value) if value != "soon" else -2.0)
 
 
-def test_rest_puts_spinning_workers_to_sleep_and_restores_the_spin():
-    f = _accumulate_kernel(2)
-    x = np.random.default_rng(2).standard_normal(1 << 16).astype("float32")
-    y = np.empty_like(x)
-    pool = pool_mod.native_pool()
-    saved = pool.spin_ms
-    try:
-        threads.set_pool_spin_ms(5000.0)
-        assert threads.pool_spin_ms() == 5000.0
-        f(x, y)
-        before = pool.sleeps
-        threads.rest(0.2)
-        assert pool.sleeps > before, "rest() left a worker spinning"
-        assert threads.pool_spin_ms() == 5000.0
-    finally:
-        pool.spin_ms = saved
+def test_rest_puts_spinning_workers_to_sleep_and_restores_the_spin(idle_pool):
+    f, x, y, pool = idle_pool
+    threads.set_pool_spin_ms(5000.0)
+    assert threads.pool_spin_ms() == 5000.0
+    f(x, y)
+    before = pool.sleeps
+    threads.rest(0.2)
+    assert pool.sleeps > before, "rest() left a worker spinning"
+    assert threads.pool_spin_ms() == 5000.0
