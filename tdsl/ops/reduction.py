@@ -21,7 +21,8 @@ __all__ = ["sum", "mean", "max", "min", "prod_", "argmax", "argmin", "reduce"]
 _rprod = comm_reducer(lambda x, y: x * y, lambda t: Const(1, t), name="prod")
 
 
-def _argreducer(better: Callable[[Expr, Expr], Expr], identity: Callable[[DType], Const],
+def _argreducer(better: Callable[[Expr, Expr], Expr], better_eq: Callable[[Expr, Expr], Expr],
+                not_better: Callable[[Expr, Expr], Expr], identity: Callable[[DType], Const],
                 name: str) -> Any:
     """An (index, value) reducer with NumPy's semantics: NaN beats every number (the first
     NaN wins), ties go to the smaller index, and the identity's index (the index dtype's
@@ -29,13 +30,19 @@ def _argreducer(better: Callable[[Expr, Expr], Expr], identity: Callable[[DType]
     identity.  Commutative and associative, so rfactor can merge partial results."""
     def fcombine(x: tuple, y: tuple) -> tuple:
         xv, yv = x[1], y[1]
-        win = better(yv, xv)
-        tie = yv == xv
+        first = y[0] < x[0]
         if xv.dtype.is_float:
-            ynan, xnan = _i.isnan(yv), _i.isnan(xv)
-            win = win | (ynan & ~xnan)
-            tie = tie | (ynan & xnan)
-        take = win | (tie & (y[0] < x[0]))
+            # y wins: when it comes first, if it ties or beats x or is NaN; else if it
+            # beats x strictly or is a NaN against a number -- ``not (y <= x)`` is "y > x
+            # or either is NaN", masked by "x is not NaN".  Two compares and a mask per
+            # side instead of five compares (the arg-reduction's inner loop is bound by
+            # this count once its chains are independent).
+            if_first = better_eq(yv, xv) | _i.isnan(yv)
+            if_later = ~not_better(yv, xv) & ~_i.isnan(xv)
+        else:
+            if_first = better_eq(yv, xv)
+            if_later = better(yv, xv)
+        take = (first & if_first) | (~first & if_later)
         return _i.if_then_else(take, y[0], x[0]), _i.if_then_else(take, y[1], x[1])
 
     def fidentity(t0: DType, t1: DType) -> tuple:
@@ -43,8 +50,10 @@ def _argreducer(better: Callable[[Expr, Expr], Expr], identity: Callable[[DType]
     return comm_reducer(fcombine, fidentity, name=name)
 
 
-_argmax = _argreducer(lambda a, b: a > b, min_value, "argmax")
-_argmin = _argreducer(lambda a, b: a < b, max_value, "argmin")
+_argmax = _argreducer(lambda a, b: a > b, lambda a, b: a >= b, lambda a, b: a <= b,
+                      min_value, "argmax")
+_argmin = _argreducer(lambda a, b: a < b, lambda a, b: a <= b, lambda a, b: a >= b,
+                      max_value, "argmin")
 
 
 def _layout(op: str, x: Tensor, axis: Any, keepdims: bool):
