@@ -66,20 +66,58 @@ def is_zero(value: Any) -> bool:
         and value.constant == 0
 
 
-def lane_offsets(itype: ir.IntType, stride: int, lanes: int) -> ir.Constant:
-    """The constant vector ``<0, stride, 2*stride, ...>`` (wrapped to ``itype``)."""
+def lane_offsets(itype: ir.IntType, stride: int, lanes: int, start: int = 0) -> ir.Constant:
+    """The constant vector ``<start, start+stride, start+2*stride, ...>`` (wrapped to
+    ``itype``)."""
     mask = (1 << itype.width) - 1
-    return ir.Constant(ir.VectorType(itype, lanes), [(k * stride) & mask for k in range(lanes)])
+    return ir.Constant(ir.VectorType(itype, lanes),
+                       [(start + k * stride) & mask for k in range(lanes)])
 
 
 def materialize(builder: ir.IRBuilder, v: VVal, lanes: int) -> ir.Value:
-    """``v`` as an LLVM vector of ``lanes`` lanes."""
+    """``v`` as an LLVM vector of ``lanes`` lanes.
+
+    A ramp whose base is ``x + c`` (c a constant) is ``splat(x) + <c, c+s, ...>``: the
+    ramps of an unrolled loop (``ko*32 + 8``, ``ko*32 + 16``, ...) then share one splat and
+    cost one vector add each (LLVM does not move the constant out of the splat itself)."""
     if v.kind == VECTOR:
         return v.value
-    vec = splat(builder, v.value, lanes)
-    if v.kind == RAMP:
-        vec = builder.add(vec, lane_offsets(v.value.type, v.stride, lanes))
-    return vec
+    if v.kind != RAMP:
+        return splat(builder, v.value, lanes)
+    base, offset = _constant_offset(builder, v.value)
+    vec = splat(builder, base, lanes)
+    offsets = lane_offsets(v.value.type, v.stride, lanes, offset)
+    return vec if is_zero_vector(offsets) else builder.add(vec, offsets)
+
+
+def _constant_offset(builder: ir.IRBuilder, value: ir.Value) -> tuple[ir.Value, int]:
+    """``(x, c)`` with ``value == x + c`` (integers, wrapping): looks through ``add``,
+    ``sub`` of a constant and ``trunc`` (made here again when it wraps an ``add``)."""
+    if isinstance(value, ir.Constant) and isinstance(value.constant, int):
+        return ir.Constant(value.type, 0), value.constant
+    if not isinstance(value, _ins.Instruction) or len(value.operands) != 2 \
+            and value.opname != "trunc":
+        return value, 0
+    if value.opname == "trunc":
+        inner, c = _constant_offset(builder, value.operands[0])
+        if c == 0:
+            return value, 0
+        return builder.trunc(inner, value.type), c
+    a, b = value.operands
+    if value.opname == "add" and isinstance(b, ir.Constant) and isinstance(b.constant, int):
+        x, c = _constant_offset(builder, a)
+        return x, c + b.constant
+    if value.opname == "add" and isinstance(a, ir.Constant) and isinstance(a.constant, int):
+        x, c = _constant_offset(builder, b)
+        return x, c + a.constant
+    if value.opname == "sub" and isinstance(b, ir.Constant) and isinstance(b.constant, int):
+        x, c = _constant_offset(builder, a)
+        return x, c - b.constant
+    return value, 0
+
+
+def is_zero_vector(value: ir.Constant) -> bool:
+    return all(c == 0 for c in value.constant)
 
 
 class _VectorGEP(_ins.Instruction):

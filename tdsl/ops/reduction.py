@@ -130,17 +130,21 @@ def mean(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
 
 
 def _arg(op: str, red: Any, x: Tensor, axis: "int | None", keepdims: bool) -> Tensor:
+    """The (index, value) reduction over ``axis`` (None: every axis, the index flat in
+    row-major order, as NumPy's), then the index as int64.  Every axis is reduced in
+    place (no reshape): the last one stays a contiguous inner loop the schedules
+    vectorize, where a flattened 1-D view would index ``x[k // n, k % n]``."""
     check_tensor(op, x)
     if x.dtype.is_bool:
         raise DTypeError(f"ops.{op}: bool tensors are not supported; cast to int8 first")
-    if axis is None:
-        from .transform import reshape
-        flat = reshape(x, [prod(x.shape)])
-        return _arg(op, red, flat, 0, False) if not keepdims else \
-            reshape(_arg(op, red, flat, 0, False), [1] * x.ndim)
+    if axis is not None and not isinstance(axis, int):
+        raise ShapeError(f"ops.{op}: axis must be an int or None, got {axis!r}")
     axes, kept, shape = _layout(op, x, axis, keepdims)
-    (d,) = axes
-    k = reduce_axis((0, x.shape[d]), name=f"k{d}")
+    ks = [reduce_axis((0, x.shape[d]), name=f"k{d}") for d in axes]
+    size = prod([x.shape[d] for d in axes])
+    # 32-bit indices inside the reduction where the reduced size is known to fit: twice
+    # the vector lanes, and single-cycle compares (x86 has no fast 64-bit vector compare)
+    index_dtype = "int32" if isinstance(size, Const) and size.value < 2 ** 31 - 1 else INDEX
 
     def body(*idx: Expr) -> tuple:
         src: list[Any] = [None] * x.ndim
@@ -150,12 +154,12 @@ def _arg(op: str, red: Any, x: Tensor, axis: "int | None", keepdims: bool) -> Te
         else:
             for o, e in enumerate(kept):
                 src[e] = idx[o]
-        src[d] = k
-        return red((k.var.astype(index_dtype), x(*src)), axis=k)
-    # 32-bit indices inside the reduction where the axis is short enough: twice the
-    # vector lanes, and single-cycle compares (x86 has no fast 64-bit vector compare)
-    n = x.shape[d]
-    index_dtype = "int32" if isinstance(n, Const) and n.value < 2 ** 31 - 1 else INDEX
+        flat: "Expr | None" = None
+        for d, k in zip(axes, ks):
+            src[d] = k
+            kv = k.var.astype(index_dtype)
+            flat = kv if flat is None else flat * x.shape[d].astype(index_dtype) + kv
+        return red((flat, x(*src)), axis=ks)
     index, _value = compute(shape, body, name=f"T_{op}_red", tag=OpKind.REDUCE)
     # The (index, value) reduction is an intermediate; the result copies the index out.
     return compute(shape, lambda *idx: index(*idx).astype(INDEX), name=f"T_{op}",
