@@ -194,7 +194,7 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
     if inner_reduce:
         chains = select_chains(op, kext, lanes)
         if chains > 1:
-            rf, merge = _rfactor_chains(s, st, k_last, lanes, chains, len(spatial))
+            rf, merge = rfactor_chains(s, st, k_last, lanes, chains, len(spatial))
         else:
             ko, ki = st.split(k_last, factor=lanes)
             rf_out = s.rfactor(op.outputs[0], ki, factor_axis=len(spatial))
@@ -273,7 +273,7 @@ def _first(rf_out: object) -> object:
     return rf_out[0] if isinstance(rf_out, list) else rf_out
 
 
-def _rfactor_chains(s: Schedule, st: Stage, k: IterVar, lanes: int, chains: int,
+def rfactor_chains(s: Schedule, st: Stage, k: IterVar, lanes: int, chains: int,
                     at: int) -> tuple[Stage, Stage]:
     """``k`` split into ``(ko, chain, lane)``; partial results ``rf[..., chain, lane]``
     over ``ko`` (independent chains), merged to ``merge[..., lane]`` over ``chain`` (vector
