@@ -91,28 +91,30 @@ def materialize(builder: ir.IRBuilder, v: VVal, lanes: int) -> ir.Value:
 
 
 def _constant_offset(builder: ir.IRBuilder, value: ir.Value) -> tuple[ir.Value, int]:
-    """``(x, c)`` with ``value == x + c`` (integers, wrapping): looks through ``add``,
-    ``sub`` of a constant and ``trunc`` (made here again when it wraps an ``add``)."""
+    """``(x, c)`` with ``value == x + c`` (integers, wrapping): constants are taken out of
+    ``add`` (either operand, recursively), ``sub`` of a constant and ``trunc``; what is
+    left is rebuilt (the same values in every copy, so LLVM merges them)."""
     if isinstance(value, ir.Constant) and isinstance(value.constant, int):
         return ir.Constant(value.type, 0), value.constant
-    if not isinstance(value, _ins.Instruction) or len(value.operands) != 2 \
-            and value.opname != "trunc":
+    if not isinstance(value, _ins.Instruction):
         return value, 0
+    ops = value.operands
     if value.opname == "trunc":
-        inner, c = _constant_offset(builder, value.operands[0])
-        if c == 0:
+        inner, c = _constant_offset(builder, ops[0])
+        return (value, 0) if c == 0 else (builder.trunc(inner, value.type), c)
+    if value.opname == "add" and len(ops) == 2:
+        (xa, ca), (xb, cb) = (_constant_offset(builder, o) for o in ops)
+        if ca == 0 and cb == 0:
             return value, 0
-        return builder.trunc(inner, value.type), c
-    a, b = value.operands
-    if value.opname == "add" and isinstance(b, ir.Constant) and isinstance(b.constant, int):
-        x, c = _constant_offset(builder, a)
-        return x, c + b.constant
-    if value.opname == "add" and isinstance(a, ir.Constant) and isinstance(a.constant, int):
-        x, c = _constant_offset(builder, b)
-        return x, c + a.constant
-    if value.opname == "sub" and isinstance(b, ir.Constant) and isinstance(b.constant, int):
-        x, c = _constant_offset(builder, a)
-        return x, c - b.constant
+        if is_zero(xa):
+            return xb, ca + cb
+        if is_zero(xb):
+            return xa, ca + cb
+        return builder.add(xa, xb), ca + cb
+    if value.opname == "sub" and len(ops) == 2 and isinstance(ops[1], ir.Constant) \
+            and isinstance(ops[1].constant, int):
+        x, c = _constant_offset(builder, ops[0])
+        return x, c - ops[1].constant
     return value, 0
 
 
