@@ -27,7 +27,9 @@ def _argreducer(better: Callable[[Expr, Expr], Expr], better_eq: Callable[[Expr,
     """An (index, value) reducer with NumPy's semantics: NaN beats every number (the first
     NaN wins), ties go to the smaller index, and the identity's index (the index dtype's
     largest value) loses every tie -- so a row of -inf gives 0, as NumPy does, never the
-    identity.  Commutative and associative, so rfactor can merge partial results."""
+    identity.  Commutative and associative, so rfactor can merge partial results; its
+    in-order ``fupdate`` (loops that visit the points in index order) skips the index
+    compare."""
     def fcombine(x: tuple, y: tuple) -> tuple:
         xv, yv = x[1], y[1]
         first = y[0] < x[0]
