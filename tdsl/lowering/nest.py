@@ -454,7 +454,8 @@ class NestBuilder:
         idx = self.out_indices(st, vmap, stor)
         acc = [BufferLoad(buf, idx) for buf in stor.buffers]
         src = [self.lower_expr(s, vmap) for s in red.source]
-        if reduce_loops_in_order(st):
+        if not red.init and reduce_loops_in_order(st):
+            # elements in iteration order after the identity: the in-order update
             new = red.combiner.combine_in_order(acc, src)
         else:
             new = red.combiner.combine(acc, src)

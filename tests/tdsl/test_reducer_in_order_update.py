@@ -134,3 +134,24 @@ def test_the_update_is_part_of_a_reducers_identity_and_is_checked():
     X = td.placeholder((4,), "float32", name="X")
     with pytest.raises(TDSLError, match="fupdate"):
         td.compute((1,), lambda i: bad(X[k], axis=k), name="S")
+
+
+def test_a_reduction_with_init_uses_the_full_combiner():
+    """``init=`` starts the accumulator at a value of the user's, not the identity the
+    update's contract starts from."""
+    am = _argmax_reducer()
+    X = td.placeholder((4, 16), "float32", name="X")
+    k = td.reduce_axis((0, 16), name="k")
+    idx, _ = td.compute((4,), lambda i: am((k.var.astype("int32"), X[i, k]), axis=k,
+                                           init=(td.const(100, "int32"), td.const(1.0, "float32"))),
+                        name="AM")
+    s = td.create_schedule(idx.op)
+    a = _ties(4, 16, 4)          # values 0, 1, 2: elements tie with the init's 1.0 and,
+    a[0] = 1.0                   # having lower indices than its 100, win those ties
+    a[1] = 0.0
+    exp = np.where(a.max(axis=1) >= 1.0, a.argmax(axis=1), 100).astype("int32")
+    for run in (lambda out: td.build(s, [X, idx], target="llvm")(a, out),
+                lambda out: tdsl.interpreter.run(td.lower(s, [X, idx]), a, out)):
+        out = np.full(4, 7, "int32")
+        run(out)
+        np.testing.assert_array_equal(out, exp)
