@@ -178,6 +178,8 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
       vector of outputs inside (4 vectors wide at root: whole cache lines per row);
     * else plain loops, outer ones in parallel.
     """
+    if _total(st) == 1 and _split_across_threads(s, st, cpu):
+        bodies = inlined_bodies(s)
     op = st.op
     lanes = cpu.lanes(_out_dtype(st))
     # the streamed operands: loads that move with a reduction variable
@@ -289,6 +291,34 @@ def rfactor_chains(s: Schedule, st: Stage, k: IterVar, lanes: int, chains: int,
     kc_m = [iv for iv in merge.leaf_iter_vars if iv.kind is IterKind.REDUCE][-1]
     rf = s[_first(s.rfactor(merge.op.outputs[0], kc_m, factor_axis=at))]
     return rf, merge
+
+
+#: A tuple reduction to one output over at least this many points is split into parts
+#: reduced in parallel (``_split_across_threads``).
+PARTS_MIN = 1 << 16
+
+
+def _split_across_threads(s: Schedule, st: Stage, cpu: CPU) -> bool:
+    """A tuple reduction with one output (``argmax(axis=None)``) and many points: its
+    outermost reduction axis in ``4 x threads`` parts, each reduced (chains of lanes) in
+    parallel, then the parts combined -- else one thread does it all.  Returns True if
+    it split ``st`` (the parts are scheduled here)."""
+    op = st.op
+    if cpu.threads < 2 or select_chains(op, None, cpu.lanes(_out_dtype(st))) < 2:
+        return False
+    k0 = op.reduce_axis[0]
+    points = 1
+    for iv in op.reduce_axis:
+        e = _ext(iv)
+        points = None if e is None or points is None else points * e
+    e0 = _ext(k0)
+    parts = 4 * cpu.threads
+    if (points is not None and points < PARTS_MIN) or (e0 is not None and e0 < 2 * parts):
+        return False
+    po, _ = st.split(k0, nparts=parts)
+    part = s[_first(s.rfactor(op.outputs[0], po, factor_axis=0))]
+    schedule_reduction(s, part, cpu, inlined_bodies(s))
+    return True
 
 
 def chunk_width(s: Schedule, g: RowGroup, cpu: CPU, bodies: dict) -> int:
