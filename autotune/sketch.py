@@ -327,8 +327,10 @@ class SketchSource:
             else:
                 opts += [[int(Form.RF_VECTOR), f] for f in sorted({8, 16, 32, 64, lanes, 2 * lanes})
                          if 2 <= f < e and e % f == 0]
-            if len(p.reduce) == 1 and math.prod(p.spatial) < 2 * self.cores and not self.gpu:
-                opts += [[int(Form.RF_PARALLEL), f] for f in (2, 4, 8, 16) if f < e and e % f == 0]
+            if math.prod(p.spatial) < 2 * self.cores and not self.gpu:
+                # parts of the first (outermost) reduction axis in parallel
+                e0 = p.reduce[0]
+                opts += [[int(Form.RF_PARALLEL), f] for f in (2, 4, 8, 16) if f < e0 and e0 % f == 0]
         if not self.gpu and p.spatial and p.spatial[-1] > 1:
             opts += [[int(Form.SPATIAL_VECTOR), v]
                      for v in self._vector_widths(p.spatial[-1], p.dtype_bits)]
