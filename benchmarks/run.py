@@ -312,10 +312,9 @@ class Suite:
 
     # every operator's default schedule vs PyTorch / NumPy
     def operators(self) -> None:
-        np, td, ops = self.np, self.td, self.ops
+        np, ops = self.np, self.ops
         torch = _torch()
         F = torch.nn.functional if torch is not None else None
-        T = (lambda *xs: [torch.from_numpy(x) for x in xs]) if torch is not None else None
         cases = []
 
         def case(name, outs_fn, shapes, torch_fn=None, np_fn=None):
