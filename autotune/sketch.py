@@ -25,7 +25,8 @@ schedule (facts from ``sketch_analysis``) and plans one rule per stage:
   argmax, softmax/layernorm statistics): at root or computed at the row loop of
   its consumer, in one of several forms — plain (spatial axes fused and
   parallel), ``rfactor`` with vectorized partial sums, ``rfactor`` with partial
-  sums in parallel (too little spatial parallelism), or the innermost spatial
+  sums in parallel (too little spatial parallelism), for a tuple reduction (argmax)
+  ``rfactor`` into several register-wide chains of partial results, or the innermost spatial
   axis vectorized with the reduction loops moved inside it (column reductions,
   pooling) — with an ``auto_unroll_max_step`` knob when its loops are short;
 * ``ROOT`` — an elementwise output: outer axes fused and parallel, innermost
@@ -92,6 +93,8 @@ class Form(enum.IntEnum):
     RF_PARALLEL = 2    # rfactor: partial results of the outer reduction part in parallel
     SPATIAL_VECTOR = 3  # innermost spatial axis split; its inner part vectorized, reductions inside
     CROSS_THREAD = 4   # GPU: the reduction split over threadIdx.x (warp shuffles, shared memory)
+    RF_CHAINS = 5      # rfactor twice: N vectors of partial results (independent chains,
+    #                    unrolled), merged to one vector, then across lanes (argmax)
 
 
 class Place(enum.IntEnum):
@@ -114,6 +117,7 @@ class StagePlan:
     reads: list[str] = field(default_factory=list)     # TILE: every input (GPU shared staging)
     attach_to: Optional[str] = None                    # REDUCE/MATERIALIZE: a ROOT with a row loop
     transpose: bool = False                            # ROOT: reads an input transposed
+    outputs: int = 1                                   # REDUCE: a tuple reduction's outputs
 
 
 def stage_labels(sch: Any) -> dict[int, str]:
@@ -197,7 +201,7 @@ class SketchSource:
             plans[lab[id(st)]] = StagePlan(
                 lab[id(st)], self._classify(sch, st), [self._ext(iv) for iv in op.axis],
                 [self._ext(iv) for iv in op.reduce_axis], op.output(0).dtype.bits,
-                transpose=facts.is_transpose(op))
+                transpose=facts.is_transpose(op), outputs=len(op.body))
         for st in sch.stages:
             if lab[id(st)] in plans and plans[lab[id(st)]].rule is Rule.INLINE:
                 st.compute_inline()
@@ -310,12 +314,23 @@ class SketchSource:
             # row sums, softmax's max/sum: lanes read consecutive elements)
             e = math.prod(p.reduce)
             opts += [[int(Form.CROSS_THREAD), t] for t in GPU_REDUCE_THREADS if t <= max(32, e)]
-        elif len(p.reduce) == 1:
-            e = p.reduce[0]
-            opts += [[int(Form.RF_VECTOR), f] for f in sorted({8, 16, 32, 64, lanes, 2 * lanes})
-                     if 2 <= f < e and e % f == 0]
+        elif p.reduce:
+            # partial results over the last (innermost, contiguous) reduction axis
+            e = p.reduce[-1]
+            if p.outputs > 1:
+                # a tuple reduction (argmax) selects: a vector wider than a register is
+                # legalized badly (its compare masks are repacked), and one vector of
+                # lanes runs at the latency of its compare-select chain; several
+                # register-wide vectors (chains) run at the loop's throughput
+                opts += [[int(Form.RF_VECTOR), lanes]] if lanes < e else []
+                opts += [[int(Form.RF_CHAINS), c] for c in (2, 4, 8) if c * lanes <= e]
+            else:
+                opts += [[int(Form.RF_VECTOR), f] for f in sorted({8, 16, 32, 64, lanes, 2 * lanes})
+                         if 2 <= f < e and e % f == 0]
             if math.prod(p.spatial) < 2 * self.cores and not self.gpu:
-                opts += [[int(Form.RF_PARALLEL), f] for f in (2, 4, 8, 16) if f < e and e % f == 0]
+                # parts of the first (outermost) reduction axis in parallel
+                e0 = p.reduce[0]
+                opts += [[int(Form.RF_PARALLEL), f] for f in (2, 4, 8, 16) if f < e0 and e0 % f == 0]
         if not self.gpu and p.spatial and p.spatial[-1] > 1:
             opts += [[int(Form.SPATIAL_VECTOR), v]
                      for v in self._vector_widths(p.spatial[-1], p.dtype_bits)]

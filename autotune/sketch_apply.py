@@ -203,19 +203,31 @@ class Apply:
     # ---- REDUCE ---------------------------------------------------------------------------------
     def _rfactor(self, p: StagePlan) -> Any:
         mode, factor = self.val(f"{p.name}.form")
-        if mode not in (Form.RF_VECTOR, Form.RF_PARALLEL):
+        if mode not in (Form.RF_VECTOR, Form.RF_PARALLEL, Form.RF_CHAINS):
             return None
         st = self.stage(p.name)
-        k = st.op.reduce_axis[0]
+        if mode == Form.RF_CHAINS:
+            from tdsl.ops.schedules.llvm import rfactor_chains
+            lanes = self.src.lanes(p.dtype_bits)
+            rst, merge = rfactor_chains(self.sch, st, st.op.reduce_axis[-1], lanes, factor,
+                                        len(st.op.axis))
+            lane = merge.op.axis[-1]
+            merge.reorder(*[iv for iv in merge.leaf_iter_vars if iv is not lane], lane)
+            merge.vectorize(lane)
+            chain, lane = rst.op.axis[-2:]
+            rst.reorder(*[iv for iv in rst.leaf_iter_vars if iv not in (chain, lane)],
+                        chain, lane)
+            rst.unroll(chain)
+            rst.vectorize(lane)
+            return (mode, rst, merge)
         if mode == Form.RF_VECTOR:
-            _, ki = st.split(k, factor=factor)
+            _, ki = st.split(st.op.reduce_axis[-1], factor=factor)
             rf = self.sch.rfactor(st.op.outputs[0], ki, factor_axis=len(st.op.axis))
             rst = self.sch[_first(rf)]
-            rk = rst.op.reduce_axis[0]
-            rst.reorder(*rst.op.axis[:-1], rk, rst.op.axis[-1])
+            rst.reorder(*rst.op.axis[:-1], *rst.op.reduce_axis, rst.op.axis[-1])
             rst.vectorize(rst.op.axis[-1])
         else:
-            ko, _ = st.split(k, nparts=factor)
+            ko, _ = st.split(st.op.reduce_axis[0], nparts=factor)
             rf = self.sch.rfactor(st.op.outputs[0], ko, factor_axis=0)
             rst = self.sch[_first(rf)]
             rst.parallel(rst.op.axis[0])
@@ -252,10 +264,11 @@ class Apply:
                 top = st.fuse(*spatial) if len(spatial) > 1 else spatial[0]
                 if mode != Form.RF_PARALLEL:
                     st.parallel(top)
-        if rf is not None and rf[0] == Form.RF_VECTOR:
+        if rf is not None and rf[0] in (Form.RF_VECTOR, Form.RF_CHAINS):
             spatial_leaves = [v for v in st.leaf_iter_vars if v.kind.value == "spatial"]
             if spatial_leaves:
-                rf[1].compute_at(st, spatial_leaves[-1])
+                for t in reversed(rf[1:]):      # the merge (RF_CHAINS), then the partials
+                    t.compute_at(st, spatial_leaves[-1])
         if not self.src.gpu:
             self._auto_unroll(p, st, top)
 

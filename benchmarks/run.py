@@ -312,10 +312,9 @@ class Suite:
 
     # every operator's default schedule vs PyTorch / NumPy
     def operators(self) -> None:
-        np, td, ops = self.np, self.td, self.ops
+        np, ops = self.np, self.ops
         torch = _torch()
         F = torch.nn.functional if torch is not None else None
-        T = (lambda *xs: [torch.from_numpy(x) for x in xs]) if torch is not None else None
         cases = []
 
         def case(name, outs_fn, shapes, torch_fn=None, np_fn=None):
@@ -346,13 +345,39 @@ class Suite:
              lambda x: x.sum(1), lambda x: x.sum(1))
         case("sum cols 4096x1024", lambda x: ops.sum(x, axis=0), [(4096, 1024)],
              lambda x: x.sum(0), lambda x: x.sum(0))
-        case("argmax rows 4096x1024", lambda x: ops.argmax(x, axis=1), [(4096, 1024)],
-             lambda x: x.argmax(1), lambda x: x.argmax(1))
+        cases.extend(self.argmax_cases())
         case("transpose 4096x1024", ops.transpose, [(4096, 1024)],
              lambda x: x.t().contiguous(), lambda x: np.ascontiguousarray(x.T))
         case("broadcast add 4096x1024 + 1024", ops.add, [(4096, 1024), (1024,)],
              lambda x, y: x + y, lambda x, y: x + y)
         print("\noperators: default schedules (peer time / tdsl time per column)")
+        self.run_cases(cases)
+
+    def argmax_cases(self) -> list:
+        """Arg-reductions of a 4096x1024 float32 matrix: along rows (independent chains of
+        vector lanes), along columns (chunks of several vectors), and over everything."""
+        ops = self.ops
+        return [
+            ("argmax rows 4096x1024", lambda x: ops.argmax(x, axis=1), [(4096, 1024)],
+             lambda x: x.argmax(1), lambda x: x.argmax(1)),
+            ("argmin rows 4096x1024", lambda x: ops.argmin(x, axis=1), [(4096, 1024)],
+             lambda x: x.argmin(1), lambda x: x.argmin(1)),
+            ("argmax cols 4096x1024", lambda x: ops.argmax(x, axis=0), [(4096, 1024)],
+             lambda x: x.argmax(0), lambda x: x.argmax(0)),
+            ("argmax all 4096x1024", lambda x: ops.argmax(x), [(4096, 1024)],
+             lambda x: x.argmax(), lambda x: x.argmax()),
+        ]
+
+    def argmax(self) -> None:
+        print("\narg-reductions: default schedules (peer time / tdsl time per column)")
+        self.run_cases(self.argmax_cases())
+
+    def run_cases(self, cases: list) -> None:
+        """Each (name, outputs_fn, input shapes, torch_fn, numpy_fn): tdsl's default schedule
+        against the peers, interleaved."""
+        np, td = self.np, self.td
+        torch = _torch()
+        T = (lambda *xs: [torch.from_numpy(x) for x in xs]) if torch is not None else None
         for name, outs_fn, shapes, torch_fn, np_fn in cases:
             phs = [td.placeholder(s, name=f"in{i}") for i, s in enumerate(shapes)]
             out = outs_fn(*phs)
@@ -687,6 +712,8 @@ def run_suite(suite: Suite, args: argparse.Namespace, want: Callable[[str], bool
         suite.elementwise()
     if want("operators"):
         suite.operators()
+    elif want("argmax"):
+        suite.argmax()
     for m in (1, 8):
         if want(f"dense{m}"):
             suite.dense(m)
@@ -717,7 +744,7 @@ def main(argv: "list[str] | None" = None) -> int:
                     "quick 5)")
     ap.add_argument("--only", nargs="*", default=None,
                     help="run only these: matmul conv2d softmax elementwise operators compile "
-                    "import; issue 12 rows: dense1 dense8 dense512 dense_gelu depthwise "
+                    "import argmax (the arg-reduction rows of operators); issue 12 rows: dense1 dense8 dense512 dense_gelu depthwise "
                     "batch_matmul conv2d_s2 transpose vecmath idle")
     ap.add_argument("--no-tvm", action="store_true", help="skip TVM even when installed")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<time>.json)")

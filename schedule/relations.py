@@ -7,7 +7,7 @@ bound inference, loop-nest construction, rfactor and tensorize.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from tdsl.expr import Const, Expr
 from tdsl.tensor import IterVar
@@ -114,6 +114,37 @@ def leaf_ancestry(relations: list, root: IterVar) -> set[IterVar]:
     return out
 
 
+def reduce_loops_in_order(stage: Any, exclude: "IterVar | None" = None) -> bool:
+    """True if ``stage``'s reduction loops (but ``exclude``) visit the reduction's
+    points in the order of its axes (row-major: the first axis outermost): each leaf
+    derived by splits, the outer part of a split before its inner part, no reorder
+    that breaks that, and each loop serial or unrolled.  A reducer's in-order ``update``
+    (``CommReducer.combine_in_order``) is valid only then."""
+    from tdsl.stmt import ForKind
+    from tdsl.tensor import IterKind
+    roots = list(stage.op.reduce_axis)
+    keys: dict[IterVar, tuple] = {r: (i,) for i, r in enumerate(roots)}
+    for rel in stage.relations:          # in creation order: a parent before its parts
+        if isinstance(rel, Split) and rel.parent in keys:
+            keys[rel.outer] = keys[rel.parent] + (0,)
+            keys[rel.inner] = keys[rel.parent] + (1,)
+        elif isinstance(rel, Fuse) and (rel.outer in keys or rel.inner in keys):
+            return False
+    last: "tuple | None" = None
+    for iv in stage.leaf_iter_vars:
+        if iv.kind is not IterKind.REDUCE or iv is exclude:
+            continue
+        key = keys.get(iv)
+        attr = stage.iter_attrs.get(iv)
+        if key is None or (last is not None and key <= last):
+            return False
+        if attr is not None and (attr.thread_tag is not None or attr.tensor_intrin is not None
+                                 or attr.kind not in (ForKind.SERIAL, ForKind.UNROLLED)):
+            return False
+        last = key
+    return True
+
+
 def relation_vars(rel: "Split | Fuse") -> tuple[IterVar, ...]:
     """Every iteration variable a relation mentions."""
     if isinstance(rel, Split):
@@ -122,4 +153,4 @@ def relation_vars(rel: "Split | Fuse") -> tuple[IterVar, ...]:
 
 
 __all__ = ["Split", "Fuse", "pass_down", "pass_up", "split_predicates", "split_extents",
-           "leaf_ancestry", "relation_vars", "ceil_div"]
+           "leaf_ancestry", "relation_vars", "ceil_div", "reduce_loops_in_order"]

@@ -16,7 +16,8 @@ from tdsl.expr import Const, Reduce
 from tdsl.tensor import ComputeOp, IterKind, IterVar, Range, Tensor
 from tdsl.visitor import substitute
 
-from .relations import leaf_ancestry, pass_down, pass_up, relation_vars, split_predicates
+from .relations import (leaf_ancestry, pass_down, pass_up, reduce_loops_in_order,
+                        relation_vars, split_predicates)
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -66,11 +67,15 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
         cond = p if cond is None else cond & p
     cf_axis = new_axis[:factor_axis] + [fac] + new_axis[factor_axis:]
     body = []
+    # the partial results see their elements in iteration order only if the loops left
+    # to them ran in order; the merge below combines partials in no particular order
+    in_order = reduce_loops_in_order(st, exclude=axis)
     for b in op.body:
         c = substitute(b.condition, vmap)
         if cond is not None:
             c = cond if isinstance(c, Const) and c.value else (c & cond)
-        body.append(Reduce(b.combiner, tuple(substitute(s, vmap) for s in b.source), tuple(rest),
+        comb = b.combiner if in_order else b.combiner.unordered()
+        body.append(Reduce(comb, tuple(substitute(s, vmap) for s in b.source), tuple(rest),
                            c, b.value_index))
     name = sch.unique_op_name(f"{op.name}.rf")
     names = [name] if op.num_outputs == 1 else [f"{t.name}.rf" for t in op.outputs]
@@ -80,7 +85,7 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
     idx = [iv.var for iv in op.axis]
     idx = idx[:factor_axis] + [rv.var] + idx[factor_axis:]
     src = tuple(t(*idx) for t in cf.outputs)
-    comb = op.body[0].combiner
+    comb = op.body[0].combiner.unordered()
     new_body = [Reduce(comb, src, (rv,), Const(True, "bool"), i) for i in range(op.num_outputs)]
     new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, new_body, [t.name for t in op.outputs])
     st.op = new_op

@@ -11,23 +11,47 @@ from .visitor import substitute
 
 
 class CommReducer:
-    """A combiner ``result(lhs, rhs)`` with ``identity``, specialized to the value dtypes."""
+    """A combiner ``result(lhs, rhs)`` with ``identity``, specialized to the value dtypes.
 
-    __slots__ = ("name", "lhs", "rhs", "result", "identity")
+    ``update`` (optional): a cheaper combiner for folding the elements of a reduction into
+    an accumulator *in iteration order* (each new element comes after every element the
+    accumulator holds), starting from the identity -- an argmax needs no index compare
+    there: a later element wins only if strictly better.  Lowering uses it where the
+    reduction loops run in the order of the reduction axes (``combine_in_order``)."""
+
+    __slots__ = ("name", "lhs", "rhs", "result", "identity", "update")
 
     def __init__(self, name: str, lhs: Sequence[Var], rhs: Sequence[Var],
-                 result: Sequence[Expr], identity: Sequence[Expr]):
+                 result: Sequence[Expr], identity: Sequence[Expr],
+                 update: "Sequence[Expr] | None" = None):
         self.name = name
         self.lhs = tuple(lhs)
         self.rhs = tuple(rhs)
         self.result = tuple(result)
         self.identity = tuple(identity)
+        self.update = None if update is None else tuple(update)
 
     def combine(self, acc: Sequence[Expr], value: Sequence[Expr]) -> tuple[Expr, ...]:
         """The combined values for accumulators ``acc`` and new values ``value``."""
+        return self._apply(self.result, acc, value)
+
+    def combine_in_order(self, acc: Sequence[Expr], value: Sequence[Expr]) -> tuple[Expr, ...]:
+        """``combine`` for a ``value`` that comes after everything ``acc`` holds in the
+        reduction's iteration order (``update`` when there is one)."""
+        return self._apply(self.update if self.update is not None else self.result, acc, value)
+
+    def unordered(self) -> "CommReducer":
+        """This reducer without ``update``: for combining partial results (rfactor's merge),
+        which come in no particular order."""
+        if self.update is None:
+            return self
+        return CommReducer(self.name, self.lhs, self.rhs, self.result, self.identity)
+
+    def _apply(self, exprs: Sequence[Expr], acc: Sequence[Expr],
+               value: Sequence[Expr]) -> tuple[Expr, ...]:
         vmap = dict(zip(self.lhs, acc))
         vmap.update(zip(self.rhs, value))
-        return tuple(substitute(r, vmap) for r in self.result)
+        return tuple(substitute(r, vmap) for r in exprs)
 
     def __repr__(self) -> str:
         return f"CommReducer({self.name})"
@@ -40,9 +64,11 @@ class Reducer:
     ``reducer(a, b)`` with two expressions combines them directly.
     """
 
-    def __init__(self, fcombine: Callable, fidentity: Callable, name: str):
+    def __init__(self, fcombine: Callable, fidentity: Callable, name: str,
+                 fupdate: "Callable | None" = None):
         self.fcombine = fcombine
         self.fidentity = fidentity
+        self.fupdate = fupdate
         self.name = name
         self._cache: dict[tuple[DType, ...], CommReducer] = {}
 
@@ -66,7 +92,19 @@ class Reducer:
                 if r.dtype != t or i.dtype != t:
                     raise DTypeError(f"reducer '{self.name}': combiner/identity dtype "
                                      f"{r.dtype}/{i.dtype} differs from the value dtype {t}")
-            red = self._cache[key] = CommReducer(self.name, lhs, rhs, res, ident)
+            upd = None
+            if self.fupdate is not None:
+                upd = _as_tuple(self.fupdate(tuple(lhs), tuple(rhs)) if multi
+                                else self.fupdate(lhs[0], rhs[0]))
+                if len(upd) != len(key):
+                    raise TDSLError(f"reducer '{self.name}': fupdate must return {len(key)} "
+                                    f"value(s), one per reduced value")
+                upd = tuple(convert(u, t) for u, t in zip(upd, key))
+                for u, t in zip(upd, key):
+                    if u.dtype != t:
+                        raise DTypeError(f"reducer '{self.name}': fupdate dtype {u.dtype} "
+                                         f"differs from the value dtype {t}")
+            red = self._cache[key] = CommReducer(self.name, lhs, rhs, res, ident, upd)
         return red
 
     def __call__(self, expr: Any, axis: Any = None, where: Any = None, init: Any = None) -> Any:
@@ -113,9 +151,16 @@ def _is_axis(x: Any) -> bool:
     return isinstance(x, IterVar) and x.kind is IterKind.REDUCE
 
 
-def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") -> Reducer:
-    """A commutative reducer from a combiner and an identity (TVM's te.comm_reducer)."""
-    return Reducer(fcombine, fidentity, name)
+def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce",
+                 fupdate: "Callable | None" = None) -> Reducer:
+    """A commutative reducer from a combiner and an identity (TVM's te.comm_reducer).
+
+    ``fupdate(acc, value)`` (optional, tdsl's own): the combiner specialized to a
+    ``value`` that comes after every element ``acc`` holds in iteration order, ``acc``
+    starting at the identity; folding any sequence with it in order must give what
+    ``fcombine`` gives.  Loops that keep that order use it (an argmax's strict "better"
+    test, without the index compare its ties need in any order)."""
+    return Reducer(fcombine, fidentity, name, fupdate)
 
 
 def max_value(dtype: "DType | str") -> Const:

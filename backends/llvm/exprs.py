@@ -335,6 +335,11 @@ class ExprEmitter:
         if v.const is not None and src.is_int and dst.is_int:
             value = wrap_int(v.const, dst)
             return uniform(const(dst, value), value)
+        if v.kind == RAMP and src.is_int and dst.is_int and not dst.is_bool \
+                and dst.bits <= src.bits:
+            # a narrowed ramp is a ramp (lanes wrap at the width either way): an int32
+            # index of an int64 loop stays affine, one splat of the narrowed base
+            return VVal(RAMP, self.convert(v.value, src, dst, 1), v.stride)
         (x,), lanes = self.regs([v])
         return VVal(UNIFORM if lanes == 1 else VECTOR, self.convert(x, src, dst, lanes))
 

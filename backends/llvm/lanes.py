@@ -66,20 +66,60 @@ def is_zero(value: Any) -> bool:
         and value.constant == 0
 
 
-def lane_offsets(itype: ir.IntType, stride: int, lanes: int) -> ir.Constant:
-    """The constant vector ``<0, stride, 2*stride, ...>`` (wrapped to ``itype``)."""
+def lane_offsets(itype: ir.IntType, stride: int, lanes: int, start: int = 0) -> ir.Constant:
+    """The constant vector ``<start, start+stride, start+2*stride, ...>`` (wrapped to
+    ``itype``)."""
     mask = (1 << itype.width) - 1
-    return ir.Constant(ir.VectorType(itype, lanes), [(k * stride) & mask for k in range(lanes)])
+    return ir.Constant(ir.VectorType(itype, lanes),
+                       [(start + k * stride) & mask for k in range(lanes)])
 
 
 def materialize(builder: ir.IRBuilder, v: VVal, lanes: int) -> ir.Value:
-    """``v`` as an LLVM vector of ``lanes`` lanes."""
+    """``v`` as an LLVM vector of ``lanes`` lanes.
+
+    A ramp whose base is ``x + c`` (c a constant) is ``splat(x) + <c, c+s, ...>``: the
+    ramps of an unrolled loop (``ko*32 + 8``, ``ko*32 + 16``, ...) then share one splat and
+    cost one vector add each (LLVM does not move the constant out of the splat itself)."""
     if v.kind == VECTOR:
         return v.value
-    vec = splat(builder, v.value, lanes)
-    if v.kind == RAMP:
-        vec = builder.add(vec, lane_offsets(v.value.type, v.stride, lanes))
-    return vec
+    if v.kind != RAMP:
+        return splat(builder, v.value, lanes)
+    base, offset = _constant_offset(builder, v.value)
+    vec = splat(builder, base, lanes)
+    offsets = lane_offsets(v.value.type, v.stride, lanes, offset)
+    return vec if is_zero_vector(offsets) else builder.add(vec, offsets)
+
+
+def _constant_offset(builder: ir.IRBuilder, value: ir.Value) -> tuple[ir.Value, int]:
+    """``(x, c)`` with ``value == x + c`` (integers, wrapping): constants are taken out of
+    ``add`` (either operand, recursively), ``sub`` of a constant and ``trunc``; what is
+    left is rebuilt (the same values in every copy, so LLVM merges them)."""
+    if isinstance(value, ir.Constant) and isinstance(value.constant, int):
+        return ir.Constant(value.type, 0), value.constant
+    if not isinstance(value, _ins.Instruction):
+        return value, 0
+    ops = value.operands
+    if value.opname == "trunc":
+        inner, c = _constant_offset(builder, ops[0])
+        return (value, 0) if c == 0 else (builder.trunc(inner, value.type), c)
+    if value.opname == "add" and len(ops) == 2:
+        (xa, ca), (xb, cb) = (_constant_offset(builder, o) for o in ops)
+        if ca == 0 and cb == 0:
+            return value, 0
+        if is_zero(xa):
+            return xb, ca + cb
+        if is_zero(xb):
+            return xa, ca + cb
+        return builder.add(xa, xb), ca + cb
+    if value.opname == "sub" and len(ops) == 2 and isinstance(ops[1], ir.Constant) \
+            and isinstance(ops[1].constant, int):
+        x, c = _constant_offset(builder, ops[0])
+        return x, c - ops[1].constant
+    return value, 0
+
+
+def is_zero_vector(value: ir.Constant) -> bool:
+    return all(c == 0 for c in value.constant)
 
 
 class _VectorGEP(_ins.Instruction):

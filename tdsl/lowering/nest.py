@@ -26,7 +26,8 @@ from ..stmt import (Allocate, Barrier, Buffer, BufferStore, For, ForKind, IfThen
                     LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
 from ..tensor import IterKind, IterVar
 from ..visitor import free_vars, substitute, transform
-from tdsl.schedule.relations import Split, split_extents, split_predicates
+from tdsl.schedule.relations import (Split, reduce_loops_in_order, split_extents,
+                                     split_predicates)
 from tdsl.schedule.stage import AttachType
 
 from .bound import (StageBounds, attached_descendants, in_kernel, loop_scope, rebound_descendants,
@@ -453,7 +454,11 @@ class NestBuilder:
         idx = self.out_indices(st, vmap, stor)
         acc = [BufferLoad(buf, idx) for buf in stor.buffers]
         src = [self.lower_expr(s, vmap) for s in red.source]
-        new = red.combiner.combine(acc, src)
+        if not red.init and reduce_loops_in_order(st):
+            # elements in iteration order after the identity: the in-order update
+            new = red.combiner.combine_in_order(acc, src)
+        else:
+            new = red.combiner.combine(acc, src)
         if len(new) == 1:
             stmt: Stmt = BufferStore(stor.buffers[0], new[0], idx)
         else:

@@ -21,30 +21,53 @@ __all__ = ["sum", "mean", "max", "min", "prod_", "argmax", "argmin", "reduce"]
 _rprod = comm_reducer(lambda x, y: x * y, lambda t: Const(1, t), name="prod")
 
 
-def _argreducer(better: Callable[[Expr, Expr], Expr], identity: Callable[[DType], Const],
+def _argreducer(better: Callable[[Expr, Expr], Expr], better_eq: Callable[[Expr, Expr], Expr],
+                not_better: Callable[[Expr, Expr], Expr], identity: Callable[[DType], Const],
                 name: str) -> Any:
     """An (index, value) reducer with NumPy's semantics: NaN beats every number (the first
     NaN wins), ties go to the smaller index, and the identity's index (the index dtype's
     largest value) loses every tie -- so a row of -inf gives 0, as NumPy does, never the
-    identity.  Commutative and associative, so rfactor can merge partial results."""
+    identity.  Commutative and associative, so rfactor can merge partial results; its
+    in-order ``fupdate`` (loops that visit the points in index order) skips the index
+    compare."""
     def fcombine(x: tuple, y: tuple) -> tuple:
         xv, yv = x[1], y[1]
-        win = better(yv, xv)
-        tie = yv == xv
+        first = y[0] < x[0]
         if xv.dtype.is_float:
-            ynan, xnan = _i.isnan(yv), _i.isnan(xv)
-            win = win | (ynan & ~xnan)
-            tie = tie | (ynan & xnan)
-        take = win | (tie & (y[0] < x[0]))
+            # y wins: when it comes first, if it ties or beats x or is NaN; else if it
+            # beats x strictly or is a NaN against a number -- ``not (y <= x)`` is "y > x
+            # or either is NaN", masked by "x is not NaN".  Two compares and a mask per
+            # side instead of five compares (the arg-reduction's inner loop is bound by
+            # this count once its chains are independent).
+            if_first = better_eq(yv, xv) | _i.isnan(yv)
+            if_later = ~not_better(yv, xv) & ~_i.isnan(xv)
+        else:
+            if_first = better_eq(yv, xv)
+            if_later = better(yv, xv)
+        take = (first & if_first) | (~first & if_later)
+        return _i.if_then_else(take, y[0], x[0]), _i.if_then_else(take, y[1], x[1])
+
+    def fupdate(x: tuple, y: tuple) -> tuple:
+        # y comes after everything x holds (loops in iteration order): it wins if strictly
+        # better (or a NaN against a number), or if x is still the identity -- no index
+        # compare, three fewer vector instructions per element than fcombine
+        xv, yv = x[1], y[1]
+        if xv.dtype.is_float:
+            later = ~not_better(yv, xv) & ~_i.isnan(xv)
+        else:
+            later = better(yv, xv)
+        take = later | (x[0] == max_value(x[0].dtype))
         return _i.if_then_else(take, y[0], x[0]), _i.if_then_else(take, y[1], x[1])
 
     def fidentity(t0: DType, t1: DType) -> tuple:
         return max_value(t0), identity(t1)
-    return comm_reducer(fcombine, fidentity, name=name)
+    return comm_reducer(fcombine, fidentity, name=name, fupdate=fupdate)
 
 
-_argmax = _argreducer(lambda a, b: a > b, min_value, "argmax")
-_argmin = _argreducer(lambda a, b: a < b, max_value, "argmin")
+_argmax = _argreducer(lambda a, b: a > b, lambda a, b: a >= b, lambda a, b: a <= b,
+                      min_value, "argmax")
+_argmin = _argreducer(lambda a, b: a < b, lambda a, b: a <= b, lambda a, b: a >= b,
+                      max_value, "argmin")
 
 
 def _layout(op: str, x: Tensor, axis: Any, keepdims: bool):
@@ -121,17 +144,21 @@ def mean(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:
 
 
 def _arg(op: str, red: Any, x: Tensor, axis: "int | None", keepdims: bool) -> Tensor:
+    """The (index, value) reduction over ``axis`` (None: every axis, the index flat in
+    row-major order, as NumPy's), then the index as int64.  Every axis is reduced in
+    place (no reshape): the last one stays a contiguous inner loop the schedules
+    vectorize, where a flattened 1-D view would index ``x[k // n, k % n]``."""
     check_tensor(op, x)
     if x.dtype.is_bool:
         raise DTypeError(f"ops.{op}: bool tensors are not supported; cast to int8 first")
-    if axis is None:
-        from .transform import reshape
-        flat = reshape(x, [prod(x.shape)])
-        return _arg(op, red, flat, 0, False) if not keepdims else \
-            reshape(_arg(op, red, flat, 0, False), [1] * x.ndim)
+    if axis is not None and not isinstance(axis, int):
+        raise ShapeError(f"ops.{op}: axis must be an int or None, got {axis!r}")
     axes, kept, shape = _layout(op, x, axis, keepdims)
-    (d,) = axes
-    k = reduce_axis((0, x.shape[d]), name=f"k{d}")
+    ks = [reduce_axis((0, x.shape[d]), name=f"k{d}") for d in axes]
+    size = prod([x.shape[d] for d in axes])
+    # 32-bit indices inside the reduction where the reduced size is known to fit: twice
+    # the vector lanes, and single-cycle compares (x86 has no fast 64-bit vector compare)
+    index_dtype = "int32" if isinstance(size, Const) and size.value < 2 ** 31 - 1 else INDEX
 
     def body(*idx: Expr) -> tuple:
         src: list[Any] = [None] * x.ndim
@@ -141,12 +168,12 @@ def _arg(op: str, red: Any, x: Tensor, axis: "int | None", keepdims: bool) -> Te
         else:
             for o, e in enumerate(kept):
                 src[e] = idx[o]
-        src[d] = k
-        return red((k.var.astype(index_dtype), x(*src)), axis=k)
-    # 32-bit indices inside the reduction where the axis is short enough: twice the
-    # vector lanes, and single-cycle compares (x86 has no fast 64-bit vector compare)
-    n = x.shape[d]
-    index_dtype = "int32" if isinstance(n, Const) and n.value < 2 ** 31 - 1 else INDEX
+        flat: "Expr | None" = None
+        for d, k in zip(axes, ks):
+            src[d] = k
+            kv = k.var.astype(index_dtype)
+            flat = kv if flat is None else flat * x.shape[d].astype(index_dtype) + kv
+        return red((flat, x(*src)), axis=ks)
     index, _value = compute(shape, body, name=f"T_{op}_red", tag=OpKind.REDUCE)
     # The (index, value) reduction is an intermediate; the result copies the index out.
     return compute(shape, lambda *idx: index(*idx).astype(INDEX), name=f"T_{op}",
