@@ -226,7 +226,7 @@ class NestBuilder:
             if not body:
                 core = st.op.lower_point(self, st, vmap)
             elif is_reduce:
-                core = self.update_stmt(st, body, vmap, stor)
+                core = self.update_stmt(st, body, vmap, stor, staged)
             else:
                 core = self.store_stmt(st, body, vmap, stor,
                                        _conj(dom) if policy == padding.FILL and dom else None)
@@ -485,7 +485,8 @@ class NestBuilder:
             stores.append(BufferStore(buf, v, idx))
         return seq(stores)
 
-    def update_stmt(self, st: "Stage", body: tuple, vmap: dict, stor: Storage) -> Stmt:
+    def update_stmt(self, st: "Stage", body: tuple, vmap: dict, stor: Storage,
+                    staged: bool = False) -> Stmt:
         red: Reduce = body[0]
         idx = self.out_indices(st, vmap, stor)
         acc = [BufferLoad(buf, idx) for buf in stor.buffers]
@@ -498,7 +499,8 @@ class NestBuilder:
             stmt = seq([BufferStore(buf, t, idx) for buf, t in zip(stor.buffers, tmps)])
             for t, e in reversed(list(zip(tmps, new))):
                 stmt = LetStmt(t, e, stmt)
-        cond = self.lower_expr(red.condition, vmap)
+        cond = self.lower_expr(padding.needed_condition(self, st, red) if staged
+                               else red.condition, vmap)
         if not (isinstance(cond, Const) and cond.value):
             stmt = IfThenElse(cond, stmt)
         return stmt

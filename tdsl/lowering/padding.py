@@ -15,10 +15,11 @@ kernel instead guards the fetch (zero filling what lies outside) and the final s
   out-of-domain points flow only into out-of-domain points of its consumers (a
   well-formed program reads a tensor inside its domain), which the final global store's
   guard discards;
-* a reduction tail (``k >= K`` of a split ``k``) adds nothing to a **sum** whose every
-  factor is a load, indexed by ``k`` itself along an axis of ``k``'s extent, of a
-  *zero-padded* stage: a filled one, or a dropped-guard identity copy (``cache_read``) of
-  a zero-padded one.  Its guard is dropped too.
+* a reduction tail (``k >= K`` of a split ``k``; a term ``e < K`` of the reduction's
+  condition, which ``rfactor`` of such a split adds) adds nothing to a **sum** whose every
+  factor is a load, indexed by ``k`` (``e``) along an axis ``[0, K)``, of a *zero-padded*
+  stage: a filled one, or a dropped-guard identity copy (``cache_read``) of a
+  zero-padded one.  Its guard is dropped too.
 
 A stage that reads global memory and is a reduction, or writes global memory, keeps its
 guards.
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..expr import Add, Const, Div, Expr, FloorDiv, FloorMod, Mul, Reduce, TensorLoad, Var
+from ..expr import (Add, And, Const, Div, Expr, FloorDiv, FloorMod, LT, Mul, Reduce, TensorLoad,
+                    Var)
 from ..stmt import StorageScope
 from ..structural import structural_equal
 from ..tensor import IterVar
@@ -132,21 +134,44 @@ def _factors(e: Expr) -> list[Expr]:
     return [e]
 
 
-def zero_beyond(nb: "NestBuilder", st: "Stage", axis: IterVar) -> bool:
-    """Iterations of reduction ``axis`` past its extent add zero to ``st``'s sum."""
+def _zero_past(nb: "NestBuilder", st: "Stage", index: Expr, extent: Expr) -> bool:
+    """``st`` is a staged sum whose every term is zero where ``index >= extent``: each
+    factor a load of a zero-padded stage at ``index`` along an axis ``[0, extent)``."""
     body = _body(nb, st)
-    if len(body) != 1 or not isinstance(body[0], Reduce) or axis not in st.op.reduce_axis:
-        return False
-    red = body[0]
-    if not _is_sum(red) or not _is_zero(axis.dom.min) or not _staged(nb, st) \
+    if len(body) != 1 or not isinstance(body[0], Reduce) or not _is_sum(body[0]) \
             or domain_policy(nb, st) != DROP:
         return False
-    for f in _factors(red.source[0]):
+    for f in _factors(body[0].source[0]):
         if not isinstance(f, TensorLoad) or not zero_padded(nb, nb.sch[f.tensor]):
             return False
         src_axes = nb.sch[f.tensor].op.axis
-        if not any(isinstance(i, Var) and i is axis.var and _is_zero(ax.dom.min)
-                   and structural_equal(ax.dom.extent, axis.dom.extent)
+        if not any(structural_equal(i, index) and _is_zero(ax.dom.min)
+                   and structural_equal(ax.dom.extent, extent)
                    for i, ax in zip(f.indices, src_axes)):
             return False
     return True
+
+
+def zero_beyond(nb: "NestBuilder", st: "Stage", axis: IterVar) -> bool:
+    """Iterations of reduction ``axis`` past its extent add zero to ``st``'s sum."""
+    return axis in st.op.reduce_axis and _is_zero(axis.dom.min) and \
+        _zero_past(nb, st, axis.var, axis.dom.extent)
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if isinstance(e, And):
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
+
+
+def needed_condition(nb: "NestBuilder", st: "Stage", red: Reduce) -> Expr:
+    """``red.condition`` less its ``index < extent`` terms that zero-padded operands make
+    redundant (an ``rfactor`` of a split with a tail: ``ko * L + ki < K``)."""
+    keep = [c for c in _conjuncts(red.condition)
+            if not (isinstance(c, LT) and _zero_past(nb, st, c.a, c.b))]
+    if not keep:
+        return Const(True, "bool")
+    out = keep[0]
+    for c in keep[1:]:
+        out = out & c
+    return out

@@ -22,7 +22,7 @@ from tdsl.visitor import post_order_visit
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(), reason="NVRTC (cuda-python) is not installed")
 
-_FMA = re.compile(r"^(\w+)\[([^\]]+)\] = \1\[\2\] \+ .+\*.+;$")
+_FMA = re.compile(r"^(\w+)\[([^\]]+)\] = \1\[\2\] \+ \w+\[[^\]]+\] \* \w+\[[^\]]+\];$")
 
 
 def kernel_blocks(src: str) -> list[tuple[str, list[str]]]:

@@ -123,7 +123,8 @@ def _fetch(st: Stage, at: Stage, where: object, ty_threads: int) -> None:
 def split_k(n: int, co: int, oh: int, ow: int, ci: int, taps: int) -> int:
     """K slices of the split-K variant: 1 (no split) unless the grid of output tiles has
     fewer than ``SPLIT_BELOW`` blocks; then the smallest power of two that brings it to
-    ``FILL_BLOCKS``, dividing ``ci`` and leaving each slice ``MIN_SLICE_K`` deep or more."""
+    ``FILL_BLOCKS``, leaving each slice ``MIN_SLICE_K`` deep or more.  The slices need
+    not divide ``ci``: the last one's tail reads the zero fill of the fetches."""
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
     blocks = n * cdiv(co, _co_threads(n, co, oh, ow) * CO_THREAD) * cdiv(oh, PIX_TILE) * \
@@ -132,7 +133,7 @@ def split_k(n: int, co: int, oh: int, ow: int, ci: int, taps: int) -> int:
         return 1
     best = 1
     for slices in (2, 4, 8, 16, 32):
-        if ci % slices or (ci // slices) * taps < MIN_SLICE_K:
+        if -(-ci // slices) * taps < MIN_SLICE_K:
             break
         best = slices
         if blocks * slices >= FILL_BLOCKS:
