@@ -16,9 +16,13 @@ window's tiles would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one k
 (``RC x KW`` taps).  Bias and activation run on the accumulators before the store (4
 consecutive pixels: float4 where aligned).
 
-Sizes that don't divide the tiles are guarded per output (a thread's out-of-range
-accumulators would read shared elements no thread fetched); every size is constant
-here, so the index arithmetic is 32-bit.
+At sizes that don't divide the tiles the fetches zero-fill what lies outside the input
+and only the final store is guarded (tdsl/lowering/padding.py): the FMAs run unguarded.
+Every size is constant here, so the index arithmetic is 32-bit.
+
+Where the grid has fewer than ``SPLIT_BELOW`` blocks (a late 7x7 layer), the input
+channels are split into K slices (``split_k``): partial sums in one kernel, their
+in-order sum and the epilogue in a second (deterministic, no atomics).
 """
 from __future__ import annotations
 

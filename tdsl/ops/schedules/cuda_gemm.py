@@ -13,6 +13,11 @@ broadcast across threadIdx.x).  Each k step copies the thread's A column and B r
 registers and does ``(BM/16)*(BN/16)`` FMAs from them; the elementwise epilogue (bias,
 activation) runs on the accumulators before the one (float4) store per output.
 
+At sizes the tiles don't divide, the fetches zero-fill and only the final store is
+guarded (tdsl/lowering/padding.py).  A grid of fewer than ``SPLIT_BELOW`` blocks (small
+M x N, e.g. batch-16 inference) is split along k (``split_k``): partial products in one
+kernel, their in-order sum and the epilogue in a second.
+
 The B operand is read through the declaration's PACK stage (``b_pack[k, j]``, columns
 innermost): that stage becomes the shared B tile, so ``dense``'s transposed weight is
 re-laid out by the fetch.
