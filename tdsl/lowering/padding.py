@@ -9,9 +9,10 @@ kernel instead guards the fetch (zero filling what lies outside) and the final s
 * **fill**: a staged stage (local or shared, attached in a kernel, not a reduction) that
   reads global memory stores ``0`` at its out-of-domain points instead of skipping them,
   so every element of its buffer is defined and is zero outside the domain;
-* **drop**: a staged stage that reads only staged buffers needs no domain guard at all:
-  its reads stay inside the producers' buffers (bound inference sized them for this
-  stage's unclamped region) and its writes inside its own.  The values it computes at
+* **drop**: a staged stage that reads only staged buffers written at every point of
+  their regions (filled or dropped themselves) needs no domain guard at all: its reads
+  stay inside the producers' buffers (bound inference sized them for this stage's
+  unclamped region) and find defined values there, and its writes stay inside its own.  The values it computes at
   out-of-domain points flow only into out-of-domain points of its consumers (a
   well-formed program reads a tensor inside its domain), which the final global store's
   guard discards;
@@ -88,7 +89,9 @@ def domain_policy(nb: "NestBuilder", st: "Stage") -> str:
     if not body or not _staged(nb, st) or any(_divides_by_data(e) for e in body):
         return GUARD
     reads = [nb.sch[ld.tensor] for e in body for ld in _loads(e)]
-    if all(_staged(nb, p) for p in reads):
+    # every producer staged and written at every point of its region (no read of an
+    # element no thread wrote)
+    if all(_staged(nb, p) and domain_policy(nb, p) != GUARD for p in reads):
         return DROP
     return GUARD if isinstance(body[0], Reduce) else FILL
 
