@@ -11,7 +11,8 @@ For a stage with leaf loops ``l0 .. lm`` this builds::
 Tail guards come from ``split_predicates``; a guard on a serial loop that is
 the inner part of its own split becomes a tighter loop extent instead.
 Inside GPU kernels every guard stays innermost so that no barrier ends up under
-a thread-dependent condition.
+a thread-dependent condition; a stage staged in local or shared memory there zero-fills
+its out-of-domain points or runs unguarded instead (``padding.py``).
 """
 from __future__ import annotations
 
