@@ -237,3 +237,31 @@ def test_tails_through_the_interpreter():
     o = np.full((1, 12, 11, 13), np.nan, "float32")
     interpreter.run(td.lower(ops.schedule(args[-1], "cuda"), args), d, k, o)
     np.testing.assert_allclose(o, _conv_ref(d, k, 1, 1), rtol=1e-4, atol=1e-4)
+
+
+@needs_gxx
+def test_stage_over_a_guarded_producer_is_not_run_unguarded():
+    """A local stage reading a shared *reduction* (which keeps its guards: its
+    out-of-domain elements are never written) is zero-filled, not run unguarded: it
+    would read shared elements no thread wrote (the emulator reports that)."""
+    n = 70
+    A = td.placeholder((n, 8), name="A")
+    k = td.reduce_axis((0, 8), name="k")
+    S = td.compute((n,), lambda i: td.sum(A[i, k], axis=k), name="S")
+    L = td.compute((n,), lambda i: S[i] * 2.0, name="L")
+    B = td.compute((n,), lambda i: L[i] + 1.0, name="B")
+    s = td.create_schedule(B.op)
+    bo, bi = s[B].split(B.op.axis[0], factor=32)
+    s[B].bind(bo, td.thread_axis("blockIdx.x"))
+    s[B].bind(bi, td.thread_axis("threadIdx.x"))
+    s[L].set_scope("local")
+    s[L].compute_at(s[B], bi)
+    s[S].set_scope("shared")
+    s[S].compute_at(s[B], bo)
+    _, si = s[S].split(S.op.axis[0], factor=32)
+    s[S].bind(si, td.thread_axis("threadIdx.x"))
+    f = td.build(s, [A, B], target="cuda")
+    a = np.random.default_rng(0).standard_normal((n, 8)).astype("float32")
+    b = np.full(n, np.nan, "float32")
+    f.emulate(a, b)
+    np.testing.assert_allclose(b, a.sum(1) * 2 + 1, rtol=1e-5, atol=1e-5)
