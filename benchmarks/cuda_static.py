@@ -2,7 +2,8 @@
 
 For each default kernel (``tdsl.ops`` + ``ops.schedule(..., "cuda")``): registers per thread,
 stack frame and spill bytes (ptxas ``-v`` through NVRTC), shared memory per block, threads
-per block, outputs per thread (the local accumulator), global loads per thread and per FMA
+per block, blocks per launch (a symbolic grid dimension counts 1), outputs per thread (the
+local accumulator), global loads per thread and per FMA
 (elements, a float4 counting 4; counted in
 the lowered IR per thread: loads of global buffers and multiply-adds, each weighted by the
 trip counts of the serial loops around it; thread- and block-bound loops count once).
@@ -36,6 +37,7 @@ class Row:
     spill_bytes: int
     shared_bytes: int
     threads: int
+    blocks: int
     outputs_per_thread: int
     loads_per_thread: int
     loads_per_fma: float
@@ -70,6 +72,29 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
         K = td.placeholder((128, 64, 3, 3), name="K")
         return [D, K], ops.conv2d(D, K, stride=2, padding=1)
 
+    def matmul_tail():          # sizes the 128 x 128 x 8 tiles do not divide
+        A, B = td.placeholder((1000, 1000), name="A"), td.placeholder((1000, 1000), name="B")
+        return [A, B], ops.matmul(A, B)
+
+    def matmul_odd():           # odd row strides: scalar fetches, a k tail
+        A, B = td.placeholder((1023, 517), name="A"), td.placeholder((517, 1021), name="B")
+        return [A, B], ops.matmul(A, B)
+
+    def dense_small_m():        # batch-16 inference: 8 tiles, split-K
+        X, W = td.placeholder((16, 4096), name="X"), td.placeholder((1024, 4096), name="W")
+        b = td.placeholder((1024,), name="b")
+        return [X, W, b], ops.dense(X, W, b, activation="relu")
+
+    def conv2d_tail():          # 30 x 30 outputs: the 8 x 8 pixel tiles have a tail
+        D = td.placeholder((1, 64, 30, 30), name="D")
+        K = td.placeholder((64, 64, 3, 3), name="K")
+        return [D, K], ops.conv2d(D, K, padding=1)
+
+    def conv2d_late():          # a late 7 x 7 layer: 32 tiles, split-K
+        D = td.placeholder((1, 512, 7, 7), name="D")
+        K = td.placeholder((512, 512, 3, 3), name="K")
+        return [D, K], ops.conv2d(D, K, padding=1)
+
     def softmax():
         X = td.placeholder((4096, 1024), name="X")
         return [X], ops.softmax(X)
@@ -84,7 +109,8 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
         return [X, Y], ops.gelu(ops.add(X, Y))
 
     return {"matmul": matmul, "matmul_fp16": matmul_fp16, "dense": dense, "batch_matmul": batch_matmul, "conv2d": conv2d,
-            "conv2d_s2": conv2d_s2,
+            "conv2d_s2": conv2d_s2, "matmul_tail": matmul_tail, "matmul_odd": matmul_odd,
+            "dense_small_m": dense_small_m, "conv2d_tail": conv2d_tail, "conv2d_late": conv2d_late,
             "softmax": softmax, "layernorm": layernorm, "elementwise": elementwise}
 
 
@@ -140,9 +166,12 @@ def report(arch: str = "sm_90") -> list[Row]:
             r = info[k.name]
             grid, block = (tuple(int(x.value) if isinstance(x, Const) else str(x) for x in dims)
                            for dims in (k.grid, k.block))
+            blocks = 1
+            for g in grid:
+                blocks = blocks * g if isinstance(g, int) else blocks
             rows.append(Row(f"{name}:{k.name}", f"grid {grid} block {block}", r.registers,
                             r.frame_bytes, r.spill_stores + r.spill_loads, k.shared_bytes,
-                            k.threads_per_block or k.max_threads,
+                            k.threads_per_block or k.max_threads, blocks,
                             max(outs + [acc.get("frag", 1)]),
                             acc["loads"],
                             round(acc["loads"] / acc["fma"], 4) if acc["fma"] else float("nan")))
@@ -158,12 +187,12 @@ def main(argv: "list[str] | None" = None) -> int:
     if a.json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     else:
-        head = ("kernel", "regs", "frame B", "spill B", "shared B", "threads", "outs/thr",
-                "gld/thr", "gld/FMA", "launch")
+        head = ("kernel", "regs", "frame B", "spill B", "shared B", "threads", "blocks",
+                "outs/thr", "gld/thr", "gld/FMA", "launch")
         print(f"{head[0]:<42}" + "".join(f"{h:>9}" for h in head[1:-1]) + f"  {head[-1]}")
         for r in rows:
             print(f"{r.kernel:<42}{r.registers:>9}{r.frame_bytes:>9}{r.spill_bytes:>9}"
-                  f"{r.shared_bytes:>9}{r.threads:>9}{r.outputs_per_thread:>9}"
+                  f"{r.shared_bytes:>9}{r.threads:>9}{r.blocks:>9}{r.outputs_per_thread:>9}"
                   f"{r.loads_per_thread:>9}"
                   f"{r.loads_per_fma:>9}  {r.launch}")
     mm = next(r for r in rows if r.kernel.startswith("matmul:"))

@@ -136,6 +136,24 @@ def precompiled_header(cxx: str, header: bytes) -> str:
     return path
 
 
+def _compile(source: str, kernels: Sequence[Any], cxx: str, header: bytes, so: str) -> None:
+    fd, src_path = tempfile.mkstemp(suffix=".cc", dir=cache_dir())
+    with os.fdopen(fd, "w") as f:
+        f.write(translation_unit(source, kernels, precompiled_header(cxx, header)))
+    tmp_so = src_path[:-3] + ".so"
+    try:
+        proc = subprocess.run([cxx, *CXX_FLAGS, "-o", tmp_so, src_path],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            log = "\n".join(proc.stderr.splitlines()[:60])
+            raise BuildError(f"CUDA emulation: g++ could not compile the kernel source:\n{log}")
+        os.replace(tmp_so, so)
+    finally:
+        for p in (src_path, tmp_so):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
 def load(source: str, kernels: Sequence[Any]) -> ctypes.CDLL:
     """The compiled emulation library of ``source`` (from the on-disk cache when possible)."""
     with open(HEADER, "rb") as f:
@@ -147,26 +165,23 @@ def load(source: str, kernels: Sequence[Any]) -> ctypes.CDLL:
     if lib is not None:
         return lib
     so = os.path.join(cache_dir(), f"{key[:32]}.so")
-    if not os.path.exists(so):
-        fd, src_path = tempfile.mkstemp(suffix=".cc", dir=cache_dir())
-        with os.fdopen(fd, "w") as f:
-            f.write(translation_unit(source, kernels, precompiled_header(cxx, header)))
-        tmp_so = src_path[:-3] + ".so"
+    # another process's prune may delete the file between its compile (or our existence
+    # check) and dlopen: compile again once then; prune only after our own dlopen
+    for attempt in (0, 1):
+        built = not os.path.exists(so)
+        if built:
+            _compile(source, kernels, cxx, header, so)
+        else:
+            disk_cache.touch(so)
         try:
-            proc = subprocess.run([cxx, *CXX_FLAGS, "-o", tmp_so, src_path],
-                                  capture_output=True, text=True)
-            if proc.returncode != 0:
-                log = "\n".join(proc.stderr.splitlines()[:60])
-                raise BuildError(f"CUDA emulation: g++ could not compile the kernel source:\n{log}")
-            os.replace(tmp_so, so)
-        finally:
-            for p in (src_path, tmp_so):
-                if os.path.exists(p):
-                    os.unlink(p)
-        disk_cache.prune(Path(cache_dir()), keep=_keep)
-    else:
-        disk_cache.touch(so)
-    lib = open_library(so)
+            lib = open_library(so)
+        except OSError:
+            if attempt or os.path.exists(so):
+                raise
+            continue
+        if built:
+            disk_cache.prune(Path(cache_dir()), keep=_keep)
+        break
     for k in kernels:
         fn = getattr(lib, f"tdsl_emu_{k.name}")
         fn.argtypes = [ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_void_p),

@@ -25,7 +25,10 @@ rendered lane by lane on the vectors' ``.x .y .z .w``.  Guards that do not depen
 on the lane wrap the vector code.  A guard that does must be a conjunction of
 comparisons linear in the lane (``base + lane < n``): the vector code then runs
 where the comparison holds at its hardest lane, and the scalar loop elsewhere (a
-tail).  Anything else (a lane-dependent load under a ``Select``, a gather, a
+tail).  A zero fill (``X[i] = if_then_else(c, v, 0)``: a fetch's out-of-domain elements,
+padding) runs as the vector store of ``v`` where ``c`` holds at every lane, and the
+scalar loop elsewhere.
+Anything else (a lane-dependent load under a ``Select``, a gather, a
 provably misaligned or unprovable base, a read of the stored buffer at another
 address, a guard with a load ...) keeps the scalar rendering.
 """
@@ -117,6 +120,13 @@ def plan_vector_loop(r: Any, loop: For) -> "VectorPlan | None":
         return _Planner(r, loop, width).run(conds, body, ctype)
     except _Fail:
         return None
+
+
+def _zero_fill(v: Expr) -> "Select | None":
+    """``if_then_else(c, x, 0)`` (a fetch's zero fill outside the domain, or padding)."""
+    if isinstance(v, Select) and isinstance(v.false_value, Const) and v.false_value.value == 0:
+        return v
+    return None
 
 
 def _has_load(e: Any) -> bool:
@@ -220,7 +230,13 @@ class _Planner:
             raise _Fail()   # every lane stores to one location
         target = VectorAccess(store.buffer, store_base, ctype)
         invariant, lane_guards, worst = self.guards(conds)
-        value = self.peel(store.value)
+        value = store.value
+        fill = _zero_fill(value)
+        if fill is not None:   # the vector path only where no lane is zero filled
+            f_inv, _, f_worst = self.guards([fill.cond])
+            worst = worst + f_inv + f_worst
+            value = fill.true_value
+        value = self.peel(value)
         loads: list[VectorAccess] = []
         scalars: list[list[BufferLoad]] = []
 

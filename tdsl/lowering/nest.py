@@ -11,7 +11,8 @@ For a stage with leaf loops ``l0 .. lm`` this builds::
 Tail guards come from ``split_predicates``; a guard on a serial loop that is
 the inner part of its own split becomes a tighter loop extent instead.
 Inside GPU kernels every guard stays innermost so that no barrier ends up under
-a thread-dependent condition.
+a thread-dependent condition; a stage staged in local or shared memory there zero-fills
+its out-of-domain points or runs unguarded instead (``padding.py``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from ..arith import Analyzer
 from ..errors import LoweringError
-from ..expr import BufferLoad, Const, Expr, Reduce, TensorLoad, Var
+from ..expr import BufferLoad, Const, Expr, Reduce, Select, TensorLoad, Var
 from ..intrin import minimum
 from ..stmt import (Allocate, Barrier, Buffer, BufferStore, For, ForKind, IfThenElse,
                     LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
@@ -32,6 +33,7 @@ from tdsl.schedule.stage import AttachType
 
 from .bound import (StageBounds, attached_descendants, in_kernel, loop_scope, rebound_descendants,
                     storage_scope, with_full_regions)
+from . import padding
 from .storage import Storage, allocated_storage
 
 if TYPE_CHECKING:
@@ -207,7 +209,14 @@ class NestBuilder:
                                     f"cannot be combined with tensorize")
             from .allreduce import cross_thread_nest
             return cross_thread_nest(self, st, b, guard_domain)
-        ext, preds = self.tail_predicates(st, b, tpos, guard_domain)
+        staged = kernel and tpos == m and bool(body)
+        ext, preds = self.tail_predicates(st, b, tpos, guard_domain, staged=staged)
+        # a staged stage's domain guards: zero fill (a fetch), none (computed from staged
+        # buffers) or kept (padding.py)
+        policy = padding.domain_policy(self, st) if staged else padding.GUARD
+        dom = self.domain_guards(st, b, guard_domain)
+        if policy == padding.GUARD:
+            preds += self.domain_preds(st, b, dom)
 
         # the innermost statement
         if tpos < m:
@@ -219,9 +228,10 @@ class NestBuilder:
             if not body:
                 core = st.op.lower_point(self, st, vmap)
             elif is_reduce:
-                core = self.update_stmt(st, body, vmap, stor)
+                core = self.update_stmt(st, body, vmap, stor, staged)
             else:
-                core = self.store_stmt(st, body, vmap, stor)
+                core = self.store_stmt(st, body, vmap, stor,
+                                       _conj(dom) if policy == padding.FILL and dom else None)
             core = guard(self.store_predicate(st, b), core)
             last = m - 1
         preds = [(min(lv, last), r, c) for lv, r, c in preds]
@@ -249,11 +259,15 @@ class NestBuilder:
         parts = [init] if init is not None and init_pos == 0 else []
         return guard(top_guards, seq(parts + [stmt]))
 
-    def tail_predicates(self, st: "Stage", b: StageBounds, tpos: int, guard_domain: bool
-                        ) -> tuple[dict, list]:
+    def tail_predicates(self, st: "Stage", b: StageBounds, tpos: int, guard_domain: bool,
+                        staged: bool = False) -> tuple[dict, list]:
         """Loop extents and guards of ``st``'s nest: tail guards tighten serial inner loops,
         else sit at the deepest loop they use (innermost in kernels), as ``(level, involves
-        a reduction loop, condition)``; then the domain guards of an unclamped region."""
+        a reduction loop, condition)``; then the domain guards of an unclamped region.
+
+        ``staged`` (a kernel stage's own nest): the domain guards are left to the caller
+        (``padding.domain_policy``), and a reduction tail that provably adds zero
+        (``padding.zero_beyond``) gets no guard."""
         leaves = st.leaf_iter_vars
         m = len(leaves)
         pos = {b.loop_var(iv): i for i, iv in enumerate(leaves)}
@@ -275,6 +289,8 @@ class NestBuilder:
                 start = substitute(b.values[rel_parent], {iv0: Const(0, iv0.dtype)})
                 ext[inner] = self.ana.simplify(minimum(inner_ext, pext - start))
                 continue
+            if staged and padding.zero_beyond(self, st, rel_parent):
+                continue    # the fetches zero-filled the operands past the reduction's end
             involves_reduce = any(leaves[p].kind is IterKind.REDUCE for p in used)
             if level >= tpos:
                 raise LoweringError(f"tensorize: stage '{st.name}': the loops under "
@@ -282,11 +298,20 @@ class NestBuilder:
                                     f"divide the extent); choose factors that divide it")
             preds.append((m - 1 if kernel else level, involves_reduce, cond))
 
-        for cond in self.domain_guards(st, b, guard_domain):
-            used = [pos[v] for v in free_vars(cond) if v in pos]
-            preds.append((m - 1, any(leaves[p].kind is IterKind.REDUCE for p in used), cond))
-
+        if not staged:
+            preds += self.domain_preds(st, b, self.domain_guards(st, b, guard_domain))
         return ext, preds
+
+    def domain_preds(self, st: "Stage", b: StageBounds, conds: list[Expr]) -> list:
+        """Domain guards as innermost ``(level, involves reduce, cond)`` predicates."""
+        leaves = st.leaf_iter_vars
+        pos = {b.loop_var(iv): i for i, iv in enumerate(leaves)}
+        out = []
+        for cond in conds:
+            used = [pos[v] for v in free_vars(cond) if v in pos]
+            out.append((len(leaves) - 1, any(leaves[p].kind is IterKind.REDUCE for p in used),
+                        cond))
+        return out
 
     def store_predicate(self, st: "Stage", b: StageBounds) -> list[Expr]:
         """``set_store_predicate``'s terms as conditions on the loops bound to their thread
@@ -444,12 +469,26 @@ class NestBuilder:
             idx.append(v if isinstance(off, Const) and off.value == 0 else v - off)
         return idx
 
-    def store_stmt(self, st: "Stage", body: tuple, vmap: dict, stor: Storage) -> Stmt:
+    def store_stmt(self, st: "Stage", body: tuple, vmap: dict, stor: Storage,
+                   fill: "Expr | None" = None) -> Stmt:
+        """``buf[idx] = value``; with ``fill``, ``if_then_else(fill, value, 0)`` (a zero
+        fill outside the domain; a value that pads with zero already joins its condition)."""
         idx = self.out_indices(st, vmap, stor)
-        return seq([BufferStore(buf, self.lower_expr(e, vmap), idx)
-                    for buf, e in zip(stor.buffers, body)])
+        stores = []
+        for buf, e in zip(stor.buffers, body):
+            v = self.lower_expr(e, vmap)
+            if fill is not None:
+                zero = Const(0, v.dtype)
+                if isinstance(v, Select) and isinstance(v.false_value, Const) and \
+                        v.false_value.value == 0:
+                    v = Select(fill & v.cond, v.true_value, zero)
+                else:
+                    v = Select(fill, v, zero)
+            stores.append(BufferStore(buf, v, idx))
+        return seq(stores)
 
-    def update_stmt(self, st: "Stage", body: tuple, vmap: dict, stor: Storage) -> Stmt:
+    def update_stmt(self, st: "Stage", body: tuple, vmap: dict, stor: Storage,
+                    staged: bool = False) -> Stmt:
         red: Reduce = body[0]
         idx = self.out_indices(st, vmap, stor)
         acc = [BufferLoad(buf, idx) for buf in stor.buffers]
@@ -466,7 +505,8 @@ class NestBuilder:
             stmt = seq([BufferStore(buf, t, idx) for buf, t in zip(stor.buffers, tmps)])
             for t, e in reversed(list(zip(tmps, new))):
                 stmt = LetStmt(t, e, stmt)
-        cond = self.lower_expr(red.condition, vmap)
+        cond = self.lower_expr(padding.needed_condition(self, st, red) if staged
+                               else red.condition, vmap)
         if not (isinstance(cond, Const) and cond.value):
             stmt = IfThenElse(cond, stmt)
         return stmt

@@ -21,6 +21,9 @@ class Storage:
     buffers: list[Buffer]
     offsets: list[Expr]
     allocated: bool      # needs an Allocate (not a parameter)
+    #: the buffer holds the stage's whole (unclamped) region, out-of-domain points
+    #: included: its nest may run unguarded there (padding.py)
+    covers_region: bool = False
 
 
 def aligned_strides(shape: Sequence[Expr], align: dict[int, tuple[int, int]], ana: Analyzer
@@ -47,8 +50,14 @@ def allocated_storage(st: "Stage", bounds: dict["Stage", StageBounds], ana: Anal
     region's origin.  The region's extent depends on the loops around the stage, so it is
     bounded knowing those loops."""
     from tdsl.schedule.stage import AttachType
+    from tdsl.stmt import StorageScope
+    from .bound import in_kernel
     op = st.op
     b = bounds[st]
+    # a kernel's staged (local, shared) buffer holds its whole unclamped region, so that
+    # its out-of-domain points can be zero filled or computed unguarded (padding.py)
+    staged = in_kernel(st) and storage_scope(st) is not StorageScope.GLOBAL
+    covers = st.attach_type is not AttachType.ROOT and staged
     if st.attach_type is AttachType.ROOT:
         shape = [iv.dom.extent for iv in op.axis]
         offsets: list[Expr] = [Const(0, "int64")] * len(op.axis)
@@ -62,12 +71,15 @@ def allocated_storage(st: "Stage", bounds: dict["Stage", StageBounds], ana: Anal
                     hi = r.alloc_bound if hi is None else min(hi, r.alloc_bound)
                 declared = iv.dom.extent
                 dhi = ana.const_int_bound(declared)[1]
-                shape.append(Const(hi, "int64") if hi is not None and (dhi is None or hi <= dhi)
-                             else declared)
+                if hi is not None and (dhi is None or hi <= dhi or staged):
+                    shape.append(Const(hi, "int64"))
+                else:
+                    shape.append(declared)
+                    covers = False
                 offsets.append(r.min)
     strides = aligned_strides(shape, st.storage_alignment, ana)
     # (the outputs of an opaque operation may differ in shape; they are computed at root)
     bufs = [Buffer(t.name, shape if len(op.outputs) == 1 or st.attach_type is not
                    AttachType.ROOT else list(t.shape), t.dtype, strides, storage_scope(st))
             for t in op.outputs]
-    return Storage(bufs, offsets, True)
+    return Storage(bufs, offsets, True, covers)

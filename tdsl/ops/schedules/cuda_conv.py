@@ -16,9 +16,13 @@ window's tiles would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one k
 (``RC x KW`` taps).  Bias and activation run on the accumulators before the store (4
 consecutive pixels: float4 where aligned).
 
-Sizes that don't divide the tiles are guarded per output (a thread's out-of-range
-accumulators would read shared elements no thread fetched); every size is constant
-here, so the index arithmetic is 32-bit.
+At sizes that don't divide the tiles the fetches zero-fill what lies outside the input
+and only the final store is guarded (tdsl/lowering/padding.py): the FMAs run unguarded.
+Every size is constant here, so the index arithmetic is 32-bit.
+
+Where the grid has fewer than ``SPLIT_BELOW`` blocks (a late 7x7 layer), the input
+channels are split into K slices (``split_k``): partial sums in one kernel, their
+in-order sum and the epilogue in a second (deterministic, no atomics).
 """
 from __future__ import annotations
 
@@ -41,6 +45,14 @@ THREADS = 16
 FILL_BLOCKS = 128
 #: Bytes of one copy of the two shared tiles (double buffering keeps two).
 SHARED_BUDGET = 16 * 1024
+#: Split-K below this many blocks: under half an H100's 132 SMs, at most half of them
+#: would have work (a late 7x7 layer: 1 x 512 x 7 x 7 -> 512 has 32 blocks of 16 x 64).
+SPLIT_BELOW = FILL_BLOCKS // 2
+#: The least reduction depth of one K slice (input channels x taps): each partial sum
+#: costs one more global store and load per output, small next to 128+ FMAs.
+MIN_SLICE_K = 128
+#: Threads per block of the kernel that sums the slices.
+REDUCE_THREADS = 256
 
 
 def _const(e: object) -> Optional[int]:
@@ -112,18 +124,93 @@ def _fetch(st: Stage, at: Stage, where: object, ty_threads: int) -> None:
     st.double_buffer()
 
 
+def split_k(n: int, co: int, oh: int, ow: int, ci: int, taps: int) -> int:
+    """K slices of the split-K variant: 1 (no split) unless the grid of output tiles has
+    fewer than ``SPLIT_BELOW`` blocks; then the smallest power of two that brings it to
+    ``FILL_BLOCKS``, leaving each slice ``MIN_SLICE_K`` deep or more.  The slices need
+    not divide ``ci``: the last one's tail reads the zero fill of the fetches."""
+    def cdiv(a: int, b: int) -> int:
+        return -(-a // b)
+    blocks = n * cdiv(co, _co_threads(n, co, oh, ow) * CO_THREAD) * cdiv(oh, PIX_TILE) * \
+        cdiv(ow, PIX_TILE)
+    if blocks >= SPLIT_BELOW:
+        return 1
+    best = 1
+    for slices in (2, 4, 8, 16, 32):
+        if -(-ci // slices) * taps < MIN_SLICE_K:
+            break
+        best = slices
+        if blocks * slices >= FILL_BLOCKS:
+            break
+    return best
+
+
 def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
-    """Implicit-GEMM tiles for ``anchor`` computed in ``out``'s kernel; the stages done."""
+    """Implicit-GEMM tiles for ``anchor`` computed in ``out``'s kernel (or, where the grid
+    is far too small for the GPU, split-K: two kernels); the stages done."""
     found = _input_stages(s, anchor)
     if found is None:
         return set()
-    data, pack = found
-    (sh, sw), (dh, dw) = anchor.op.attrs["stride"], anchor.op.attrs["dilation"]
     rc_ax, ry_ax, rx_ax = anchor.op.reduce_axis
     ci, kh, kw = (_const(r.dom.extent) for r in (rc_ax, ry_ax, rx_ax))
-    cols = (PIX_TILE - 1) * sw + (kw - 1) * dw + 1
+    slices = split_k(*(_const(ax.dom.extent) for ax in out.op.axis), ci, kh * kw)
+    if slices > 1:
+        return _schedule_split_k(s, anchor, out, slices)
     n, co, y, x = out.op.axis
     tys = _co_threads(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
+    cob, cor = out.split(co, factor=tys * CO_THREAD)
+    ty, coi = out.split(cor, factor=CO_THREAD)
+    yb, yi = out.split(y, factor=PIX_TILE)
+    xb, xr = out.split(x, factor=PIX_TILE)
+    xt, xi = out.split(xr, factor=PIX_THREAD)
+    out.reorder(n, cob, yb, xb, ty, yi, xt, coi, xi)
+    out.bind(out.fuse(n, cob), thread_axis("blockIdx.z"))
+    out.vectorize(xi)                 # 4 consecutive pixels: a float4 store where aligned
+    return _tile(s, anchor, out, yb, xb, ty, yi, xt, coi, rc_ax, tys)
+
+
+def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> set:
+    """Split-K: kernel 1 computes ``slices`` partial sums, each over ``ci / slices`` input
+    channels, into a global ``(slices, N, OH, OW, CO)`` array (``rfactor``; the slice is
+    a ``blockIdx.z`` dimension, the tiles are those of the plain schedule); kernel 2 sums
+    the slices in a fixed order per output (deterministic: no atomics) and runs the
+    epilogue."""
+    rc_ax = anchor.op.reduce_axis[0]
+    ko, _ = anchor.split(rc_ax, nparts=slices)
+    part = s.rfactor(anchor.op.output(0), ko, factor_axis=0)
+    rf = s[part]
+    acc = s[s.cache_write(part, "local")]
+    ks, n, y, x, co = rf.op.axis
+    tys = _co_threads(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
+    cob, cor = rf.split(co, factor=tys * CO_THREAD)
+    ty, coi = rf.split(cor, factor=CO_THREAD)
+    yb, yi = rf.split(y, factor=PIX_TILE)
+    xb, xr = rf.split(x, factor=PIX_TILE)
+    xt, xi = rf.split(xr, factor=PIX_THREAD)
+    rf.reorder(ks, n, cob, yb, xb, ty, yi, xt, xi, coi)
+    rf.bind(rf.fuse(ks, n, cob), thread_axis("blockIdx.z"))
+    rf.vectorize(coi)                 # NHWC partials: 4 consecutive channels, a float4 store
+    done = _tile(s, acc, rf, yb, xb, ty, yi, xt, xi, acc.op.reduce_axis[0], tys)
+    # kernel 2: per output, the slices summed in order, then the epilogue
+    f = out.fuse(*out.op.axis)
+    bx, tx = out.split(f, factor=REDUCE_THREADS)
+    out.bind(bx, thread_axis("blockIdx.x"))
+    out.bind(tx, thread_axis("threadIdx.x"))
+    anchor.set_scope("local")
+    anchor.compute_at(out, tx)
+    return done | {anchor, out, rf, acc}
+
+
+def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: object,
+          yi: object, xt: object, unrolled: object, rc_ax: object, tys: int) -> set:
+    """Bind ``out``'s tile loops (``unrolled``: the per-thread loop that is not the vector
+    one), compute ``anchor`` (the accumulators) per thread, and fetch its operands into
+    shared memory per reduction chunk; the stages done."""
+    data, pack = _input_stages(s, anchor)
+    (sh, sw), (dh, dw) = anchor.op.attrs["stride"], anchor.op.attrs["dilation"]
+    _, ry_ax, rx_ax = anchor.op.reduce_axis
+    ci, kh, kw = (_const(r.dom.extent) for r in (rc_ax, ry_ax, rx_ax))
+    cols = (PIX_TILE - 1) * sw + (kw - 1) * dw + 1
     co_tile = tys * CO_THREAD
     # a chunk: RC input channels x the whole kernel window (the input patch fetched
     # once), or where that does not fit, x one kernel row
@@ -131,21 +218,12 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     whole = rc is not None
     if not whole:
         rc = _chunk(ci, kw, (PIX_TILE - 1) * sh + 1, cols, co_tile) or 1
-
-    cob, cor = out.split(co, factor=co_tile)
-    ty, coi = out.split(cor, factor=CO_THREAD)
-    yb, yi = out.split(y, factor=PIX_TILE)
-    xb, xr = out.split(x, factor=PIX_TILE)
-    xt, xi = out.split(xr, factor=PIX_THREAD)
-    out.reorder(n, cob, yb, xb, ty, yi, xt, coi, xi)
-    out.bind(out.fuse(n, cob), thread_axis("blockIdx.z"))
     out.bind(yb, thread_axis("blockIdx.y"))
     out.bind(xb, thread_axis("blockIdx.x"))
     out.bind(ty, thread_axis("threadIdx.y"))
     tx = out.fuse(yi, xt)
     out.bind(tx, thread_axis("threadIdx.x"))
-    out.unroll(coi)
-    out.vectorize(xi)                 # 4 consecutive pixels: a float4 store where aligned
+    out.unroll(unrolled)
 
     anchor.set_scope("local")
     anchor.compute_at(out, tx)

@@ -13,6 +13,11 @@ broadcast across threadIdx.x).  Each k step copies the thread's A column and B r
 registers and does ``(BM/16)*(BN/16)`` FMAs from them; the elementwise epilogue (bias,
 activation) runs on the accumulators before the one (float4) store per output.
 
+At sizes the tiles don't divide, the fetches zero-fill and only the final store is
+guarded (tdsl/lowering/padding.py).  A grid of fewer than ``SPLIT_BELOW`` blocks (small
+M x N, e.g. batch-16 inference) is split along k (``split_k``): partial products in one
+kernel, their in-order sum and the epilogue in a second.
+
 The B operand is read through the declaration's PACK stage (``b_pack[k, j]``, columns
 innermost): that stage becomes the shared B tile, so ``dense``'s transposed weight is
 re-laid out by the fetch.
@@ -34,6 +39,13 @@ THREADS = 16
 BK = 8
 #: Resident blocks per SM the register budget is planned for (``__launch_bounds__``).
 MIN_BLOCKS = 2
+#: Blocks a launch should have to fill the GPU (an H100 has 132 SMs), and the grid below
+#: which split-K runs: under half of them, most SMs would idle through the whole k loop.
+FILL_BLOCKS = 128
+SPLIT_BELOW = FILL_BLOCKS // 2
+#: The least depth of one k slice: its partial costs one more global store and load per
+#: output, small next to 256+ FMAs (and 32 double-buffered BK slices to pipeline).
+MIN_SLICE_K = 256
 
 
 def _const(e: object) -> Optional[int]:
@@ -158,6 +170,9 @@ def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
         done = schedule_wmma(s, anchor, pack, a_t)
         if done:
             return done
+    slices = split_k(anchor)
+    if slices > 1:
+        return _schedule_split_k(s, anchor, out, pack, a_t, slices)
     o = out if out is not None else anchor
     if out is not None:
         anchor.set_scope("local")
@@ -165,6 +180,69 @@ def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
     else:
         acc = s.cache_write(anchor.op.output(0), "local")
         acc = s[acc]
+    _tile(s, o, acc, pack, a_t)
+    return {st for st in (anchor, out, pack) if st is not None}
+
+
+def _blocks(extents: "list[int]") -> int:
+    """Blocks of the plain tiling of an output of constant ``extents`` (batch..., M, N)."""
+    out = 1
+    for e in extents[:-2]:
+        out *= e
+    for e in extents[-2:]:
+        t = THREADS * _per_thread(e)
+        out *= -(-e // t)
+    return out
+
+
+def split_k(anchor: Stage) -> int:
+    """K slices of the split-K variant: 1 unless every size is constant and the plain
+    tiling has fewer than ``SPLIT_BELOW`` blocks; then the smallest power of two that
+    brings the grid to ``FILL_BLOCKS`` and leaves each slice ``MIN_SLICE_K`` deep."""
+    extents = [_const(ax.dom.extent) for ax in anchor.op.axis]
+    k = _const(anchor.op.reduce_axis[0].dom.extent)
+    if k is None or any(e is None for e in extents):
+        return 1
+    blocks = _blocks(extents)
+    if blocks >= SPLIT_BELOW:
+        return 1
+    best = 1
+    for slices in (2, 4, 8, 16, 32):
+        if -(-k // slices) < MIN_SLICE_K:
+            break
+        best = slices
+        if blocks * slices >= FILL_BLOCKS:
+            break
+    return best
+
+
+def _schedule_split_k(s: Schedule, anchor: Stage, out: "Stage | None", pack: Stage,
+                      a_t: object, slices: int) -> set:
+    """Split-K: kernel 1 tiles the partial products over ``slices`` slices of k into a
+    global ``(slices, ..., M, N)`` array (``rfactor``; the slice is part of
+    ``blockIdx.z``); kernel 2 sums the slices in a fixed order per output (deterministic:
+    no atomics), then the epilogue."""
+    k = anchor.op.reduce_axis[0]
+    depth = -(-_const(k.dom.extent) // (slices * BK)) * BK   # whole BK slices: only the
+    ko, _ = anchor.split(k, factor=depth)                     # last one has a tail
+    part = s.rfactor(anchor.op.output(0), ko, factor_axis=0)
+    rf = s[part]
+    acc = s[s.cache_write(part, "local")]
+    _tile(s, rf, acc, pack, a_t)
+    o = out if out is not None else anchor
+    f = o.fuse(*o.op.axis) if len(o.op.axis) > 1 else o.op.axis[0]
+    bx, tx = o.split(f, factor=THREADS * THREADS)
+    o.bind(bx, thread_axis("blockIdx.x"))
+    o.bind(tx, thread_axis("threadIdx.x"))
+    if out is not None:
+        anchor.set_scope("local")
+        anchor.compute_at(out, tx)
+    return {st for st in (anchor, out, pack, rf, acc) if st is not None}
+
+
+def _tile(s: Schedule, o: Stage, acc: Stage, pack: Stage, a_t: object) -> None:
+    """The 2-level tiles of ``o`` (its last two axes; the others: ``blockIdx.z``) with
+    ``acc`` (the accumulators) per thread and the shared A and B tiles."""
     axes = list(o.op.axis)
     i, j = axes[-2], axes[-1]
     ti = _per_thread(_const(o.op.axis[-2].dom.extent))
@@ -211,4 +289,3 @@ def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
     # A tile row stride 10: the two rows a warp reads per step (8 apart) sit on
     # different banks; 8-byte aligned rows keep the float2 fetch
     a_sh.storage_align(a_sh.op.axis[-2], 16, BK + 2)
-    return {st for st in (anchor, out, pack) if st is not None}
