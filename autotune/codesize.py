@@ -5,9 +5,10 @@ The LLVM backend emits one copy of a loop's body per iteration of an ``unrolled`
 (up to ``codegen.UNROLL_LIMIT``), so a candidate whose unrolled loops nest deep emits a
 body hundreds of times, and its build time (Python code generation, then LLVM's
 passes) grows with that.  ``emitted_nodes`` counts the IR nodes the code generator
-visits: every statement and expression node, once per copy.  The builder uses it to
-start the longest builds first (``LocalBuilder``), so the two halves of a batch end
-together instead of one worker compiling a big candidate alone at the end.
+visits: every statement and expression node, once per copy.  A task refuses candidates
+over ``task.MAX_EMITTED_NODES`` before building them, and the builder starts the longest
+builds first (``LocalBuilder``), so its processes end a batch together instead of one
+compiling a big candidate alone at the end.
 """
 from __future__ import annotations
 
