@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from tdsl.deep import deep_recursion
 from tdsl.errors import TDSLError, TuningError
 from tdsl.keywords import check_keywords
 
@@ -355,7 +356,9 @@ class TuneSession:
             batch, self.defaults = self.defaults[:want], self.defaults[want:]
             if len(batch) < want:
                 with tuner.phases("search"):
-                    batch += tuner.next_batch(want - len(batch))
+                    # one deep-recursion thread for the whole search: each lowering would
+                    # otherwise start its own (tdsl.deep), hundreds per batch
+                    batch += deep_recursion(tuner.next_batch)(want - len(batch))
             # another tuner on this database may be measuring the same programs: take
             # only those claimed now (the others count as measured, never proposed again)
             with tuner.phases("db"):
