@@ -43,6 +43,7 @@ from tdsl.errors import TuningError
 from tdsl.keywords import check_keywords
 
 from . import measure_jobs
+from .phases import PhaseTimes
 from .workers import JobOutcome, JobResult, WorkerPool
 
 
@@ -70,6 +71,7 @@ class MeasureInput:
     config: dict
     trace: str
     prog_hash: str
+    size: int = 0       # the code it makes (``codesize.emitted_nodes``): builds start largest first
 
 
 @dataclass(frozen=True)
@@ -155,18 +157,22 @@ class LocalBuilder:
 
     ``backend="interpreter"`` skips compilation: the runner executes the lowered
     function with the reference interpreter (slow; for checking correctness on
-    small shapes, or where no compiler is available).
+    small shapes, or where no compiler is available).  ``longest_first``: start the
+    builds of the largest candidates (``MeasureInput.size``) first, so the processes
+    finish a batch together.
     """
 
     @check_keywords
     def __init__(self, n_parallel: "int | None" = None, timeout: float = 30.0,
-                 backend: str = "native", build_dir: "str | None" = None):
+                 backend: str = "native", build_dir: "str | None" = None,
+                 longest_first: bool = True):
         if backend not in ("native", "interpreter"):
             raise TuningError(f"LocalBuilder: backend must be 'native' or 'interpreter', got "
                               f"{backend!r}")
         self.n_parallel = n_parallel or max(1, len(os.sched_getaffinity(0)))
         self.timeout = timeout
         self.backend = backend
+        self.longest_first = longest_first
         self._dir = build_dir
         self._tmp: Any = None
         self._pool: "WorkerPool | None" = None
@@ -185,12 +191,16 @@ class LocalBuilder:
             return [BuildResult(measure_jobs.INTERPRETER, MeasureErrorNo.NO_ERROR) for _ in inputs]
         if self._pool is None:
             self._pool = WorkerPool(min(self.n_parallel, max(1, len(inputs))))
+        # the largest first: a big candidate started last would compile alone at the end
+        # while the other processes sit idle (the batch takes as long as its last build)
+        order = sorted(range(len(inputs)), key=lambda i: -inputs[i].size) \
+            if self.longest_first else list(range(len(inputs)))
         jobs = [(inp.task.payload(), inp.task.args_key, inp.trace, str(inp.task.target),
                  os.path.join(self.build_dir, f"{inp.prog_hash or i}.so"), inp.task.name)
-                for i, inp in enumerate(inputs)]
-        out = []
-        for r in self._pool.map(measure_jobs.build_job, jobs, self.timeout):
-            out.append(_build_result(r))
+                for i, inp in ((i, inputs[i]) for i in order)]
+        out: list = [None] * len(inputs)
+        for i, r in zip(order, self._pool.map(measure_jobs.build_job, jobs, self.timeout)):
+            out[i] = _build_result(r)
         return out
 
     def close(self) -> None:
@@ -346,13 +356,18 @@ class MeasureOption:
     runner: Any
 
     def measure(self, inputs: Sequence[MeasureInput], best_cost: float = float("inf"),
-                on_result: "Callable[[int, MeasureResult], None] | None" = None
-                ) -> list[MeasureResult]:
-        """Build then run a batch; ``on_result`` is called as each result is known."""
+                on_result: "Callable[[int, MeasureResult], None] | None" = None,
+                phases: "PhaseTimes | None" = None) -> list[MeasureResult]:
+        """Build then run a batch; ``on_result`` is called as each result is known;
+        ``phases`` (the tuner's ``PhaseTimes``) gets the seconds of ``build`` and ``run``."""
+        phases = phases or PhaseTimes()
         if hasattr(self.runner, "measure_batch"):      # builds and runs itself (Dask)
-            return self.runner.measure_batch(inputs, best_cost, on_result)
-        builds = self.builder.build(inputs)
-        return self.runner.run(inputs, builds, best_cost, on_result)
+            with phases("run"):
+                return self.runner.measure_batch(inputs, best_cost, on_result)
+        with phases("build"):
+            builds = self.builder.build(inputs)
+        with phases("run"):
+            return self.runner.run(inputs, builds, best_cost, on_result)
 
     def remeasure(self, inputs: Sequence[MeasureInput], rounds: int = 3) -> list[MeasureResult]:
         """Time ``inputs`` again, interleaved: ``rounds`` round-robin passes (each starting

@@ -16,14 +16,19 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 
 from .features import extract_features
+from .phases import PhaseTimes
 from .task import Candidate, Task
 
 
 class CandidatePool:
-    """Candidates of one task by point, with their features (computed once)."""
+    """Candidates of one task by point, with their features (computed once).
 
-    def __init__(self, task: Task):
+    ``phases`` (the tuner's ``PhaseTimes``) gets the seconds of ``lower`` and
+    ``features``."""
+
+    def __init__(self, task: Task, phases: "PhaseTimes | None" = None):
         self.task = task
+        self.phases = phases or PhaseTimes()
         self.by_point: dict[tuple, Candidate] = {}
         self.features: dict[tuple, np.ndarray] = {}
         self.by_hash: dict[str, tuple] = {}
@@ -32,7 +37,8 @@ class CandidatePool:
         point = tuple(point)
         c = self.by_point.get(point)
         if c is None:
-            c = self.by_point[point] = self.task.candidate(point)
+            with self.phases("lower"):
+                c = self.by_point[point] = self.task.candidate(point)
             if c.valid:
                 self.by_hash.setdefault(c.prog_hash, point)
         return c
@@ -44,7 +50,8 @@ class CandidatePool:
             c = self.get(point)
             if not c.valid:
                 return None
-            f = self.features[point] = extract_features(c.func, self.task.sizes)
+            with self.phases("features"):
+                f = self.features[point] = extract_features(c.func, self.task.sizes)
         return f
 
     def random_valid(self, n: int, rng: random.Random, exclude: "set[str]",
@@ -94,7 +101,8 @@ class EvolutionarySearch:
                     feats.append(f)
                     keep.append(p)
             if keep:
-                pred = model.predict(np.stack(feats))
+                with pool.phases("predict"):
+                    pred = model.predict(np.stack(feats))
                 for p, s in zip(keep, pred):
                     scores[p] = float(s)
 

@@ -20,7 +20,12 @@ schedule (facts from ``sketch_analysis``) and plans one rule per stage:
   itself, computed at the tile of its elementwise consumer); ``pack`` knobs stage
   an input through a local copy (``cache_read``) made per parallel tile, offered
   per input and only for inputs reused enough to repay the copy, at the parallel
-  tile or per step of the outer reduction loop (``pack_at``);
+  tile or per step of the outer reduction loop (``pack_at``).  When the spatial
+  extent is small next to the reduction (``rfactor_worth``: matmul 16 x 16 x 65536),
+  an ``rf`` knob offers ``rfactor``: the first reduction axis split into ``rf``
+  parallel parts, a partial-result stage (the parts as its outermost spatial axis)
+  tiled as above with the parts fused into its parallel loop, and the parts summed
+  by the original stage (spatial axes parallel, innermost vectorized);
 * ``REDUCE`` — a memory-bound reduction (GEMV, row/column reductions, pooling,
   argmax, softmax/layernorm statistics): at root or computed at the row loop of
   its consumer, in one of several forms — plain (spatial axes fused and
@@ -65,6 +70,14 @@ MAX_INNER = 64
 GPU_BLOCK_TILE = 128
 GPU_AXIS_THREADS = 32
 GPU_REDUCE_TILE = 32
+#: ``rf`` knob of a TILE stage: into how many parallel parts its reduction may be split.
+RFACTOR_PARTS = (2, 4, 8, 16, 32, 64)
+#: Each part keeps at least this many steps of the reduction.
+RFACTOR_MIN_STEPS = 16
+#: A TILE stage whose outputs fill fewer vector registers than this per core (and fewer
+#: outputs than reduction steps) gets the ``rf`` knob (Ansor's rfactor condition, in
+#: vector registers rather than elements).
+RFACTOR_MAX_VECTORS_PER_CORE = 16
 #: Threads a GPU reduction may run across (``Form.CROSS_THREAD``); a block holds 128 // T
 #: outputs' reductions when T < 128 (threadIdx.y).
 GPU_REDUCE_THREADS = (32, 64, 128, 256)
@@ -294,6 +307,19 @@ class SketchSource:
                 # where the copies are made: per parallel tile, or per step of the outer
                 # reduction loop (a panel of the reduction at a time)
                 self.space.add(f"{p.name}.pack_at", OtherOptionSpace([0, 1]))
+            if self.rfactor_worth(p):
+                parts = [f for f in RFACTOR_PARTS if f * RFACTOR_MIN_STEPS <= p.reduce[0]]
+                if parts:
+                    self.space.add(f"{p.name}.rf", OtherOptionSpace([0] + parts))
+
+    def rfactor_worth(self, p: StagePlan) -> bool:
+        """A TILE stage with too few outputs to keep the cores busy with register tiles
+        (fewer than ``RFACTOR_MAX_VECTORS_PER_CORE`` vectors per core) and more reduction
+        steps than outputs: splitting the reduction into parallel parts may pay."""
+        space, red = math.prod(p.spatial), math.prod(p.reduce)
+        lanes = self.lanes(p.dtype_bits)
+        return bool(p.reduce) and space <= red and \
+            space <= RFACTOR_MAX_VECTORS_PER_CORE * self.cores * lanes
 
     def _vector_widths(self, extent: int, bits: int) -> list[int]:
         """Vector lengths (multiples of the register width, up to ``max_vector``) that divide

@@ -1,7 +1,8 @@
 """Applying the sketch rules (planned by ``sketch.SketchSource``) with one config.
 
 Order: inline (INLINE stages, MATERIALIZE ones whose knob says so), accumulators of
-TILE stages (``cache_write``), ``rfactor`` of REDUCE stages, tiling, ROOT stages
+TILE stages (``cache_write``), ``rfactor`` of REDUCE stages, tiling (a TILE stage whose
+``rf`` knob is set: ``rfactor`` first, then its partial-result stage tiled), ROOT stages
 (their row loops are where REDUCE/MATERIALIZE stages may go), then placement of
 REDUCE and MATERIALIZE stages consumers first, so a stage goes to a row loop only
 when everything that reads it is computed there too.
@@ -34,11 +35,17 @@ class Apply:
         labels = stage_labels(self.sch)
         self.by_label = {labels[id(st)]: st for st in self.sch.stages}
         self.row_loop: dict[str, IterVar] = {}   # ROOT stage -> its fused outer loop
-        self.fused = {p.consumer for p in src.plans if p.consumer}
+        # elementwise consumers computed inside a TILE stage's tiles (not when that stage
+        # is rfactored: its parts are summed at root, and the consumer goes to root too)
+        self.fused = {p.consumer for p in src.plans if p.consumer and not self._rf(p)}
 
     def val(self, name: str, default: Any = None) -> Any:
         e = self.cfg.get(name)
         return default if e is None else e.value
+
+    def _rf(self, p: StagePlan) -> int:
+        """Parallel parts of a TILE stage's reduction (its ``rf`` knob; 0: no rfactor)."""
+        return self.val(f"{p.name}.rf", 0) if p.rule is Rule.TILE and not self.src.gpu else 0
 
     def stage(self, label: str) -> Any:
         return self.by_label[label]
@@ -51,7 +58,7 @@ class Apply:
                 self.stage(p.name).compute_inline()
         locals_: dict[str, Any] = {}
         for p in plans:
-            if p.rule is Rule.TILE and p.consumer is None:
+            if p.rule is Rule.TILE and p.consumer is None and not self._rf(p):
                 st = self.stage(p.name)
                 out = self.sch.cache_write(st.op.outputs[0], "local")
                 locals_[p.name] = self.sch[out]
@@ -63,6 +70,8 @@ class Apply:
             if p.rule is Rule.TILE:
                 if self.src.gpu:
                     self._tile_gpu(p, locals_.get(p.name))
+                elif self._rf(p):
+                    self._tile_rfactor(p)
                 else:
                     self._tile_cpu(p, locals_.get(p.name))
         for p in plans:
@@ -91,22 +100,31 @@ class Apply:
             st.pragma(loop if loop is not None else st.leaf_iter_vars[0], "auto_unroll_max_step", n)
 
     # ---- TILE on the CPU ------------------------------------------------------------------------
-    def _tile_cpu(self, p: StagePlan, local: Any) -> None:
-        outer = self.stage(p.consumer) if p.consumer else self.stage(p.name)
-        inner = self.stage(p.name) if p.consumer else local
+    def _tile_cpu(self, p: StagePlan, local: Any, outer: Any = None, lead: int = 0) -> None:
+        """Multi-level tiling of ``p``: ``outer`` (the stage, its fused consumer, or the
+        partial-result stage of ``_tile_rfactor``) in tiles, ``local`` (the accumulator)
+        computed per tile.  ``lead`` leading axes of both (rfactor's parts) are not tiled:
+        they join the parallel loop."""
+        if outer is None:
+            outer = self.stage(p.consumer) if p.consumer else self.stage(p.name)
+            inner = self.stage(p.name) if p.consumer else local
+        else:
+            inner = local
         sizes = [self.val(f"{p.name}.S{d}") for d in range(len(p.spatial))]
+        head = list(outer.op.axis[:lead])
         loops = []
-        for iv, sz in zip(outer.op.axis, sizes):
+        for iv, sz in zip(outer.op.axis[lead:], sizes):
             o0, rest = outer.split(iv, factor=sz[1] * sz[2] * sz[3])
             o1, o2 = outer.split(rest, factor=sz[2] * sz[3])
             loops.append((o0, o1, o2))
-        outer.reorder(*[l[0] for l in loops], *[l[1] for l in loops], *[l[2] for l in loops])
+        outer.reorder(*head, *[l[0] for l in loops], *[l[1] for l in loops],
+                      *[l[2] for l in loops])
         if self.val(f"{p.name}.par") == 2:
-            fused = outer.fuse(*[l[0] for l in loops], *[l[1] for l in loops])
+            fused = outer.fuse(*head, *[l[0] for l in loops], *[l[1] for l in loops])
             outer.parallel(fused)
             attach = fused
         else:
-            fused = outer.fuse(*[l[0] for l in loops])
+            fused = outer.fuse(*head, *[l[0] for l in loops])
             outer.parallel(fused)
             attach = loops[-1][1]
         if sizes[-1][3] > 1:
@@ -116,7 +134,7 @@ class Apply:
             outer.vectorize(wv)
         inner.compute_at(outer, attach)
         b2, b3, r0, r1 = [], [], [], []
-        for iv, sz in zip(inner.op.axis, sizes):
+        for iv, sz in zip(inner.op.axis[lead:], sizes):
             x2, x3 = inner.split(iv, factor=sz[3])
             b2.append(x2)
             b3.append(x3)
@@ -124,7 +142,7 @@ class Apply:
             y0, y1 = inner.split(iv, factor=self.val(f"{p.name}.R{r}")[1])
             r0.append(y0)
             r1.append(y1)
-        inner.reorder(*r0, *b2, *r1, *b3)
+        inner.reorder(*inner.op.axis[:lead], *r0, *b2, *r1, *b3)
         if sizes[-1][3] > 1:
             inner.vectorize(b3[-1])
         unroll = self.val(f"{p.name}.unroll")
@@ -149,6 +167,28 @@ class Apply:
                     _, cv = cst.split(cst.op.axis[-1], factor=self.src.lanes(p.dtype_bits))
                     cst.vectorize(cv)
         self._auto_unroll(p, outer, fused)
+
+    def _tile_rfactor(self, p: StagePlan) -> None:
+        """The ``rf`` form: the first reduction axis split into ``rf`` parts, ``rfactor``
+        on the parts (a partial-result stage with the parts as its outermost axis), that
+        stage tiled (``_tile_cpu``, parts in the parallel loop) with a local accumulator;
+        the parts are summed by the original stage, its spatial axes fused and parallel,
+        the innermost vectorized when whole vectors fit."""
+        st = self.stage(p.name)
+        ko, _ = st.split(st.op.reduce_axis[0], nparts=self._rf(p))
+        rf = _first(self.sch.rfactor(st.op.outputs[0], ko, factor_axis=0))
+        local = self.sch[self.sch.cache_write(rf, "local")]
+        self._tile_cpu(p, local, outer=self.sch[rf], lead=1)
+        axes = list(st.op.axis)
+        lanes = self.src.lanes(p.dtype_bits)
+        if p.spatial[-1] % lanes == 0:
+            xo, xi = st.split(axes[-1], factor=lanes)
+            st.reorder(*axes[:-1], xo, *st.op.reduce_axis, xi)
+            top = st.fuse(*axes[:-1], xo) if len(axes) > 1 else xo
+            st.vectorize(xi)
+        else:
+            top = st.fuse(*axes) if len(axes) > 1 else axes[0]
+        st.parallel(top)
 
     # ---- TILE on the GPU -----------------------------------------------------------------------
     def _tile_gpu(self, p: StagePlan, local: Any) -> None:
@@ -340,6 +380,16 @@ class Apply:
             st.reorder(*axes[:-2], yo, xo, yi, xi)
             st.parallel(st.fuse(*axes[:-2], yo, xo))
             st.vectorize(xi)
+            return
+        if f"{p.name}.inner" not in self.cfg:
+            # the consumer of an rfactored TILE stage (no knobs of its own): rows parallel,
+            # the innermost axis in whole vectors when they fit
+            lanes = self.src.lanes(p.dtype_bits)
+            if p.spatial[-1] % lanes == 0 and p.spatial[-1] > lanes:
+                axes[-1:] = st.split(axes[-1], factor=lanes)
+                st.vectorize(axes[-1])
+            if len(axes) > 1:
+                st.parallel(st.fuse(*axes[:-1]) if len(axes) > 2 else axes[0])
             return
         loops = self.cfg[f"{p.name}.inner"].apply(self.sch, st.op.outputs[0], axes[-1])
         ji = loops[-1]

@@ -7,7 +7,11 @@ schedule of the task's computation and lowered; an illegal point
 candidate, recorded and never retried.  For a CUDA target a lowered candidate is
 also checked against the GPU's limits (``check_gpu_resources``: threads, shared
 memory, local memory, registers) before anything is compiled; one over a limit is
-illegal too (``GPUResourceError``), so it costs no NVRTC run.
+illegal too (``GPUResourceError``), so it costs no NVRTC run.  On a CPU target a
+candidate whose unrolled loops would make the code generator emit more than
+``MAX_EMITTED_NODES`` IR nodes (``codesize.emitted_nodes``) is illegal
+(``CodeSizeError``): its build takes many seconds, up to the builder's timeout
+(``BUILD_TIMEOUT``), and megabytes of straight-line code are never fast.
 
 The task key is the structural hash of the computation, the target and the
 representative sizes of its symbolic dimensions, so records of one task are
@@ -33,6 +37,7 @@ from tdsl.structural import structural_hash
 from tdsl.target import Target, TargetKind, as_target
 from tdsl.tensor import ComputeOp, PlaceholderOp, Tensor
 
+from .codesize import emitted_nodes
 from .irutil import count_ops, eval_int, float_flops
 from .replay import name_signature, replay
 from .space import ConfigSpace
@@ -40,6 +45,14 @@ from .template import Template
 
 #: Errors that make a candidate illegal (and not the tuner's fault).
 ILLEGAL = (ScheduleError, LoweringError, ShapeError)
+
+#: Largest code a candidate may make (``codesize.emitted_nodes``).  Build time grows
+#: about linearly, ~0.1 ms per node on one quiet core (so this is ~5 s; 190k-node conv2d
+#: tiles hit the builder's 30 s timeout on a loaded machine).  In five 64-trial conv2d
+#: runs (1x64x56x56, 3x3) the best kernels made 350-7,000 nodes, and the best candidate
+#: over 50k was 1.4-9.7x slower than the run's best: straight-line code that large is
+#: not fast.  About 7% of conv2d's random points, 3% of batch_matmul's, none of matmul's.
+MAX_EMITTED_NODES = 50_000
 
 
 class CandidateSource(Protocol):
@@ -184,6 +197,8 @@ class Task:
         self.workload = workload_key(self.outputs, self.target)
         self.flop = float(flop) if flop else count_flops(self.outputs, self.sizes)
         self.signature = name_signature(self.outputs)
+        #: candidates making more code than this are illegal (None: no limit)
+        self.max_emitted_nodes: "int | None" = MAX_EMITTED_NODES
         self._payload: "bytes | None" = None
 
     @property
@@ -215,9 +230,13 @@ class Task:
             # a schedule of this task's own tensors (the sketch rules') is lowered as it
             # is: its trace replays to the same program (test_autotune_replay_fidelity.py),
             # and replaying it here too doubled the search's cost per candidate
-            return self._lower(lambda: sch, trace, point, config)
-        # a template builds its own tensors: its trace is replayed onto the task's
-        return self.lower_trace(trace, point, config)
+            c = self._lower(lambda: sch, trace, point, config)
+        else:
+            # a template builds its own tensors: its trace is replayed onto the task's
+            c = self.lower_trace(trace, point, config)
+        # the LLVM backend emits every copy of an unrolled loop (CUDA leaves it to NVRTC)
+        cpu = self.target.kind is not TargetKind.CUDA
+        return _check_code_size(c, self.max_emitted_nodes if cpu else None)
 
     def lower_trace(self, trace: str, point: tuple = (), config: "dict | None" = None) -> Candidate:
         return self._lower(lambda: replay(trace, self.outputs), trace, point, config)
@@ -237,6 +256,19 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.description}, target={self.target}, space={len(self.space)})"
+
+
+def _check_code_size(c: Candidate, limit: "int | None") -> Candidate:
+    """``c``, or an illegal candidate when its code exceeds ``limit`` emitted IR nodes."""
+    if c.func is None or limit is None:
+        return c
+    n = emitted_nodes(c.func)
+    if n <= limit:
+        return c
+    return Candidate(c.point, c.config, c.trace,
+                     error=f"CodeSizeError: the unrolled loops make {n} IR nodes to compile, over "
+                           f"the limit of {limit} (Task.max_emitted_nodes): it would take "
+                           f"minutes to build and cannot be fast")
 
 
 #: Registers a thread needs besides its local arrays (indices, addresses, loop counters):

@@ -41,14 +41,17 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from tdsl.deep import deep_recursion
 from tdsl.errors import TDSLError, TuningError
 from tdsl.keywords import check_keywords
 
+from .codesize import emitted_nodes
 from .cost_model import XGBoostCostModel
 from .database import RETIME_PASS, Database, Record, best_records, claim_owner, open_database
 from .lease import TimingLease
 from .features import FEATURE_LEN, FEATURE_VERSION, extract_features
 from .measure import MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult, measure_option
+from .phases import PhaseTimes, format_breakdown
 
 #: Config key marking an untuned program (its value says which: "default", "ops.schedule").
 DEFAULT_KEY = "__default__"
@@ -72,10 +75,16 @@ class TuneResult:
     errors: dict = field(default_factory=dict)
     curve: list = field(default_factory=list)  # (trial, best GFLOP/s, elapsed seconds)
     stopped_early: bool = False
+    #: exclusive seconds per phase of this run (``phases.PHASES``): where ``seconds`` went
+    phases: dict = field(default_factory=dict)
 
     @property
     def best_gflops(self) -> float:
         return self.best.gflops if self.best else 0.0
+
+    def breakdown(self) -> str:
+        """A table of ``phases``: seconds and share of the run's time per phase."""
+        return format_breakdown(self.phases, self.seconds)
 
 
 class Tuner:
@@ -84,7 +93,9 @@ class Tuner:
     def __init__(self, task: Task, seed: int = 0):
         self.task = task
         self.rng = random.Random(seed)
-        self.pool = CandidatePool(task)
+        #: where this tuner's time went, accumulated over its runs (``phases.PhaseTimes``)
+        self.phases = PhaseTimes()
+        self.pool = CandidatePool(task, self.phases)
         self.measured: set[str] = set()
         self.best_cost = math.inf
         self.best_record: Optional[Record] = None
@@ -246,7 +257,10 @@ class Tuner:
     def _features(self, c: Candidate) -> "np.ndarray | None":
         if DEFAULT_KEY not in c.config and c.point in self.pool.by_point:
             return self.pool.feature(c.point)
-        return extract_features(c.func, self.task.sizes) if c.func is not None else None
+        if c.func is None:
+            return None
+        with self.phases("features"):
+            return extract_features(c.func, self.task.sizes)
 
     def _record(self, c: Candidate, r: MeasureResult) -> Record:
         feats = self._features(c)
@@ -296,7 +310,9 @@ class TuneSession:
         task = tuner.task
         self.res = TuneResult(task.key)
         self.t0 = time.perf_counter()
-        history = self.database.records(task.key)
+        self.phases_before = dict(tuner.phases.seconds)
+        with tuner.phases("db"):
+            history = self.database.records(task.key)
         tuner._resume(history, self.res)
         self.owner = claim_owner()
         self.seen = max((r.id for r in history if r.id is not None), default=0)
@@ -307,8 +323,9 @@ class TuneSession:
         self.consecutive_errors = 0
         self.empty_batches = 0
         self.finished = False
-        self.defaults = [c for c in tuner.default_candidates()
-                         if c.prog_hash not in tuner.measured] if measure_default else []
+        with tuner.phases("lower"):
+            defaults = tuner.default_candidates() if measure_default else []
+        self.defaults = [c for c in defaults if c.prog_hash not in tuner.measured]
         tuner.measured.update(c.prog_hash for c in self.defaults)
 
     @property
@@ -329,19 +346,24 @@ class TuneSession:
             if self.done >= self.n_trial or (self.timeout is not None and
                                              time.perf_counter() - self.t0 > self.timeout):
                 break
-            self.seen = tuner._catch_up(database, self.seen, self.own_ids, res)
-            # programs other tuners are measuring now will count too
-            done = self.done + database.in_flight(key, self.owner)
+            with tuner.phases("db"):
+                self.seen = tuner._catch_up(database, self.seen, self.own_ids, res)
+                # programs other tuners are measuring now will count too
+                done = self.done + database.in_flight(key, self.owner)
             if done >= self.n_trial:
                 break
             want = min(batch_size or self.batch_size, self.n_trial - done)
             batch, self.defaults = self.defaults[:want], self.defaults[want:]
             if len(batch) < want:
-                batch += tuner.next_batch(want - len(batch))
+                with tuner.phases("search"):
+                    # one deep-recursion thread for the whole search: each lowering would
+                    # otherwise start its own (tdsl.deep), hundreds per batch
+                    batch += deep_recursion(tuner.next_batch)(want - len(batch))
             # another tuner on this database may be measuring the same programs: take
             # only those claimed now (the others count as measured, never proposed again)
-            mine = database.claim(key, [c.prog_hash if c.valid else _illegal_hash(c)
-                                        for c in batch], self.owner)
+            with tuner.phases("db"):
+                mine = database.claim(key, [c.prog_hash if c.valid else _illegal_hash(c)
+                                            for c in batch], self.owner)
             legal = []
             for c in batch:
                 if (c.prog_hash if c.valid else _illegal_hash(c)) not in mine:
@@ -368,14 +390,16 @@ class TuneSession:
     def _measure(self, legal: list[Candidate]) -> None:
         tuner, database, res = self.tuner, self.database, self.res
         best_before = tuner.best_cost
-        inputs = [MeasureInput(tuner.task, c.config, c.trace, c.prog_hash) for c in legal]
+        inputs = [MeasureInput(tuner.task, c.config, c.trace, c.prog_hash, emitted_nodes(c.func))
+                  for c in legal]
         for c in legal:
             tuner.measured.add(c.prog_hash)
         contended = False
 
         def on_result(i: int, r: MeasureResult) -> None:
             rec = tuner._record(legal[i], r)
-            rid = database.add(rec)
+            with tuner.phases("db"):
+                rid = database.add(rec)
             self.own_ids.add(rid)
             if contended and rec.valid:
                 database.mark_contended(rid)
@@ -383,7 +407,7 @@ class TuneSession:
                 tuner.best_cost = rec.cost
                 tuner.best_record = rec
         with self._timing() as contended:
-            results = self.mopt.measure(inputs, tuner.best_cost, on_result)
+            results = self.mopt.measure(inputs, tuner.best_cost, on_result, tuner.phases)
         for r in results:
             res.trials += 1
             res.errors[r.error_no.name] = res.errors.get(r.error_no.name, 0) + 1
@@ -414,12 +438,13 @@ class TuneSession:
             return
         with self.lease.hold() as contended:
             if not contended:
-                self.tuner._retime_contended(self.database, self.mopt)
+                with self.tuner.phases("retime"):
+                    self.tuner._retime_contended(self.database, self.mopt)
             yield contended
 
     def remeasure(self, k: int = 5, rounds: int = 3) -> None:
         """Re-time the ``k`` fastest programs and the untuned ones (``Tuner._remeasure``)."""
-        with self._timing():
+        with self._timing(), self.tuner.phases("remeasure"):
             self.tuner._remeasure(self.database, self.mopt, k, rounds, self.res.trials > 0)
 
     def close(self) -> None:
@@ -434,6 +459,9 @@ class TuneSession:
         res = self.res
         res.best = self.tuner.best_record
         res.seconds = time.perf_counter() - self.t0
+        before = self.phases_before
+        res.phases = {k: v - before.get(k, 0.0) for k, v in self.tuner.phases.seconds.items()
+                      if v - before.get(k, 0.0) > 0}
         if res.best is None and res.trials:
             warnings.warn(f"task {self.tuner.task.name!r}: no valid candidate in {res.trials} "
                           f"trials ({res.errors})", stacklevel=stacklevel)
@@ -605,5 +633,6 @@ class XGBTuner(Tuner):
 
     def _retrain(self, force: bool = False) -> None:
         if len(self.X) >= 8 or (force and len(self.X) >= 2):
-            self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups),
-                           weights=self.weights())
+            with self.phases("train"):
+                self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups),
+                               weights=self.weights())
