@@ -11,14 +11,14 @@ the work.  Here the call never waits for a thread to be scheduled.  No Python, n
 
 * between jobs a worker waits in three steps: a short ``pause`` spin (calls back to back),
   then a spin that yields the CPU (``sched_yield``) for up to ``spin_ns`` of wall time
-  (``TDSL_POOL_SPIN_MS``, default 300 ms: ``tdsl.runtime.threads``), then a futex sleep on ``gen``.  The
-  middle step is what keeps a call after an idle gap as fast as one in a loop: a worker
-  woken from sleep is often placed on the CPU of the thread that woke it (schedulers
-  that pack threads onto few CPUs -- virtual machines' especially -- do it every time),
-  and there it only takes turns with the caller, so the call runs at one thread's speed.
-  A worker that is still running keeps its own CPU, and yielding gives that CPU to any
-  other thread that wants it.  Intel's OpenMP (``KMP_BLOCKTIME``, 200 ms) and OpenBLAS
-  (~0.1 s) wait the same way;
+  (``TDSL_POOL_SPIN_MS``, default 300 ms: ``tdsl.runtime.threads``), then a futex sleep
+  on ``gen``.  The middle step is what keeps a call after an idle gap as fast as one in a
+  loop: a worker woken from sleep is often placed on the CPU of the thread that woke it
+  (schedulers that pack threads onto few CPUs -- virtual machines' especially -- do it
+  every time), and there it only takes turns with the caller, so the call runs at one
+  thread's speed.  A worker that is still running keeps its own CPU, and yielding gives
+  that CPU to any other thread that wants it.  Intel's OpenMP (``KMP_BLOCKTIME``, 200 ms)
+  and OpenBLAS (~0.1 s) wait the same way;
 * a call publishes the job
   (``fn``, ``data``, ``want`` = n - 1 helper slots), sets ``active``, bumps ``gen`` and
   wakes up to n - 1 sleepers, then runs ``fn(data)`` itself;

@@ -56,6 +56,7 @@ def pool_spin_ms_from_env() -> float:
         raise BuildError(f"{POOL_SPIN_ENV_VAR}={value!r}: must be a number of milliseconds >= 0")
     return ms
 
+
 def _started_pool():
     """tdsl's native pool if this process has started it, else None (never starts it)."""
     from tdsl.backends.llvm import threadpool
