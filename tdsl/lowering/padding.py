@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..expr import (Add, And, Const, Div, Expr, FloorDiv, FloorMod, LT, Mul, Reduce, TensorLoad,
                     Var)
+from .. import intrin
 from ..stmt import StorageScope
 from ..structural import structural_equal
 from ..tensor import IterVar
@@ -172,9 +173,4 @@ def needed_condition(nb: "NestBuilder", st: "Stage", red: Reduce) -> Expr:
     redundant (an ``rfactor`` of a split with a tail: ``ko * L + ki < K``)."""
     keep = [c for c in _conjuncts(red.condition)
             if not (isinstance(c, LT) and _zero_past(nb, st, c.a, c.b))]
-    if not keep:
-        return Const(True, "bool")
-    out = keep[0]
-    for c in keep[1:]:
-        out = out & c
-    return out
+    return intrin.all(*keep) if keep else Const(True, "bool")

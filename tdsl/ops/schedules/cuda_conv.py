@@ -157,16 +157,25 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     if slices > 1:
         return _schedule_split_k(s, anchor, out, slices)
     n, co, y, x = out.op.axis
-    tys = _co_threads(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
-    cob, cor = out.split(co, factor=tys * CO_THREAD)
-    ty, coi = out.split(cor, factor=CO_THREAD)
-    yb, yi = out.split(y, factor=PIX_TILE)
-    xb, xr = out.split(x, factor=PIX_TILE)
-    xt, xi = out.split(xr, factor=PIX_THREAD)
+    tys, (cob, ty, coi), (yb, yi), (xb, xt, xi) = _split_tiles(out, n, co, y, x)
     out.reorder(n, cob, yb, xb, ty, yi, xt, coi, xi)
     out.bind(out.fuse(n, cob), thread_axis("blockIdx.z"))
     out.vectorize(xi)                 # 4 consecutive pixels: a float4 store where aligned
     return _tile(s, anchor, out, yb, xb, ty, yi, xt, coi, rc_ax, tys)
+
+
+def _split_tiles(st: Stage, n: object, co: object, y: object, x: object) -> tuple:
+    """The output tiling shared by the plain and split-K schedules: threads along the output
+    channels (``tys``), ``CO_THREAD`` channels and ``PIX_THREAD`` pixels per thread,
+    ``PIX_TILE`` x ``PIX_TILE`` pixels per block.  Returns ``tys, (cob, ty, coi), (yb, yi),
+    (xb, xt, xi)``."""
+    tys = _co_threads(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
+    cob, cor = st.split(co, factor=tys * CO_THREAD)
+    ty, coi = st.split(cor, factor=CO_THREAD)
+    yb, yi = st.split(y, factor=PIX_TILE)
+    xb, xr = st.split(x, factor=PIX_TILE)
+    xt, xi = st.split(xr, factor=PIX_THREAD)
+    return tys, (cob, ty, coi), (yb, yi), (xb, xt, xi)
 
 
 def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> set:
@@ -181,12 +190,7 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> se
     rf = s[part]
     acc = s[s.cache_write(part, "local")]
     ks, n, y, x, co = rf.op.axis
-    tys = _co_threads(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
-    cob, cor = rf.split(co, factor=tys * CO_THREAD)
-    ty, coi = rf.split(cor, factor=CO_THREAD)
-    yb, yi = rf.split(y, factor=PIX_TILE)
-    xb, xr = rf.split(x, factor=PIX_TILE)
-    xt, xi = rf.split(xr, factor=PIX_THREAD)
+    tys, (cob, ty, coi), (yb, yi), (xb, xt, xi) = _split_tiles(rf, n, co, y, x)
     rf.reorder(ks, n, cob, yb, xb, ty, yi, xt, xi, coi)
     rf.bind(rf.fuse(ks, n, cob), thread_axis("blockIdx.z"))
     rf.vectorize(coi)                 # NHWC partials: 4 consecutive channels, a float4 store
