@@ -18,11 +18,7 @@ from .replay import fresh_schedule
 from .sketch import (GPU_REDUCE_BLOCK, GPU_TRANSPOSE_ROWS, Form, Place, Rule, SketchSource,
                      StagePlan, stage_labels)
 from .sketch_analysis import transposed_inputs
-
-
-def _first(tensors: Any) -> Any:
-    """The first tensor of ``rfactor``'s result (a list for a tuple reduction: argmax)."""
-    return tensors[0] if isinstance(tensors, (list, tuple)) else tensors
+from tdsl.schedule.rfactor import first_output as _first
 
 
 class Apply:

@@ -98,3 +98,9 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
             del st.iter_attrs[v]
     outs = list(cf.outputs)
     return outs if op.num_outputs > 1 else outs[0]
+
+
+def first_output(result: Any) -> Tensor:
+    """The first tensor of ``rfactor``'s result: a list for a tuple reduction (argmax), as
+    TVM returns it, else the tensor itself."""
+    return result[0] if isinstance(result, (list, tuple)) else result

@@ -29,6 +29,7 @@ from tdsl.dtype import DType
 from tdsl.expr import Expr
 from tdsl.lowering.inline import inlined_bodies
 from tdsl.schedule import Schedule, Stage
+from tdsl.schedule.rfactor import first_output as _first
 from tdsl.schedule.stage import AttachType
 from tdsl.target import Target, cpu_facts
 from tdsl.tensor import ComputeOp, IterKind, IterVar, Tensor
@@ -180,8 +181,9 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
       vector of outputs inside (4 vectors wide at root: whole cache lines per row);
     * else plain loops, outer ones in parallel.
     """
-    if _total(st) == 1 and _split_across_threads(s, st, cpu):
-        bodies = inlined_bodies(s)
+    split = _split_across_threads(s, st, cpu) if _total(st) == 1 else None
+    if split is not None:
+        bodies = split
     op = st.op
     lanes = cpu.lanes(_out_dtype(st))
     # the streamed operands: loads that move with a reduction variable
@@ -273,10 +275,6 @@ def select_chains(op: ComputeOp, kext: "int | None", lanes: int) -> int:
     return chains
 
 
-def _first(rf_out: object) -> object:
-    return rf_out[0] if isinstance(rf_out, list) else rf_out
-
-
 def rfactor_chains(s: Schedule, st: Stage, k: IterVar, lanes: int, chains: int,
                     at: int) -> tuple[Stage, Stage]:
     """``k`` split into ``(ko, chain, lane)``; partial results ``rf[..., chain, lane]``
@@ -300,14 +298,15 @@ def rfactor_chains(s: Schedule, st: Stage, k: IterVar, lanes: int, chains: int,
 PARTS_MIN = 1 << 16
 
 
-def _split_across_threads(s: Schedule, st: Stage, cpu: CPU) -> bool:
+def _split_across_threads(s: Schedule, st: Stage, cpu: CPU) -> "dict | None":
     """A tuple reduction with one output (``argmax(axis=None)``) and many points: its
     outermost reduction axis in ``4 x threads`` parts, each reduced (chains of lanes) in
-    parallel, then the parts combined -- else one thread does it all.  Returns True if
-    it split ``st`` (the parts are scheduled here)."""
+    parallel, then the parts combined -- else one thread does it all.  Returns the
+    schedule's inlined bodies after the split (the parts are scheduled here), or None
+    when it did not split ``st``."""
     op = st.op
     if cpu.threads < 2 or select_chains(op, None, cpu.lanes(_out_dtype(st))) < 2:
-        return False
+        return None
     k0 = op.reduce_axis[0]
     points = 1
     for iv in op.reduce_axis:
@@ -316,11 +315,12 @@ def _split_across_threads(s: Schedule, st: Stage, cpu: CPU) -> bool:
     e0 = _ext(k0)
     parts = 4 * cpu.threads
     if (points is not None and points < PARTS_MIN) or (e0 is not None and e0 < 2 * parts):
-        return False
+        return None
     po, _ = st.split(k0, nparts=parts)
     part = s[_first(s.rfactor(op.outputs[0], po, factor_axis=0))]
-    schedule_reduction(s, part, cpu, inlined_bodies(s))
-    return True
+    bodies = inlined_bodies(s)
+    schedule_reduction(s, part, cpu, bodies)
+    return bodies
 
 
 def chunk_width(s: Schedule, g: RowGroup, cpu: CPU, bodies: dict) -> int:
@@ -485,7 +485,7 @@ def schedule_skinny_dense(s: Schedule, anchor: Stage, out: "Stage | None", cpu: 
     (k,) = anchor.op.reduce_axis
     ko, ki = anchor.split(k, factor=vv * lanes)
     rf_t = s.rfactor(anchor.op.outputs[0], ki, factor_axis=2)
-    rf = s[rf_t[0] if isinstance(rf_t, list) else rf_t]
+    rf = s[_first(rf_t)]
     rf.set_scope("local")
     write = out if out is not None else anchor
     wi, wj = write.op.axis[-2], write.op.axis[-1]
