@@ -14,12 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tdsl.backends.llvm.codegen import UNROLL_LIMIT   # longer unrolled loops: left to LLVM
 from tdsl.expr import Const
 from tdsl.stmt import For, ForKind, PrimFunc, Stmt
 from tdsl.visitor import children
-
-#: Unrolled loops longer than this are left to LLVM (``backends/llvm/codegen.UNROLL_LIMIT``).
-UNROLL_LIMIT = 512
 
 
 def emitted_nodes(func: "PrimFunc | Stmt") -> int:

@@ -250,10 +250,9 @@ class _Canon:
         params = red.lhs + red.rhs
         saved = [self.bind(v) for v in params]
         self.visit_all(red.result)
-        update = getattr(red, "update", None)
-        if update is not None:
+        if red.update is not None:
             self.emit("update")
-            self.visit_all(update)
+            self.visit_all(red.update)
         for v, s in reversed(list(zip(params, saved))):
             self.unbind(v, s)
         self.visit_all(red.identity)
