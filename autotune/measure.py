@@ -266,6 +266,7 @@ class LocalRunner:
         self.pre_run = pre_run
         self.rtol = rtol
         env = {"TDSL_NUM_THREADS": str(n_threads)} if n_threads else None
+        self.n_threads = n_threads
         self._env = env
         self._pool: "WorkerPool | None" = None
 

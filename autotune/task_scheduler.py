@@ -24,16 +24,25 @@ schedule and ``ops.schedule``'s, a baseline for all at little cost), task ``i``'
 gradient is
 ``weight_i * (alpha * backward + (1 - alpha) * forward)``: ``backward`` is how much
 its best latency fell per round over the last ``backward_window`` rounds,
-``forward`` an optimistic guess of the next round's gain -- the smaller of
-``best / rounds`` (latency falling as 1/rounds) and the gap to the latency at
+``forward`` an optimistic guess of the next round's gain -- the larger of
+``(best - floor) / rounds`` (latency falling as 1/rounds towards the task's floor; Ansor's
+``best / rounds`` when no floor is known) and the gap to the latency at
 ``1 / beta`` of the best throughput among similar tasks (the same output operator
 tag and an arithmetic intensity within 2x: a GEMV is not held to a matmul's FLOP/s),
-but never below a memory floor: the task's memory traffic (its inputs read once, its
-outputs written once, which costs a read and a write) at the best rate it can hope for -- for data larger than the last-level cache, the
-memory's bandwidth (a copy measured when the job starts, or a rate a task as large
-reached), else the best bytes per second any task reached.  A bandwidth-bound task
-already at that rate is expected to gain nothing (without the floor, the heaviest
-elementwise task of a 12-task job took 58-80 of 192 trials and gained nothing).  The most
+never going below the floor, the task's roofline, the larger of two:
+
+* memory: the task's memory traffic (its inputs read once, its outputs written once,
+  which costs a read and a write) at the rate it can hope for -- for data larger than the
+  last-level cache the memory's bandwidth, else the cache's: ``STREAM_FRACTION`` of a
+  streaming kernel's rate counted the same way (``stream_bandwidth``, measured when the job
+  starts), or a higher rate a task of the job reached;
+* compute: its floating-point operations at ``PEAK_FRACTION`` of the CPU's measured FMA
+  peak with the job's threads (``backends/llvm/peak.py``).
+
+A task at its floor is expected to gain nothing, and one near it little, less with each
+round: without the memory floor the heaviest elementwise task of a 12-task job took 58-80
+of 192 trials and gained nothing; without the compute floor a matmul at 87% of the peak
+took 66, and with a floor but no decay towards it, 74.  The most
 negative gradient wins; with probability ``eps_greedy`` a random task does; a
 task whose space is exhausted (or that stopped early) is left out.  Every task's
 records go to one database, so a killed job resumes where it was.
@@ -47,15 +56,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from tdsl.errors import TuningError
+from tdsl.errors import TDSLError, TuningError
 from tdsl.expr import TensorLoad
 from tdsl.keywords import check_keywords
+from tdsl.runtime.threads import default_num_threads
 from tdsl.tensor import PlaceholderOp, Tensor, placeholder
 from tdsl.visitor import transform
 
 from .database import Database, Record, open_database
 from .measure import MeasureOption, measure_option as _measure_option
 from .task import Task
+
+#: the fraction of the CPU's FMA peak a kernel can hope for (loads, loop overhead: tuned
+#: BLAS libraries reach 90-95%)
+PEAK_FRACTION = 0.9
+#: the fraction of a streaming ``c = a + b``'s bandwidth a kernel can hope for (one that
+#: streams more arrays at once reaches less: a 4-input elementwise kernel 80-90%)
+STREAM_FRACTION = 0.8
 
 
 # ---- task extraction ----------------------------------------------------------------------
@@ -204,18 +221,46 @@ def last_level_cache_bytes() -> int:
     return max(sizes, default=32 << 20)
 
 
-def stream_bandwidth(nbytes: int) -> float:
-    """Bytes per second of a copy of ``nbytes`` (read + written), best of three: the rate a
-    kernel streaming data through memory can reach (about 0.1 s)."""
+def stream_bandwidth(nbytes: int, threads: int = 1) -> float:
+    """Bytes per second of memory traffic of ``c = a + b`` over three float32 arrays of
+    ``nbytes`` in all, split among ``threads`` threads, best of three: the rate a kernel
+    streaming data of that size can reach.  Counted as a task's traffic is (``_bytes``
+    with ``written_twice``): each input read once, the output read and written."""
     import numpy as np
-    src = np.ones(max(1, nbytes // 8), np.float64)
-    dst = np.empty_like(src)
+    from concurrent.futures import ThreadPoolExecutor
+    n = max(threads * 1024, nbytes // 12)
+    a, b = np.ones(n, np.float32), np.full(n, 2.0, np.float32)
+    c = np.empty_like(a)
+    reps = max(1, (96 << 20) // (12 * n))           # at least ~96 MB moved per pass
+    cuts = [k * n // threads for k in range(threads + 1)]
+
+    def part(k: int) -> None:
+        lo, hi = cuts[k], cuts[k + 1]
+        for _ in range(reps):
+            np.add(a[lo:hi], b[lo:hi], out=c[lo:hi])   # numpy lets the GIL go meanwhile
     best = math.inf
-    for _ in range(3):
-        t = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - t)
-    return 2 * src.nbytes / best
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(4):                             # the first pass maps the pages
+            t = time.perf_counter()
+            if threads == 1:
+                part(0)
+            else:
+                list(pool.map(part, range(threads)))
+            best = min(best, time.perf_counter() - t)
+    return 4 * c.nbytes * reps / best
+
+
+#: a dtype's share of the float32 peak (vector lanes of that width); others: no compute floor
+_PEAK_SHARE = {"float32": 1.0, "float64": 0.5}
+
+
+def _peak(threads: int) -> float:
+    """The CPU's float32 FMA peak (FLOP/s) with ``threads`` threads; 0 when unknown."""
+    try:
+        from tdsl.backends.llvm.peak import peak_flops
+        return peak_flops("float32", threads)
+    except (ImportError, TDSLError):    # no LLVM JIT here: no compute floor, the job goes on
+        return 0.0
 
 
 def _intensity(task: Task) -> float:
@@ -243,7 +288,10 @@ class TaskScheduler:
     ``"random"``; ``alpha``, ``beta``, ``backward_window``, ``eps_greedy``: the
     gradient's parameters; ``strategy``: ``"gradient"`` or ``"round-robin"``;
     ``early_stopping``: a task stops after that many trials without a better one;
-    ``callbacks``: ``cb(scheduler, task_index, inputs, results)`` after each round.
+    ``callbacks``: ``cb(scheduler, task_index, inputs, results)`` after each round;
+    ``memory_bandwidth``, ``cache_bandwidth`` (bytes/s) and ``peak_flops`` (the float32
+    FLOP/s of the kernels' threads): the roofs of the tasks' floors (None: measured when
+    tuning starts; 0: no floor of that kind; for a runner on other machines, give theirs).
     """
 
     @check_keywords
@@ -254,7 +302,8 @@ class TaskScheduler:
                  backward_window: int = 3, eps_greedy: float = 0.05,
                  strategy: str = "gradient", early_stopping: "int | None" = None,
                  callbacks: Sequence[Callable] = (), transfer: bool = False,
-                 memory_bandwidth: "float | None" = None):
+                 memory_bandwidth: "float | None" = None,
+                 cache_bandwidth: "float | None" = None, peak_flops: "float | None" = None):
         self.tasks = list(tasks)
         if not self.tasks:
             raise TuningError("TaskScheduler: no task to tune")
@@ -289,10 +338,16 @@ class TaskScheduler:
         self.rng = random.Random(seed)
         self.similar = _similar(self.tasks)
         self.bytes = [_bytes(t, written_twice=True) for t in self.tasks]   # memory traffic
-        #: bytes/s a kernel whose data does not fit in the last-level cache can hope for
-        #: (None: measured when tuning starts, ``stream_bandwidth``; 0: no such floor)
+        #: the roofs (None: measured when tuning starts; 0: no such floor): bytes/s of a
+        #: kernel whose data does not fit in the last-level cache, bytes/s of one whose data
+        #: does (``STREAM_FRACTION`` of ``stream_bandwidth``'s), and the CPU's float32 FMA
+        #: peak (FLOP/s) with the job's threads
         self.memory_bandwidth = memory_bandwidth
+        self.cache_bandwidth = cache_bandwidth
+        self.peak_flops = peak_flops
         self.cache_bytes = last_level_cache_bytes()
+        #: each live task's gradient at the last choice by gradient (for ``callbacks``)
+        self.gradients: dict[int, float] = {}
 
     def _tuner(self, i: int) -> Any:
         from .tuner import RandomTuner, XGBTuner
@@ -313,8 +368,8 @@ class TaskScheduler:
         from .tuner import _timing_lease
         t0 = time.perf_counter()
         n = len(self.tasks)
-        if self.memory_bandwidth is None and self.strategy == "gradient":
-            self.memory_bandwidth = stream_bandwidth(2 * self.cache_bytes)
+        if self.strategy == "gradient":
+            self._measure_roofs()
         budget = trials if trials is not None else sys.maxsize
         lease = _timing_lease(None, self.database, self.mopt)
         tuners = [self._tuner(i) for i in range(n)]
@@ -377,6 +432,27 @@ class TaskScheduler:
         result.seconds = time.perf_counter() - t0
         return result
 
+    def _measure_roofs(self) -> None:
+        """Measure the roofs not given (about 0.2 s) with the threads kernels are timed with."""
+        threads = getattr(self.mopt.runner, "n_threads", None) or default_num_threads()
+        if self.memory_bandwidth is None:
+            self.memory_bandwidth = STREAM_FRACTION * stream_bandwidth(8 * self.cache_bytes,
+                                                                       threads)
+        if self.cache_bandwidth is None:
+            self.cache_bandwidth = STREAM_FRACTION * stream_bandwidth(self.cache_bytes // 4,
+                                                                      threads)
+        if self.peak_flops is None:
+            self.peak_flops = _peak(threads)
+
+    def _floor(self, i: int, in_memory: float, in_cache: float) -> float:
+        """Task ``i``'s roofline floor in seconds (0: none known)."""
+        rate = in_memory if self.bytes[i] > self.cache_bytes else in_cache
+        memory = self.bytes[i] / rate if rate > 0 else 0.0
+        peak = (self.peak_flops or 0.0) * PEAK_FRACTION * \
+            _PEAK_SHARE.get(str(self.tasks[i].outputs[-1].outputs[0].dtype), 0.0)
+        compute = self.tasks[i].flop / peak if peak > 0 else 0.0
+        return max(memory, compute)
+
     def _callback(self, i: int) -> Callable:
         def cb(tuner: Any, inputs: Any, results: Any) -> None:
             for f in self.callbacks:
@@ -393,7 +469,8 @@ class TaskScheduler:
             return self.rng.choice(live)
         best = [s.best_cost for s in sessions]
         rates = {j: self.bytes[j] / b for j, b in enumerate(best) if math.isfinite(b) and b > 0}
-        in_cache = max(rates.values(), default=0.0)
+        # the best rates reached count as roofs too: a measured roof is only an estimate
+        in_cache = max([self.cache_bandwidth or 0.0] + list(rates.values()))
         in_memory = max([self.memory_bandwidth or 0.0] + [r for j, r in rates.items()
                                                           if self.bytes[j] > self.cache_bytes])
         grads = {}
@@ -405,21 +482,18 @@ class TaskScheduler:
             w = self.backward_window
             backward = (h[-1] - h[-1 - w]) / w if len(h) > w and math.isfinite(h[-1 - w]) \
                 else 0.0
-            g_next = c - c / max(1, rounds[i])
+            # the next round's latency if it falls as 1/rounds towards the task's floor
+            floor = min(c, self._floor(i, in_memory, in_cache))
+            g_next = c - (c - floor) / max(1, rounds[i])
             # the best throughput (FLOP/s) reached by a similar task
             top = max((self.tasks[j].flop / best[j] for j in self.similar[i]
                        if math.isfinite(best[j]) and best[j] > 0), default=0.0)
             if top > 0 and self.tasks[i].flop > 0:
                 g_next = min(g_next, self.beta * self.tasks[i].flop / top)
-            # a memory floor: its bytes at the best rate it can hope for -- the memory's
-            # (measured, or reached by a task as large) when they exceed the last-level
-            # cache, else the best any task reached (itself included: never above its best)
-            rate = max(in_memory, rates.get(i, 0.0)) if self.bytes[i] > self.cache_bytes \
-                else in_cache
-            if rate > 0:
-                g_next = max(g_next, self.bytes[i] / rate)
+            g_next = max(g_next, floor)
             forward = g_next - c
             grads[i] = self.weights[i] * (self.alpha * backward + (1 - self.alpha) * forward)
+        self.gradients = grads
         low = min(grads.values())
         return self.rng.choice([i for i, g in grads.items() if g == low])
 

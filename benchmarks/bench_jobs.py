@@ -1,10 +1,11 @@
 """Tuning jobs: the task scheduler vs tuning the tasks one after another, same budget.
 
     python benchmarks/bench_jobs.py [--budget 1200] [--trials 384] [--quick] [--batch 8]
-                                    [--threads N]
+                                    [--threads N] [--suite ops|handwritten]
 
 A 12-task job (the operator suite of the search benchmark, each with a weight = how
-many times a model of them runs the kernel) is tuned twice, each time into a fresh
+many times a model of them runs the kernel; ``--suite handwritten``: the same operators
+written by hand with ``td.compute``, see ``job_suites.py``) is tuned twice, each time into a fresh
 database, under the same time budget and the same total trials:
 
 * ``scheduler``: ``autotune.tune_tasks`` (gradient-based allocation, one budget);
@@ -33,41 +34,11 @@ for _k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_k, None)
 
 import tdsl as td  # noqa: E402
-from tdsl import autotune, ops  # noqa: E402
+from tdsl import autotune  # noqa: E402
 from tdsl.autotune.dispatch import best_record, schedule_from_record  # noqa: E402
 from tdsl.autotune.measure_jobs import random_arrays  # noqa: E402
 
-
-def _p(shape, name):
-    return td.placeholder(shape, "float32", name=name)
-
-
-def suite(quick: bool) -> list[tuple[str, list, int]]:
-    """(name, outputs, weight) of each task; ``quick``: six smaller ones."""
-    q = 4 if quick else 1          # sizes divided by this in quick mode
-    out = []
-
-    def add(name, t, w):
-        out.append((name, [t], w))
-    n = 1024 // q
-    add("matmul", ops.matmul(_p((n, n), "A"), _p((n, n), "B")), 2)
-    add("dense", ops.dense(_p((1, 4096 // q), "x"), _p((4096 // q, 4096 // q), "w")), 4)
-    add("batch_matmul", ops.batch_matmul(_p((16, 256 // q, 64), "a"), _p((16, 64, 256 // q), "b")), 8)
-    add("softmax", ops.softmax(_p((4096 // q, 1024 // q), "x")), 8)
-    add("gemv_tanh", ops.dense(_p((1, 2048 // q), "x"), _p((2048 // q, 2048 // q), "w"),
-                               _p((2048 // q,), "b"), activation="tanh"), 2)
-    a, b, c, d = (_p((1 << (24 if not quick else 20),), nm) for nm in "ABCD")
-    add("elemwise", ops.add(d, ops.multiply(ops.add(a, b), c)), 8)
-    if quick:
-        return out
-    add("conv2d", ops.conv2d(_p((1, 64, 56, 56), "x"), _p((64, 64, 3, 3), "w"), padding=1), 6)
-    add("depthwise", ops.conv2d(_p((1, 128, 56, 56), "x"), _p((128, 1, 3, 3), "w"), padding=1,
-                                groups=128), 6)
-    add("max_pool", ops.max_pool2d(_p((1, 64, 112, 112), "x"), 3, 2), 1)
-    add("layernorm", ops.layernorm(_p((4096, 1024), "x"), _p((1024,), "g"), _p((1024,), "b")), 8)
-    add("argmax", ops.argmax(_p((4096, 1024), "x"), axis=1), 1)
-    add("transpose", ops.transpose(_p((4096, 1024), "x")), 4)
-    return out
+from job_suites import SUITES  # noqa: E402
 
 
 def option(timeout: float) -> autotune.MeasureOption:
@@ -146,13 +117,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=15, help="interleaved re-timing rounds")
     p.add_argument("--run-timeout", type=float, default=10.0, help="seconds per candidate")
     p.add_argument("--quick", action="store_true", help="six smaller tasks, short budget")
+    p.add_argument("--suite", choices=list(SUITES), default="ops",
+                   help="the operators as tdsl.ops calls (default) or written by hand with "
+                        "td.compute (job_suites.py)")
     p.add_argument("--threads", type=int, default=None,
                    help="threads of every kernel, tuned and re-timed (default: all CPUs; 1 "
                         "gives steadier figures on a loaded machine)")
     ns = p.parse_args()
     if ns.threads:
         os.environ["TDSL_NUM_THREADS"] = str(ns.threads)
-    spec = suite(ns.quick)
+    if ns.quick and ns.suite != "ops":
+        p.error("--quick has the ops suite only")
+    spec = SUITES[ns.suite](ns.quick) if ns.suite == "ops" else SUITES[ns.suite]()
     budget = ns.budget or (180.0 if ns.quick else 1200.0)
     trials = ns.trials or 16 * len(spec)
     tasks = [autotune.create_auto_task(outs, "llvm", name=name) for name, outs, _ in spec]

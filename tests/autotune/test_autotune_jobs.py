@@ -245,3 +245,84 @@ def test_stream_bandwidth_and_cache_size_are_plausible():
     from tdsl.autotune.task_scheduler import last_level_cache_bytes, stream_bandwidth
     assert (1 << 16) <= last_level_cache_bytes() <= (1 << 34)
     assert 1e8 < stream_bandwidth(1 << 24) < 1e13
+    assert 1e8 < stream_bandwidth(1 << 24, threads=2) < 1e13
+
+
+def test_stream_bandwidth_counts_bytes_as_a_tasks_traffic_is_counted(monkeypatch):
+    """The probe's rate and a task's rate must count the same bytes: an ``a + b`` task of
+    the probe's size, timed like the probe, has exactly the probe's rate.  (The probe once
+    counted a copy's output written once while tasks count it twice: the memory's roof read
+    1.5x low, and the job's fastest task in memory was expected to gain nothing.)"""
+    from tdsl.autotune import task_scheduler as ts
+    clock = iter(range(1000))
+    monkeypatch.setattr(ts.time, "perf_counter", lambda: float(next(clock)))  # 1 s a pass
+    n = 1 << 20
+    rate = ts.stream_bandwidth(12 * n)
+    a, b = td.placeholder((n,), name="a"), td.placeholder((n,), name="b")
+    task = autotune.create_auto_task([ops.add(a, b)])
+    passes = (96 << 20) // (12 * n)             # the probe's additions per timed pass
+    assert rate == passes * ts._bytes(task, written_twice=True)
+
+
+def test_a_kernel_near_the_fma_peak_is_expected_to_gain_nothing():
+    """The compute floor: a matmul at PEAK_FRACTION of the CPU's peak gets no more rounds
+    even with the larger weight (one at 87% of the peak took 66 of a 12-task job's 192
+    trials and gained nothing); at a quarter of the peak it may still gain."""
+    from tdsl.autotune.task_scheduler import PEAK_FRACTION
+    A, B = td.placeholder((64, 64), name="A"), td.placeholder((64, 64), name="B")
+    mm = autotune.create_auto_task([ops.matmul(A, B)])
+    ew = autotune.create_auto_task([ops.exp(td.placeholder((256, 256), name="x"))])
+    peak = 100e9
+    sched = TaskScheduler([mm, ew], [100, 1], eps_greedy=0.0, peak_flops=peak,
+                          memory_bandwidth=10e9, cache_bandwidth=50e9)
+    at_roof = mm.flop / (PEAK_FRACTION * peak)
+    ew_s = 1e-3                                   # far above either of its floors
+    hist = [[at_roof] * 6, [ew_s] * 6]
+    assert sched._choose([_Session(at_roof), _Session(ew_s)], hist, [5, 5], [True] * 2) == 1
+    assert sched.gradients[0] == 0.0 and sched.gradients[1] < 0
+    slow = mm.flop / (0.25 * peak)
+    assert sched._choose([_Session(slow), _Session(ew_s)], [[slow] * 6, hist[1]], [5, 5],
+                         [True] * 2) == 0
+    # float64 runs at half the float32 peak; an integer kernel has no compute floor
+    mm64 = autotune.create_auto_task([ops.matmul(td.placeholder((64, 64), "float64", "A"),
+                                                 td.placeholder((64, 64), "float64", "B"))])
+    mmi = autotune.create_auto_task([ops.matmul(td.placeholder((64, 64), "int32", "A"),
+                                                td.placeholder((64, 64), "int32", "B"))])
+    sched = TaskScheduler([mm64, mmi], eps_greedy=0.0, peak_flops=peak)
+    assert sched._floor(0, 0.0, 0.0) == pytest.approx(2 * at_roof)
+    assert sched._floor(1, 0.0, 0.0) == 0.0
+
+
+def test_a_job_measures_its_roofs_when_it_starts(tmp_path):
+    _, (h1, h2, y) = _mlp()
+    tasks, weights = autotune.extract_tasks([h1, y])
+    sched = TaskScheduler(tasks, weights, tuner="random", measure_option=fast_option(n_threads=1))
+    sched.tune(trials=len(tasks) * 2, remeasure_top=0, progress=False)
+    assert 1e8 < sched.memory_bandwidth < 1e13 and 1e8 < sched.cache_bandwidth < 1e13
+    assert 1e9 < sched.peak_flops < 1e13
+    # given roofs are kept; 0 means no floor of that kind
+    sched = TaskScheduler(tasks, weights, tuner="random", measure_option=fast_option(),
+                          memory_bandwidth=0, cache_bandwidth=0, peak_flops=0)
+    sched.tune(trials=len(tasks) * 2, remeasure_top=0, progress=False)
+    assert (sched.memory_bandwidth, sched.cache_bandwidth, sched.peak_flops) == (0, 0, 0)
+    assert all(sched._floor(i, 0.0, 0.0) == 0.0 for i in range(len(tasks)))
+
+
+def test_a_task_near_its_floor_expects_less_with_each_round():
+    """The guess falls as 1/rounds towards the floor, so a task just above its floor does not
+    win every round once the others have settled (a matmul 3% above its compute floor,
+    whose guess was the whole gap each round, took 74 of 192 trials and gained nothing)."""
+    A, B = td.placeholder((64, 64), name="A"), td.placeholder((64, 64), name="B")
+    mm = autotune.create_auto_task([ops.matmul(A, B)])
+    ew = autotune.create_auto_task([ops.exp(td.placeholder((256, 256), name="x"))])
+    sched = TaskScheduler([mm, ew], [1, 1], eps_greedy=0.0, peak_flops=100e9,
+                          memory_bandwidth=10e9, cache_bandwidth=50e9)
+    floor = sched._floor(0, 10e9, 50e9)
+    c = 1.03 * floor
+    hist = [[c] * 6, [1e-3] * 6]
+    grads = []
+    for rounds in (1, 2, 4):
+        sched._choose([_Session(c), _Session(1e-3)], hist, [rounds, 50], [True] * 2)
+        grads.append(sched.gradients[0])
+    assert grads[0] == pytest.approx(-0.8 * (c - floor))
+    assert grads[1] == pytest.approx(grads[0] / 2) and grads[2] == pytest.approx(grads[0] / 4)
