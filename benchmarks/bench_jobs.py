@@ -1,21 +1,22 @@
 """Tuning jobs: the task scheduler vs tuning the tasks one after another, same budget.
 
     python benchmarks/bench_jobs.py [--budget 1200] [--trials 384] [--quick] [--batch 8]
-                                    [--threads N] [--suite ops|handwritten]
+                                    [--threads N] [--suite ops|handwritten] [--half]
 
 A 12-task job (the operator suite of the search benchmark, each with a weight = how
 many times a model of them runs the kernel; ``--suite handwritten``: the same operators
-written by hand with ``td.compute``, see ``job_suites.py``) is tuned twice, each time into a fresh
-database, under the same time budget and the same total trials:
+written by hand with ``td.compute``, see ``job_suites.py``) is tuned twice, each time into
+a fresh database, under the same time budget and the same total trials:
 
 * ``scheduler``: ``autotune.tune_tasks`` (gradient-based allocation, one budget);
-* ``sequential``: each task in turn, with an equal share of the trials and of the time.
+* ``sequential``: each task in turn, with an equal share of the trials and of the time;
+* with ``--half``, a third run: the scheduler with half the trials and half the time.
 
 Both end as a tuning job does, re-timing each task's 3 fastest programs (2 interleaved
 rounds) before choosing its best.
 
 Then the best kernel of every task from each run is built and timed again in this
-process, the two runs' kernels interleaved (medians over ``--rounds`` rounds), and
+process, the runs' kernels interleaved (medians over ``--rounds`` rounds), and
 the weighted latency ``sum(weight * seconds)`` of each run is printed side by side
 with its ratio (target: the scheduler's at least 20% lower).  ``--quick``: six tasks
 at smaller sizes and a short budget (a check that it works, not a figure to report).
@@ -120,6 +121,9 @@ def main() -> None:
     p.add_argument("--suite", choices=list(SUITES), default="ops",
                    help="the operators as tdsl.ops calls (default) or written by hand with "
                         "td.compute (job_suites.py)")
+    p.add_argument("--half", action="store_true",
+                   help="also run the scheduler with half the trials and time: how much of "
+                        "the budget it needs to match sequential tuning")
     p.add_argument("--threads", type=int, default=None,
                    help="threads of every kernel, tuned and re-timed (default: all CPUs; 1 "
                         "gives steadier figures on a loaded machine)")
@@ -134,31 +138,45 @@ def main() -> None:
     tasks = [autotune.create_auto_task(outs, "llvm", name=name) for name, outs, _ in spec]
     weights = [w for _, _, w in spec]
     tmp = tempfile.mkdtemp(prefix="bench-jobs-")
-    dbs = [os.path.join(tmp, "scheduler.db"), os.path.join(tmp, "sequential.db")]
     print(f"{len(tasks)} tasks, {trials} trials and {budget:.0f} s per run, batch {ns.batch}; "
           f"databases in {tmp}", flush=True)
-    s_time, s_trials = run_scheduler(tasks, weights, trials, budget, ns.batch, dbs[0],
-                                     ns.run_timeout)
-    print(f"scheduler: {s_time:.0f} s, trials per task {s_trials}", flush=True)
-    q_time, q_trials = run_sequential(tasks, trials, budget, ns.batch, dbs[1], ns.run_timeout)
-    print(f"sequential: {q_time:.0f} s, trials per task {q_trials}", flush=True)
-    times = retime(tasks, dbs, ns.rounds)
-    print(f"\n{'task':<14} {'weight':>6} {'sched tr':>8} {'seq tr':>6} {'sched ms':>10} "
-          f"{'seq ms':>10} {'baseline ms':>11}")
-    for t, w, st, qt, (a, b, c) in zip(tasks, weights, s_trials, q_trials, times):
-        print(f"{t.name:<14} {w:>6} {st:>8} {qt:>6} {a * 1e3:>10.4f} {b * 1e3:>10.4f} "
-              f"{c * 1e3:>11.4f}")
-    wl = [sum(w * row[i] for w, row in zip(weights, times)) for i in range(3)]
+    # (column, db, seconds, trials per task) of each run
+    runs = []
+    plan = [("sched", trials, budget), ("seq", trials, budget)]
+    if ns.half:
+        plan.append(("sched/2", trials // 2, budget / 2))
+    for name, n, secs in plan:
+        db = os.path.join(tmp, name.replace("/", "_half") + ".db")
+        if name == "seq":
+            took, per = run_sequential(tasks, n, secs, ns.batch, db, ns.run_timeout)
+        else:
+            took, per = run_scheduler(tasks, weights, n, secs, ns.batch, db, ns.run_timeout)
+        print(f"{name}: {took:.0f} s, {n} trials, per task {per}", flush=True)
+        runs.append((name, db, took, per))
+    times = retime(tasks, [db for _, db, _, _ in runs], ns.rounds)
+    names = [name for name, *_ in runs]
+    print(f"\n{'task':<14} {'weight':>6} " + " ".join(f"{nm + ' tr':>10}" for nm in names) +
+          " " + " ".join(f"{nm + ' ms':>10}" for nm in names) + f" {'baseline ms':>11}")
+    for k, (t, w) in enumerate(zip(tasks, weights)):
+        print(f"{t.name:<14} {w:>6} " + " ".join(f"{r[3][k]:>10}" for r in runs) + " " +
+              " ".join(f"{x * 1e3:>10.4f}" for x in times[k]))
+    wl = {nm: sum(w * row[i] for w, row in zip(weights, times)) for i, nm in
+          enumerate(names + ["baseline"])}
     best = sum(w * min(row) for w, row in zip(weights, times))
-    print(f"\nweighted latency: scheduler {wl[0] * 1e3:.3f} ms, sequential {wl[1] * 1e3:.3f} ms; "
-          f"scheduler is {100 * (1 - wl[0] / wl[1]):.1f}% lower (target >= 20%)")
+    print(f"\nweighted latency: scheduler {wl['sched'] * 1e3:.3f} ms, sequential "
+          f"{wl['seq'] * 1e3:.3f} ms; scheduler is {100 * (1 - wl['sched'] / wl['seq']):.1f}% "
+          f"lower (target >= 20%)")
+    if ns.half:
+        print(f"scheduler with half the trials and time: {wl['sched/2'] * 1e3:.3f} ms, "
+              f"{100 * (1 - wl['sched/2'] / wl['seq']):.1f}% lower than sequential with all of "
+              f"them")
     # What any allocation of trials could gain: the baselines are measured in every task's
-    # first batch, so no job ends above them, and none ends below the best program either
-    # run found (per task, the fastest of the three columns).
-    print(f"baselines only (default / ops.schedule, no search): {wl[2] * 1e3:.3f} ms; best "
-          f"program of either run per task: {best * 1e3:.3f} ms -- searching can lower the "
-          f"baselines' weighted latency by {100 * (1 - best / wl[2]):.1f}% in this job")
-
+    # first batch, so no job ends above them, and none ends below the best program any run
+    # found (per task, the fastest column).
+    print(f"baselines only (default / ops.schedule, no search): {wl['baseline'] * 1e3:.3f} ms; "
+          f"best program of any run per task: {best * 1e3:.3f} ms -- searching can lower the "
+          f"baselines' weighted latency by {100 * (1 - best / wl['baseline']):.1f}% in this "
+          f"job, and sequential tuning's by {100 * (1 - best / wl['seq']):.1f}%")
 
 if __name__ == "__main__":
     sys.exit(main())
