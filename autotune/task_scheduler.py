@@ -157,6 +157,9 @@ class JobResult:
     rounds: list[int] = field(default_factory=list)   # the task chosen in each round
     seconds: float = 0.0
     curve: list = field(default_factory=list)   # (elapsed s, trials measured, weighted latency)
+    #: each task's roofline floor (seconds; 0: none known) at the end: how far its best is
+    #: from what its memory traffic and FLOPs allow (the scheduler's reason to stop)
+    floors: list[float] = field(default_factory=list)
 
     @property
     def weighted_latency(self) -> float:
@@ -164,11 +167,14 @@ class JobResult:
         return weighted_latency(self.best, self.weights)
 
     def summary(self) -> str:
-        lines = [f"{'task':<28} {'weight':>6} {'trials':>6} {'best ms':>10} {'GFLOP/s':>8}"]
-        for t, w, b, n in zip(self.tasks, self.weights, self.best, self.trials):
+        lines = [f"{'task':<28} {'weight':>6} {'trials':>6} {'best ms':>10} {'GFLOP/s':>8} "
+                 f"{'floor ms':>9}"]
+        floors = self.floors or [0.0] * len(self.tasks)
+        for t, w, b, n, f in zip(self.tasks, self.weights, self.best, self.trials, floors):
             ms = f"{b.cost * 1e3:.4f}" if b is not None else "-"
             gf = f"{b.gflops:.1f}" if b is not None else "-"
-            lines.append(f"{t.name[:28]:<28} {w:>6g} {n:>6} {ms:>10} {gf:>8}")
+            fl = f"{f * 1e3:.4f}" if f > 0 else "-"
+            lines.append(f"{t.name[:28]:<28} {w:>6g} {n:>6} {ms:>10} {gf:>8} {fl:>9}")
         lines.append(f"weighted latency {self.weighted_latency * 1e3:.4f} ms  "
                      f"({sum(self.trials)} trials in {self.seconds:.1f} s)")
         return "\n".join(lines)
@@ -184,10 +190,25 @@ def weighted_latency(best: Sequence[Optional[Record]], weights: Sequence[float])
 
 
 def _tag(task: Task) -> str:
-    """The kind of a task: its output operator's tag and dtype (the workload when untagged)."""
-    op = task.outputs[-1]
-    return f"{getattr(op, 'tag', '')}|{op.outputs[0].dtype}" if getattr(op, "tag", "") else \
-        f"untagged:{task.workload}"
+    """The kind of a task: the tags of all its operations and its output dtype (the
+    workload when one is untagged).  All of them, not the output's alone: a softmax and a
+    GEMV with a tanh epilogue both end in an elementwise operation, and a softmax held to
+    the GEMV's FLOP/s expected a gain every round (it took 160 of 192 trials)."""
+    from tdsl.tensor import ComputeOp
+    tags: set[str] = set()
+    seen: set[int] = set()
+    stack = [t for op in task.outputs for t in op.outputs]
+    while stack:
+        op = stack.pop().op
+        if id(op) in seen or not isinstance(op, ComputeOp):
+            continue
+        seen.add(id(op))
+        tag = str(getattr(op.tag, "value", op.tag) or "")
+        if not tag:
+            return f"untagged:{task.workload}"
+        tags.add(tag)
+        stack.extend(op.input_tensors)
+    return "+".join(sorted(tags)) + f"|{task.outputs[-1].outputs[0].dtype}"
 
 
 def _bytes(task: Task, written_twice: bool = False) -> int:
@@ -429,6 +450,9 @@ class TaskScheduler:
         for i, t in enumerate(tuners):
             result.best[i] = t.best_record
             result.trials[i] = sessions[i].res.trials
+        best = [t.best_cost for t in tuners]
+        rates = self._bandwidths(best)
+        result.floors = [min(best[i], self._floor(i, *rates)) for i in range(n)]
         result.seconds = time.perf_counter() - t0
         return result
 
@@ -443,6 +467,16 @@ class TaskScheduler:
                                                                       threads)
         if self.peak_flops is None:
             self.peak_flops = _peak(threads)
+
+    def _bandwidths(self, best: Sequence[float]) -> tuple[float, float]:
+        """(bytes/s in memory, in cache) the tasks can hope for, given their best seconds:
+        the measured roofs, or the best rates tasks reached (a measured roof is only an
+        estimate) -- in memory, of tasks whose data exceeds the last-level cache."""
+        rates = {j: self.bytes[j] / b for j, b in enumerate(best) if math.isfinite(b) and b > 0}
+        in_cache = max([self.cache_bandwidth or 0.0] + list(rates.values()))
+        in_memory = max([self.memory_bandwidth or 0.0] + [r for j, r in rates.items()
+                                                          if self.bytes[j] > self.cache_bytes])
+        return in_memory, in_cache
 
     def _floor(self, i: int, in_memory: float, in_cache: float) -> float:
         """Task ``i``'s roofline floor in seconds (0: none known)."""
@@ -468,11 +502,7 @@ class TaskScheduler:
         if self.rng.random() < self.eps_greedy:
             return self.rng.choice(live)
         best = [s.best_cost for s in sessions]
-        rates = {j: self.bytes[j] / b for j, b in enumerate(best) if math.isfinite(b) and b > 0}
-        # the best rates reached count as roofs too: a measured roof is only an estimate
-        in_cache = max([self.cache_bandwidth or 0.0] + list(rates.values()))
-        in_memory = max([self.memory_bandwidth or 0.0] + [r for j, r in rates.items()
-                                                          if self.bytes[j] > self.cache_bytes])
+        in_memory, in_cache = self._bandwidths(best)
         grads = {}
         for i in live:
             c = best[i]

@@ -192,6 +192,14 @@ def test_similar_tasks_share_kind_and_arithmetic_intensity():
     sim = _similar(tasks)
     # a GEMV is not held to a large matmul's FLOP/s; two large matmuls are alike
     assert 1 not in sim[0] and 2 in sim[0] and sim[1] == [1] and sim[3] == [3]
+    # kernels that merely end alike (an elementwise epilogue) are not: a softmax held to a
+    # GEMV's FLOP/s expected a gain every round and took 160 of a job's 192 trials
+    x = td.placeholder((64, 256), name="x")
+    v, w = td.placeholder((1, 128), name="v"), td.placeholder((128, 128), name="w")
+    b = td.placeholder((128,), name="b")
+    pair = [autotune.create_auto_task([ops.softmax(x)]),
+            autotune.create_auto_task([ops.dense(v, w, b, activation="tanh")])]
+    assert _similar(pair) == [[0], [1]]
 
 
 def test_a_task_at_the_jobs_best_bandwidth_is_expected_to_gain_nothing():
@@ -297,9 +305,13 @@ def test_a_job_measures_its_roofs_when_it_starts(tmp_path):
     _, (h1, h2, y) = _mlp()
     tasks, weights = autotune.extract_tasks([h1, y])
     sched = TaskScheduler(tasks, weights, tuner="random", measure_option=fast_option(n_threads=1))
-    sched.tune(trials=len(tasks) * 2, remeasure_top=0, progress=False)
+    job = sched.tune(trials=len(tasks) * 2, remeasure_top=0, progress=False)
     assert 1e8 < sched.memory_bandwidth < 1e13 and 1e8 < sched.cache_bandwidth < 1e13
     assert 1e9 < sched.peak_flops < 1e13
+    # each task's floor is reported: above zero, never above its best
+    assert len(job.floors) == len(tasks)
+    assert all(0 < f <= b.cost for f, b in zip(job.floors, job.best))
+    assert "floor ms" in job.summary()
     # given roofs are kept; 0 means no floor of that kind
     sched = TaskScheduler(tasks, weights, tuner="random", measure_option=fast_option(),
                           memory_bandwidth=0, cache_bandwidth=0, peak_flops=0)

@@ -52,14 +52,14 @@ def test_operands_in_either_order():
     assert form is not None and form.a is A and form.b is B
 
 
-@pytest.mark.parametrize("what", ["transposed_b", "max", "tagged", "where", "same_tensor",
-                                  "swapped_axes", "integer", "init"])
+@pytest.mark.parametrize("what", ["max", "tagged", "where", "same_tensor",
+                                  "swapped_axes", "integer", "init", "transposed_a"])
 def test_look_alikes_are_not_recognized(what):
     A = td.placeholder((32, 32), name="A")
     B = td.placeholder((32, 32), name="B")
     k = td.reduce_axis((0, 32), name="k")
-    if what == "transposed_b":
-        _, _, C = _matmul(32, 32, 32, transpose_b=True)
+    if what == "transposed_a":
+        C = td.compute((32, 32), lambda i, j: td.sum(A[k, i] * B[k, j], axis=k))
     elif what == "max":
         C = td.compute((32, 32), lambda i, j: td.max(A[i, k] * B[k, j], axis=k))
     elif what == "tagged":
@@ -126,3 +126,42 @@ def test_hand_written_matmul_with_symbolic_sizes():
     for M, N, K in [(1, 1, 1), (6, 16, 4), (50, 33, 70), (129, 7, 3)]:
         a, b = randn(M, K), randn(K, N)
         check(f, [a, b], a @ b, rtol=1e-4, atol=1e-4 * K)
+
+
+def _count_skinny(monkeypatch) -> list:
+    from tdsl.ops.schedules import llvm as cpu_schedules
+    calls = []
+    real = cpu_schedules.schedule_skinny_dense
+
+    def counted(*a, **kw):
+        calls.append(a[1].op)
+        return real(*a, **kw)
+    monkeypatch.setattr(cpu_schedules, "schedule_skinny_dense", counted)
+    return calls
+
+
+@pytest.mark.parametrize("M, N, K", [(1, 4096, 512), (1, 37, 70), (3, 50, 129), (8, 16, 64)])
+def test_hand_written_dense_with_a_small_m_gets_the_streaming_schedule(M, N, K, monkeypatch):
+    """``x @ W.T`` written by hand: ``ops.dense``'s streaming schedule (lanes along K by
+    rfactor, W's rows read once), correct at sizes that do and do not divide its tiles."""
+    A, B, C = _matmul(M, N, K, transpose_b=True)
+    form = gemm_form(C.op)
+    assert form is not None and form.transpose_b and form.a is A and form.b is B
+    calls = _count_skinny(monkeypatch)
+    s = ops.schedule([C])
+    assert calls == [C.op]
+    f = td.build(s, [A, B, C], target="llvm")
+    a, b = randn(M, K), randn(N, K)
+    check(f, [a, b], a @ b.T, rtol=1e-4, atol=1e-4 * K)
+
+
+def test_hand_written_dense_with_a_large_m_keeps_the_generic_schedule(monkeypatch):
+    """The matmul schedule's panel copy keeps B's layout, the packed one only when B is
+    not transposed: a large-M ``x @ W.T`` stays with the generic reduction schedule."""
+    A, B, C = _matmul(64, 40, 24, transpose_b=True)
+    calls = _count_skinny(monkeypatch)
+    s = ops.schedule([C])
+    assert not calls and "B.global" not in _stage_names(s)
+    f = td.build(s, [A, B, C], target="llvm")
+    a, b = randn(64, 24), randn(40, 24)
+    check(f, [a, b], a @ b.T, rtol=1e-4, atol=1e-4 * 24)

@@ -428,13 +428,16 @@ SKINNY_M = 16
 SKINNY_M_SYMBOLIC = ((3, 1), (SKINNY_M, 4))
 
 
-def _skinny_dense(anchor: Stage, cpu: CPU, symbolic: bool = False) -> bool:
+def _skinny_dense(anchor: Stage, cpu: CPU, symbolic: bool = False,
+                  transpose_b: "bool | None" = None) -> bool:
     """A 2-D ``a @ b.T`` (``dense``) with a small constant M and K long enough for vectors:
     every element of ``b`` is used M times only, so the job is one pass over ``b``.
-    ``symbolic``: M is symbolic and known (by a run-time test) to be at most ``SKINNY_M``."""
+    ``symbolic``: M is symbolic and known (by a run-time test) to be at most ``SKINNY_M``;
+    ``transpose_b``: the form when known otherwise (a hand-written dense has no attrs)."""
     op = anchor.op
-    if len(op.axis) != 2 or len(op.reduce_axis) != 1 or not op.attrs.get("transpose_b") \
-            or op.attrs.get("transpose_a"):
+    if transpose_b is None:
+        transpose_b = bool(op.attrs.get("transpose_b")) and not op.attrs.get("transpose_a")
+    if len(op.axis) != 2 or len(op.reduce_axis) != 1 or not transpose_b:
         return False
     M = _ext(op.axis[0])
     kext = _ext(op.reduce_axis[0])
@@ -836,8 +839,10 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
             schedule_injective(s, st, cpu, bodies)
         elif pat is Pattern.ANCHOR and stage_kind(st) in anchor_schedules:
             done |= anchor_schedules[stage_kind(st)](s, st, None, cpu)
-        elif (gemm := gemm_form(st.op)) is not None:
+        elif (gemm := gemm_form(st.op)) is not None and not gemm.transpose_b:
             done |= schedule_matmul(s, st, None, cpu, panel_of=gemm.b)
+        elif gemm is not None and _skinny_dense(st, cpu, transpose_b=True):
+            done |= schedule_skinny_dense(s, st, None, cpu)
         else:
             schedule_reduction(s, st, cpu, bodies)
         done.add(st)
