@@ -9,11 +9,12 @@ and LLVM aborted the process (``RuntimeDyldELF.cpp: resolveX86_64Relocation: Ass
 `isInt<32>(RealOffset)' failed``).
 
 The child process here makes that layout on purpose: it reserves 8 GiB of address space
-(no memory: ``PROT_NONE``, ``MAP_NORESERVE``) and fills every free gap above it but one page,
-so a section that fits the page goes there and the next one below the 8 GiB.  It then builds
+(no memory: ``PROT_NONE``, ``MAP_NORESERVE``), fills every free gap above it and frees the
+reservation's top page, so a section that fits the page goes there and the next one below
+the 8 GiB.  It then builds
 distinct kernels (an elementwise one with vector constants, a parallel one, a tiled matmul)
 and checks them against NumPy.  It runs in a subprocess because the failure aborts the
-process; the gaps are filled again before every build, as allocations come and go.
+process; the layout is made again before every build, as allocations come and go.
 """
 import os
 import subprocess
@@ -37,10 +38,18 @@ CHILD = textwrap.dedent(r'''
     PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+
+
     def reserve(addr, size, flags=0):
         r = libc.mmap(addr, size, PROT_NONE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | flags, -1, 0)
-        return None if r in (None, FAILED) else r
+        if r in (None, FAILED):
+            return None
+        if addr is not None and r != addr:     # a kernel without MAP_FIXED_NOREPLACE
+            libc.munmap(r, size)
+            return None
+        return r
 
 
     def mappings():
@@ -53,21 +62,24 @@ CHILD = textwrap.dedent(r'''
         return sorted(out)
 
 
-    def fill_above(floor):
-        """Map every free gap above ``floor`` (up to the stack) but one page."""
-        spared = False
-        maps = mappings()
-        for (_, end, _), (nxt, _, name) in zip(maps, maps[1:]):
-            if end < floor or nxt <= end:
-                continue
-            if name == "[stack]":
-                break
-            start, size = end, nxt - end
-            if not spared:
-                spared, start, size = True, start + PAGE, size - PAGE
-            if size:
-                reserve(start, size, MAP_FIXED_NOREPLACE)   # a refused gap stays free
-        assert spared, "no free gap above the reservation"
+    class Layout:
+        """8 GiB of address space reserved; before each build every free gap above it is
+        filled and one page is freed at its top: the only place above for a section."""
+
+        def __init__(self, size=8 << 30):
+            self.low = reserve(None, size)
+            assert self.low, "could not reserve 8 GiB of address space"
+            self.top = self.low + size
+
+        def one_page_above(self):
+            maps = mappings()
+            for (_, end, _), (nxt, _, name) in zip(maps, maps[1:]):
+                if name == "[stack]":
+                    break
+                if end >= self.low and nxt > end:
+                    reserve(end, nxt - end, MAP_FIXED_NOREPLACE)   # a refused gap stays
+            self.top -= PAGE
+            libc.munmap(self.top, PAGE)
 
 
     def scale(k):
@@ -109,10 +121,9 @@ CHILD = textwrap.dedent(r'''
     rng = np.random.default_rng(7)
     f32 = np.float32
     scale(-1)                                   # the engine and LLVM set up
-    low = reserve(None, 8 << 30)
-    assert low, "could not reserve 8 GiB of address space"
+    layout = Layout()
     for k in range(3):
-        fill_above(low + (8 << 30))
+        layout.one_page_above()
         mod = scale(k)
         a = rng.standard_normal(1003).astype("float32")
         b = np.full_like(a, np.nan)
@@ -120,14 +131,14 @@ CHILD = textwrap.dedent(r'''
         want = np.exp(a * f32(0.25 + k)) * f32(k + 1.5) - f32(0.75 * k)
         np.testing.assert_allclose(b, want, rtol=2e-5, atol=1e-5)
 
-        fill_above(low + (8 << 30))
+        layout.one_page_above()
         mod = parallel(k)
         a = rng.standard_normal(1001).astype("float32")
         b = np.full_like(a, np.nan)
         mod(a, b)
         np.testing.assert_allclose(b, a * f32(k + 0.5) + f32(2.0 * k), rtol=1e-5, atol=1e-5)
 
-        fill_above(low + (8 << 30))
+        layout.one_page_above()
         mod = matmul(k)
         a = rng.standard_normal((40, 40)).astype("float32")
         w = rng.standard_normal((40, 40)).astype("float32")
