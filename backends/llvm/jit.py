@@ -1,15 +1,16 @@
 """Loading compiled objects into this process with LLVM's ORC LLJIT.
 
 One LLJIT instance serves the process, linking with JITLink (see ``engine``); each kernel
-object is linked as its own JIT library, a ``JitLibrary`` that owns the library's ``ResourceTracker``: when the last
-reference to the ``JitLibrary`` goes, LLVM unmaps the code and data (each library holds about
-three memory mappings, and Linux allows a process 65530).  So whatever calls into a library
-must hold it: ``JitLibrary.function`` and ``JitLibrary.cell`` return ctypes objects that do,
-and a library holds the libraries its code calls (the thread pool).  Libraries linked once
-per process (the pool) are ``keep_forever``.  External symbols resolve
-against the process (libc, libm); a parallel kernel's ``GOMP_parallel`` binds to tdsl's
-thread pool (``threadpool.py``), or to libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``.  A missing symbol raises ``BuildError`` (LLJIT
-reports it; it never crashes the process as MCJIT would).
+object is linked as its own JIT library, a ``JitLibrary`` that owns the library's
+``ResourceTracker``: when the last reference to the ``JitLibrary`` goes, LLVM unmaps the code
+and data (each library holds about three memory mappings, and Linux allows a process 65530).
+So whatever calls into a library must hold it: ``JitLibrary.function`` and ``JitLibrary.cell``
+return ctypes objects that do, and a library holds the libraries its code calls (the thread
+pool).  Libraries linked once per process (the pool) are ``keep_forever``.  External symbols
+resolve against the process (libc, libm); a parallel kernel's ``GOMP_parallel`` binds to
+tdsl's thread pool (``threadpool.py``), or to libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``.
+A missing symbol raises ``BuildError`` (LLJIT reports it; it never crashes the process as
+MCJIT would).
 """
 from __future__ import annotations
 
