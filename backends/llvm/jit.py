@@ -1,15 +1,16 @@
 """Loading compiled objects into this process with LLVM's ORC LLJIT.
 
-One LLJIT instance serves the process; each kernel object is linked as its own
-JIT library, a ``JitLibrary`` that owns the library's ``ResourceTracker``: when the last
-reference to the ``JitLibrary`` goes, LLVM unmaps the code and data (each library holds about
-three memory mappings, and Linux allows a process 65530).  So whatever calls into a library
-must hold it: ``JitLibrary.function`` and ``JitLibrary.cell`` return ctypes objects that do,
-and a library holds the libraries its code calls (the thread pool).  Libraries linked once
-per process (the pool) are ``keep_forever``.  External symbols resolve
-against the process (libc, libm); a parallel kernel's ``GOMP_parallel`` binds to tdsl's
-thread pool (``threadpool.py``), or to libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``.  A missing symbol raises ``BuildError`` (LLJIT
-reports it; it never crashes the process as MCJIT would).
+One LLJIT instance serves the process, linking with JITLink (see ``engine``); each kernel
+object is linked as its own JIT library, a ``JitLibrary`` that owns the library's
+``ResourceTracker``: when the last reference to the ``JitLibrary`` goes, LLVM unmaps the code
+and data (each library holds about three memory mappings, and Linux allows a process 65530).
+So whatever calls into a library must hold it: ``JitLibrary.function`` and ``JitLibrary.cell``
+return ctypes objects that do, and a library holds the libraries its code calls (the thread
+pool).  Libraries linked once per process (the pool) are ``keep_forever``.  External symbols
+resolve against the process (libc, libm); a parallel kernel's ``GOMP_parallel`` binds to
+tdsl's thread pool (``threadpool.py``), or to libgomp's with ``TDSL_PARALLEL_RUNTIME=gomp``.
+A missing symbol raises ``BuildError`` (LLJIT reports it; it never crashes the process as
+MCJIT would).
 """
 from __future__ import annotations
 
@@ -35,12 +36,26 @@ GOMP_SYMBOLS = ("GOMP_parallel",)
 
 
 def engine() -> Any:
-    """The process-wide LLJIT (created on first use)."""
+    """The process-wide LLJIT (created on first use), linking with JITLink.
+
+    Objects are small-code-model PIC: their code reaches its constants, GOT and stubs with
+    32-bit PC-relative offsets, so all sections of one object must lie within 2 GiB of each
+    other.  JITLink maps each object in one contiguous block.  llvmlite's other linker,
+    RuntimeDyld, maps code, constants and GOT separately (its ``SectionMemoryManager``, one
+    per object); once freed kernels leave holes across a large address space, the sections
+    land gigabytes apart and LLVM aborts the process (``RuntimeDyldELF ...
+    resolveX86_64Relocation: Assertion `isInt<32>(RealOffset)' failed``).  Calls and data
+    references to other libraries go through JITLink's 64-bit GOT entries, whatever the
+    distance.  RuntimeDyld is used only where llvmlite has no JITLink (Windows).
+    """
     global _engine
     with _lock:
         if _engine is None:
             ensure_initialized()
-            _engine = llvm.create_lljit_compiler()
+            try:
+                _engine = llvm.create_lljit_compiler(use_jit_link=True)
+            except RuntimeError:   # "JITLink is not currently available on Windows"
+                _engine = llvm.create_lljit_compiler()
         return _engine
 
 
