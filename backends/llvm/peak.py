@@ -3,8 +3,8 @@ fused multiply-adds that touches no memory.
 
 It is the compute roof of a roofline: a kernel of F floating-point operations cannot run in
 less than F / peak seconds, so the task scheduler (``autotune/task_scheduler.py``) stops
-expecting gains from a kernel already near it.  One thread is measured (about 20 ms, once
-per process and dtype); ``threads`` scales it, which can only overestimate the roof.
+expecting gains from a kernel already near it.  One thread is measured (about 80 ms with
+the compilation, once per process and dtype); ``threads`` scales it, which can only overestimate the roof.
 """
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def _probe_ir(elem: str, lanes: int) -> str:
         lines.append(f"  %s{c} = fadd {vt} {prev}, %b{c}")
         prev = f"%s{c}"
     lines.append(f"  %e = extractelement {vt} {prev}, i32 0")
-    lines.append("  %r = fpext float %e to double" if elem == "float" else "  %r = fadd double %e, 0.0")
+    lines.append("  %r = fpext float %e to double" if elem == "float"
+                 else "  %r = fadd double %e, 0.0")
     lines += ["  ret double %r", "}"]
     return "\n".join(lines)
 
