@@ -4,7 +4,8 @@ fused multiply-adds that touches no memory.
 It is the compute roof of a roofline: a kernel of F floating-point operations cannot run in
 less than F / peak seconds, so the task scheduler (``autotune/task_scheduler.py``) stops
 expecting gains from a kernel already near it.  One thread is measured (about 80 ms with
-the compilation, once per process and dtype); ``threads`` scales it, which can only overestimate the roof.
+the compilation, once per process and dtype); ``threads`` scales it, which can only
+overestimate the roof.
 """
 from __future__ import annotations
 
