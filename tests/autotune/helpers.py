@@ -4,8 +4,24 @@ from __future__ import annotations
 import os
 import time
 
+import numpy as np
+
 import tdsl as td
+import tdsl.interpreter
 from tdsl import autotune
+
+
+def check_schedule(sch, task, ins, expect, interpreter: bool, err_msg: str = "",
+                   target: str = "llvm") -> None:
+    """Build ``sch`` for ``task`` with LLVM (and run its lowered IR in the interpreter when
+    ``interpreter``) on ``ins``; each result must match ``expect``."""
+    out = np.zeros(expect.shape, str(task.args[-1].dtype))
+    td.build(sch, task.args, target=target)(*ins, out)
+    np.testing.assert_allclose(out, expect, rtol=2e-4, atol=2e-4, err_msg=err_msg)
+    if interpreter:
+        out2 = np.zeros_like(out)
+        tdsl.interpreter.run(td.lower(sch, task.args), *ins, out2)
+        np.testing.assert_allclose(out2, expect, rtol=2e-4, atol=2e-4, err_msg=err_msg)
 
 
 @autotune.template("small_matmul")

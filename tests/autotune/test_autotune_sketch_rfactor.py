@@ -9,12 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tdsl as td
-import tdsl.interpreter
 from tdsl import autotune
 from tdsl.autotune.replay import replay
 from tdsl.autotune.sketch import RFACTOR_MIN_STEPS, RFACTOR_PARTS, Rule
 from tdsl.lowering import lower
 from tdsl.structural import structural_hash
+
+from tests.autotune.helpers import check_schedule
 
 #: 4 lanes and 4 cores: the knob's threshold (256 outputs) does not depend on the host
 TARGET = "llvm -mcpu=x86-64 -num-threads=4"
@@ -61,14 +62,7 @@ def _check(task, args, ref, point, interpreter, seed=0):
     rng = np.random.default_rng(seed)
     ins = [rng.uniform(-1, 1, [int(s.value) for s in t.shape]).astype("float32")
            for t in args[:-1]]
-    expect = np.asarray(ref(*ins))
-    out = np.zeros(expect.shape, "float32")
-    td.build(sch, task.args, target=TARGET)(*ins, out)
-    np.testing.assert_allclose(out, expect, rtol=2e-4, atol=2e-4, err_msg=str(c.config))
-    if interpreter:
-        out2 = np.zeros_like(out)
-        tdsl.interpreter.run(td.lower(sch, task.args), *ins, out2)
-        np.testing.assert_allclose(out2, expect, rtol=2e-4, atol=2e-4, err_msg=str(c.config))
+    check_schedule(sch, task, ins, np.asarray(ref(*ins)), interpreter, str(c.config), TARGET)
     return c
 
 

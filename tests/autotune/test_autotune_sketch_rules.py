@@ -6,11 +6,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tdsl as td
-import tdsl.interpreter
 from tdsl import autotune, ops
 from tdsl.autotune.replay import replay
 from tdsl.autotune.sketch import AUTO_UNROLL, Form, Place, Rule
 from tdsl.tensor import PlaceholderOp
+
+from tests.autotune.helpers import check_schedule
 
 
 def gemv_bias_tanh(n=48, k=40):
@@ -123,16 +124,8 @@ def _check_point(task, args, ref, point, seed=0, interpreter=False):
         return False
     rng = np.random.default_rng(seed)
     ins = _inputs(args, rng)
-    expect = np.asarray(ref(*ins))
-    out_t = task.args[-1]
-    out = np.zeros(expect.shape, str(out_t.dtype))
     sch = replay(c.trace, task.outputs)
-    td.build(sch, task.args, target="llvm")(*ins, out)
-    np.testing.assert_allclose(out, expect, rtol=2e-4, atol=2e-4, err_msg=str(c.config))
-    if interpreter:
-        out2 = np.zeros_like(out)
-        tdsl.interpreter.run(td.lower(sch, task.args), *ins, out2)
-        np.testing.assert_allclose(out2, expect, rtol=2e-4, atol=2e-4, err_msg=str(c.config))
+    check_schedule(sch, task, ins, np.asarray(ref(*ins)), interpreter, str(c.config))
     return True
 
 
