@@ -263,10 +263,7 @@ def stream_bandwidth(nbytes: int, threads: int = 1) -> float:
     with ThreadPoolExecutor(threads) as pool:
         for _ in range(4):                             # the first pass maps the pages
             t = time.perf_counter()
-            if threads == 1:
-                part(0)
-            else:
-                list(pool.map(part, range(threads)))
+            list(pool.map(part, range(threads)))
             best = min(best, time.perf_counter() - t)
     return 4 * c.nbytes * reps / best
 
