@@ -345,3 +345,44 @@ def test_backward_without_a_gradient_kernel_raises(linear32):
 def test_to_torch_refuses_misspelled_keywords(linear32):
     with pytest.raises(td.ArgumentError, match="'backwards' \\(did you mean 'backward'"):
         to_torch(linear32[0], backwards=linear32[1])
+
+
+# ---- the direct path (no dispatcher when nothing needs it) -----------------------------------
+def test_direct_calls_are_zero_copy_and_follow_the_shapes(linear32, monkeypatch):
+    """After one checked call per input shape, calls go straight to the kernel with the
+    tensors' own data pointers; new shapes (symbolic n, m, k) are checked again first."""
+    op = to_torch(linear32[0])
+    seen = []
+    launcher = op.module._launcher
+
+    def spy(arrays, sizes, pointers):
+        seen.append((dict((v.name, s) for v, s in sizes.items()), list(pointers)))
+        return launcher(arrays, sizes, pointers)
+
+    monkeypatch.setattr(op.module, "_launcher", spy)
+    for n, m, k in [(4, 3, 5), (4, 3, 5), (9, 2, 7), (4, 3, 5), (9, 2, 7)]:
+        x, w = torch.randn(n, k), torch.randn(m, k)
+        y = op(x, w)
+        torch.testing.assert_close(y, x @ w.T, rtol=1e-5, atol=1e-5)
+        assert seen[-1] == ({"n": n, "m": m, "k": k}, [x.data_ptr(), w.data_ptr(), y.data_ptr()])
+    assert len(op._direct) == 2
+
+
+def test_direct_path_keeps_the_checks_and_autograd(linear32):
+    """A call the direct path cannot take (a wrong dtype or size, a tensor that needs a
+    gradient) still goes through the operator, its checks and its autograd kernel."""
+    op = to_torch(linear32[0])
+    x, w = torch.randn(4, 5), torch.randn(3, 5)
+    op(x, w)
+    op(x, w)                                        # cached: the direct path
+    with pytest.raises(td.DTypeError, match="float64"):
+        op(x.double(), w)
+    with pytest.raises(td.ShapeError):
+        op(x, torch.randn(3, 6))
+    xg = x.clone().requires_grad_()
+    y = op(xg, w)
+    assert y.grad_fn is not None
+    with pytest.raises(td.TDSLError, match="no gradient"):
+        y.sum().backward()
+    with torch.no_grad():
+        torch.testing.assert_close(op(xg, w), x @ w.T, rtol=1e-5, atol=1e-5)
