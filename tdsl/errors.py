@@ -2,12 +2,13 @@
 
 User errors (bad schedules, shapes, arguments) derive from ``TDSLError`` and the
 matching built-in, so ``except ValueError`` keeps working for code that predates
-tdsl.  ``InternalError`` is a compiler bug: it says so, and is not the user's fault.
+tdsl.  ``TDSLError`` itself is a ``RuntimeError``, as TVM's ``TVMError`` is, so TVM code
+that catches ``RuntimeError`` (or ``pytest.raises(RuntimeError)``) sees tdsl's errors.  ``InternalError`` is a compiler bug: it says so, and is not the user's fault.
 """
 from __future__ import annotations
 
 
-class TDSLError(Exception):
+class TDSLError(RuntimeError):
     """Base class of every error tdsl raises on purpose."""
 
 

@@ -269,3 +269,17 @@ def test_te_scan_multi_stage_update_and_two_states(rng):
     for out in _run_both(s, [X, r1, r2], [x, np.empty_like(x), np.empty((6, 3), "float32")]):
         tvm.testing.assert_allclose(out[1], w1, rtol=1e-5, atol=1e-5)
         tvm.testing.assert_allclose(out[2], w2, rtol=1e-5, atol=1e-5)
+
+
+def test_errors_are_runtime_errors_as_tvm_errors_are():
+    """TVM's TVMError is a RuntimeError: TVM code catching RuntimeError sees tdsl's errors,
+    which stay TDSLErrors (and their own built-in kinds)."""
+    A = te.placeholder((4, 4), name="A")
+    B = te.compute((4, 4), lambda i, j: A[i, j] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    with pytest.raises(RuntimeError) as info:
+        s[B].split(s[B].op.axis[0], factor=0)
+    assert isinstance(info.value, (tdsl.TDSLError, tvm.TVMError, ValueError))
+    assert issubclass(tvm.TVMError, RuntimeError)
+    for cls in (tdsl.ShapeError, tdsl.DTypeError, tdsl.ScheduleError, tdsl.BuildError):
+        assert issubclass(cls, tdsl.TDSLError) and issubclass(cls, RuntimeError)
