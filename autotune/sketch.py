@@ -327,9 +327,9 @@ class SketchSource:
         lanes = self.lanes(bits)
         out = [v for v in (lanes, 2 * lanes, 4 * lanes, 8 * lanes)
                if v <= max(self.max_vector, lanes) and v <= extent and extent % v == 0]
-        if not out:
-            out = [v for v in (lanes // 2, lanes // 4) if v >= 2 and v <= extent and
-                   extent % v == 0][:1]
+        if not out:   # every power of two below a register down to 2 (AVX-512: 8, 4, 2)
+            narrower = [lanes >> s for s in range(1, lanes.bit_length())]
+            out = [v for v in narrower if v >= 2 and v <= extent and extent % v == 0][:1]
         return out
 
     def _reduce_knobs(self, p: StagePlan) -> None:

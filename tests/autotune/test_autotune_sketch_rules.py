@@ -428,3 +428,16 @@ def test_cuda_transpose_stages_square_tiles_in_padded_shared_memory(m, n):
     for t in tiles[1:]:
         src = _emulate_point(task, args, ref, {"T_transpose.tile2d": t})
         assert "__shared__" in src and f"* {t + 1} +" in src, src[-900:]
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_spatial_vector_widths_narrower_than_a_register_on_any_cpu(lanes):
+    """An output row of 10 float32s gets a 2-lane spatial vector whatever the register width:
+    on an AVX-512 machine (16 lanes) the narrower widths once stopped at 4, leaving max
+    pooling with a single form (the space then differed between CI machines)."""
+    from tdsl.autotune.sketch import SketchSource
+    n = td.var("n")
+    args, _ = max_pool(c=n, h=12, w=12)
+    src = SketchSource([args[-1]], td.target.as_target("llvm"), {"n": 16}, lanes=lanes)
+    assert src._vector_widths(10, 32) == [2]
+    assert src._vector_widths(12, 32) == [4]
