@@ -69,6 +69,9 @@ class Stage:
         self.attach_type = AttachType.ROOT
         self.attach_stage: Optional[Stage] = None
         self.attach_ivar: Optional[IterVar] = None
+        #: True once compute_at/compute_root/compute_inline was called on this stage itself;
+        #: a lifted reduction stage not yet placed follows its reader (``attach.followers``)
+        self.placed = False
         #: where the output lives; None: global at root, inferred when attached in a kernel
         self.scope: Optional[StorageScope] = None
         self.is_output = False

@@ -190,7 +190,8 @@ def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],
     # and its buffer is written at root as well (the caller asked for its values).
     materialize = frozenset(st for st in sch.stages
                             if st.attach_type is AttachType.INLINE and id(st) in by_stage)
-    bounds = infer_bounds(sch, bodies, ana, materialize)
+    arguments = frozenset(st for st in sch.stages if id(st) in by_stage)
+    bounds = infer_bounds(sch, bodies, ana, materialize, arguments)
     storage = _storage(sch, bounds, by_stage, ana)
     builder = NestBuilder(sch, bodies, bounds, storage, ana)
     body = builder.build_root()
