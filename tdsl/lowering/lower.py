@@ -12,6 +12,7 @@ from ..tensor import PlaceholderOp, Tensor
 from ..visitor import free_vars
 from .bound import infer_bounds
 from .inline import inlined_bodies
+from .read_bounds import check_reads
 from .nest import NestBuilder
 from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
 from .passes import check_loops, check_scope, check_thread_extents, simplify_stmt
@@ -177,7 +178,19 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     body, attrs = _substitute_scalars(body, params, scalars)
     size_vars, bindings = _bind_sizes(params, body, name)
     check_scope(body, set(bindings), name)
+    reads = [c for c in check_reads(sch) if _evaluable(c, bindings)]
+    if reads:
+        from ..runtime.read_checks import READ_CHECKS_ATTR
+        attrs[READ_CHECKS_ATTR] = reads
     return PrimFunc(name, params, body, size_vars, bindings, attrs)
+
+
+def _evaluable(check: Any, bindings: dict) -> bool:
+    """A read check the argument check can evaluate: only sizes bound from the arguments."""
+    fv: set = set()
+    for e in (check.lo, check.hi, check.size, *check.extents):
+        fv |= free_vars(e)
+    return fv <= set(bindings)
 
 
 def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],
