@@ -62,8 +62,9 @@ def _loads(e: Any, conds: tuple, raxes: tuple, out: list[_Load]) -> None:
     elif isinstance(e, Reduce):
         inner = raxes + tuple(e.axis)
         _loads(e.condition, conds, inner, out)
+        always = isinstance(e.condition, Const) and bool(e.condition.value)
         for s in e.source:
-            _loads(s, conds + (e.condition,), inner, out)
+            _loads(s, conds if always else conds + (e.condition,), inner, out)
         for s in e.init:
             _loads(s, conds, raxes, out)
     else:
