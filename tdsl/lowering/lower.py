@@ -186,11 +186,17 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
 
 
 def _evaluable(check: Any, bindings: dict) -> bool:
-    """A read check the argument check can evaluate: only sizes bound from the arguments."""
+    """A read check the argument check can evaluate: shape arithmetic (what
+    ``eval_shape_expr`` and exported metadata know) of sizes bound from the arguments."""
+    from ..expr import Add, FloorDiv, FloorMod, Max, Min, Mul, Sub
+    from ..visitor import post_order_visit
+    kinds = (Const, Var, Add, Sub, Mul, FloorDiv, FloorMod, Min, Max)
+    bad: list = []
     fv: set = set()
     for e in (check.lo, check.hi, check.size, *check.extents):
         fv |= free_vars(e)
-    return fv <= set(bindings)
+        post_order_visit(e, lambda n: None if isinstance(n, kinds) else bad.append(n))
+    return not bad and fv <= set(bindings)
 
 
 def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],

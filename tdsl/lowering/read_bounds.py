@@ -43,8 +43,16 @@ def check_reads(sch: "Schedule") -> list[ReadCheck]:
     out: list[ReadCheck] = []
     for st in sch.stages:
         if isinstance(st.op, ComputeOp):
-            out.extend(_check_op(st.op))
+            out.extend(_op_checks(st.op))
     return out
+
+
+def _op_checks(op: ComputeOp) -> list[ReadCheck]:
+    """``_check_op``, once per operation (an op never changes; tuners lower it often)."""
+    cached = op.__dict__.get("_read_checks")
+    if cached is None:
+        cached = op.__dict__["_read_checks"] = _check_op(op)
+    return cached
 
 
 def _loads(e: Any, conds: tuple, raxes: tuple, out: list[_Load]) -> None:
@@ -77,10 +85,11 @@ def _check_op(op: ComputeOp) -> list[ReadCheck]:
     for b in op.body:
         _loads(b, (), (), loads)
     out: list[ReadCheck] = []
+    ana = Analyzer()    # one per stage: every fact below is scoped
     for load, conds, raxes in loads:
         axes: list[IterVar] = list(op.axis) + list(raxes)
         for d, idx in enumerate(load.indices):
-            check = _check_dim(op, load, d, idx, conds, axes)
+            check = _check_dim(ana, op, load, d, idx, conds, axes)
             if check is not None:
                 out.append(check)
     return out
@@ -111,14 +120,13 @@ def _affine(e: Expr, axes: set[Var], seen: set[Var]) -> bool:
     return False
 
 
-def _check_dim(op: ComputeOp, load: TensorLoad, d: int, idx: Expr, conds: tuple,
-               axes: list[IterVar]) -> "ReadCheck | None":
+def _check_dim(ana: Analyzer, op: ComputeOp, load: TensorLoad, d: int, idx: Expr,
+               conds: tuple, axes: list[IterVar]) -> "ReadCheck | None":
     t = load.tensor
     size = t.shape[d]
     axis_vars = {iv.var for iv in axes}
     if _depends_on_data(idx, axis_vars):
         return None
-    ana = Analyzer()
     with ExitStack() as stack:
         for iv in axes:
             stack.enter_context(ana.bind(iv.var, Range(iv.dom.min, iv.dom.extent)))

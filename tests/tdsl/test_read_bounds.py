@@ -79,3 +79,19 @@ def test_gather_and_nonaffine_reads_are_not_refused(rng):
     g = np.zeros(10, "float32")
     lib(x, idx, g)
     np.testing.assert_allclose(g, x[idx] + x[np.arange(10) // 2], rtol=1e-6)
+
+
+def test_exported_kernel_keeps_its_read_checks(rng, tmp_path):
+    n, m = td.var("n"), td.var("m")
+    X = td.placeholder((m,), name="X")
+    Y = td.compute((n,), lambda i: X[i] + 1.0, name="Y")
+    s = td.create_schedule(Y.op)
+    path = str(tmp_path / "k.so")
+    td.build(s, [X, Y], target="llvm").export_library(path)
+    lib = td.load_module(path)
+    x = random_array(rng, (6,))
+    y = np.zeros(4, "float32")
+    lib(x, y)
+    np.testing.assert_allclose(y, x[:4] + 1, rtol=1e-6)
+    with pytest.raises(ShapeError, match=r"reads X\[i\].*n = 7"):
+        lib(x, np.zeros(7, "float32"))
