@@ -266,7 +266,11 @@ class Stage:
 
     # ---- TVM API: attachment -------------------------------------------------------------------
     def compute_at(self, parent: "Stage", scope: IterVar) -> None:
-        """Compute this stage inside loop ``scope`` of stage ``parent``, just the part it needs."""
+        """Compute this stage inside loop ``scope`` of stage ``parent``, just the part it needs.
+
+        A stage that is also an argument of the function is computed whole over all the
+        iterations (see ``tdsl/lowering/arg_region.py``); the reductions ``td.compute``
+        lifted out of its body follow it (``attach.followers``)."""
         from . import attach
         attach.check_compute_at(self, parent, scope)
         self._run("compute_at", [scope], {}, lambda: attach.compute_at(self, parent, scope), parent=parent)

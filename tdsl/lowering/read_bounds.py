@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..arith import Analyzer, Interval
 from ..errors import LoweringError
-from ..expr import Add, And, Const, Expr, Mul, Not, Or, Reduce, Select, SizeVar, Sub, TensorLoad, Var
+from ..expr import (Add, And, Const, Expr, Mul, Not, Or, Reduce, Select, SizeVar, Sub,
+                    TensorLoad, Var)
 from ..runtime.read_checks import ReadCheck
 from ..tensor import ComputeOp, IterVar, Range
 from ..visitor import children, free_vars, post_order_visit
@@ -152,7 +153,7 @@ def _check_dim(ana: Analyzer, op: ComputeOp, load: TensorLoad, d: int, idx: Expr
         if not exact:
             return None    # a bound, not the range read: refusing on it could be wrong
         if ana.can_prove(hi >= size) or ana.can_prove(lo < 0):
-            shape = ", ".join(str(x) for x in t.shape)
+            shape = ", ".join(str(x) for x in t.shape) + ("," if len(t.shape) == 1 else "")
             raise LoweringError(
                 f"{where}: dimension {d} of '{t.name}' is read at [{lo}, {hi}], outside its "
                 f"shape [0, {size}) (shape ({shape})); guard the read "
