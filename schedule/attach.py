@@ -73,9 +73,40 @@ def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
 
 def compute_at(stage: Stage, parent: Stage, scope: IterVar) -> None:
     scope = check_compute_at(stage, parent, scope)
+    stage.placed = True
+    _attach(stage, parent, scope)
+
+
+def _attach(stage: Stage, parent: Stage, scope: IterVar) -> None:
     stage.attach_type = AttachType.SCOPE
     stage.attach_stage = parent
     stage.attach_ivar = scope
+    for f in followers(stage):
+        try:
+            check_compute_at(f, parent, scope)
+        except ScheduleError:
+            continue   # left where it is: lowering names the stage if that is wrong
+        _attach(f, parent, scope)
+
+
+def followers(stage: Stage) -> list[Stage]:
+    """The stages that move with ``stage``: the reductions ``td.compute`` lifted out of a
+    body (``<name>.red0``) that only ``stage`` reads (once inlined stages are substituted),
+    and that the user has not placed themselves.
+
+    A lifted stage is part of the computation the user wrote as one stage, so it goes where
+    that stage goes: ``compute_at`` attaches it at the same loop (before the stage, which
+    reads it), ``compute_root`` takes it back to root.  ``compute_inline`` of its reader
+    leaves it where it is (the reader's consumers then read it there).  Loop transformations
+    (split, reorder...) of the reader do not apply to it: its loops are its own (only the
+    data axes the reduction uses), schedule them through ``s[T.op.input_tensors...]``."""
+    sch = stage._sch
+    out = []
+    for st in sch.stages:
+        if (st is not stage and getattr(st.origin_op, "lifted", False) and not st.placed
+                and sch.consumers(st) == [stage]):
+            out.append(st)
+    return out
 
 
 def compute_inline(stage: Stage) -> None:
@@ -103,6 +134,7 @@ def compute_inline(stage: Stage) -> None:
         raise ScheduleError("compute_inline", stage.name, f"loop '{t.name}' of the stage is tensorized; "
                             f"an inlined stage has no loops", t.name)
     before = (stage.attach_type, stage.attach_stage, stage.attach_ivar)
+    stage.placed = True
     stage.attach_type = AttachType.INLINE
     stage.attach_stage = None
     stage.attach_ivar = None
@@ -116,6 +148,13 @@ def compute_inline(stage: Stage) -> None:
 def compute_root(stage: Stage) -> None:
     if stage.is_placeholder:
         raise ScheduleError("compute_root", stage.name, "an input has no loop nest")
+    stage.placed = True
+    _to_root(stage)
+
+
+def _to_root(stage: Stage) -> None:
+    for f in followers(stage):
+        _to_root(f)
     stage.attach_type = AttachType.ROOT
     stage.attach_stage = None
     stage.attach_ivar = None

@@ -69,6 +69,9 @@ class Stage:
         self.attach_type = AttachType.ROOT
         self.attach_stage: Optional[Stage] = None
         self.attach_ivar: Optional[IterVar] = None
+        #: True once compute_at/compute_root/compute_inline was called on this stage itself;
+        #: a lifted reduction stage not yet placed follows its reader (``attach.followers``)
+        self.placed = False
         #: where the output lives; None: global at root, inferred when attached in a kernel
         self.scope: Optional[StorageScope] = None
         self.is_output = False
@@ -263,7 +266,11 @@ class Stage:
 
     # ---- TVM API: attachment -------------------------------------------------------------------
     def compute_at(self, parent: "Stage", scope: IterVar) -> None:
-        """Compute this stage inside loop ``scope`` of stage ``parent``, just the part it needs."""
+        """Compute this stage inside loop ``scope`` of stage ``parent``, just the part it needs.
+
+        A stage that is also an argument of the function is computed whole over all the
+        iterations (see ``tdsl/lowering/arg_region.py``); the reductions ``td.compute``
+        lifted out of its body follow it (``attach.followers``)."""
         from . import attach
         attach.check_compute_at(self, parent, scope)
         self._run("compute_at", [scope], {}, lambda: attach.compute_at(self, parent, scope), parent=parent)

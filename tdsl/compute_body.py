@@ -214,6 +214,7 @@ def _lift_reductions(name: str, axis: Sequence[IterVar], body: Sequence[Expr]) -
         red_body = [Reduce(n.combiner, source, tuple(raxes), cond, i, init)
                     for i in range(len(source))]
         op = make_compute(f"{name}.red{len(made)}", "", {}, new_axis, red_body)
+        op.lifted = True
         used = [iv.var for iv in used_axes]
         made.append((n, guards, op, used))
         return op.output(n.value_index)(*used)

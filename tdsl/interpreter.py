@@ -885,9 +885,13 @@ class _Program:
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> None:
         from .runtime.args import scalars_as_arrays
+        from .runtime.read_checks import READ_CHECKS_ATTR, run_read_checks
         arrays = scalars_as_arrays(self.func, arrays)
         self._check_arrays(arrays)
         sizes, strides = self.prologue_fn(tuple(a.shape for a in arrays))
+        checks = self.func.attrs.get(READ_CHECKS_ATTR)
+        if checks:   # reads whose range depends on the sizes (lowering/read_bounds.py)
+            run_read_checks(checks, dict(zip(self.func.size_vars, sizes)))
         views = [_FlatView(b, a, st) for b, a, st in zip(self.func.params, arrays, strides)]
         with np.errstate(all="ignore"):
             self.body_fn(*[v.data for v in views], *sizes)

@@ -123,6 +123,10 @@ class ComputeOp(Operation):
     ``body`` has one expression per output; reductions appear only at its top.
     """
 
+    #: True for a stage ``td.compute`` lifted out of another compute's body (``<name>.red0``):
+    #: the schedule moves it with the stage that reads it (``schedule/attach.py``)
+    lifted: bool = False
+
     def __init__(self, name: str, tag: str, attrs: dict, axis: Sequence[IterVar],
                  body: Sequence[Expr], output_names: "Sequence[str] | None" = None):
         self.name = name

@@ -37,6 +37,8 @@ class StageBounds:
     # the variable of each leaf loop: the IterVar's own, or a fresh one when another stage
     # has the same IterVar object among its loops (one reduce_axis used by two computes)
     loop_vars: dict[IterVar, Var] = field(default_factory=dict)
+    #: an argument of the function: computed whole even when attached (``arg_region.py``)
+    argument: bool = False
 
     def loop_var(self, iv: IterVar) -> Var:
         """The variable of leaf loop ``iv`` in the lowered nest."""
@@ -218,7 +220,9 @@ def with_full_regions(st: "Stage", b: StageBounds, ana: Analyzer
         conds.append(ana.simplify(r.extent >= r.full_extent))
     if not conds:
         return None
-    return _finish(st, ranges, b.loop_vars, ana), conds
+    full = _finish(st, ranges, b.loop_vars, ana)
+    full.argument = b.argument
+    return full, conds
 
 
 def in_kernel(st: "Stage") -> bool:
@@ -232,9 +236,11 @@ def in_kernel(st: "Stage") -> bool:
 
 
 def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer,
-                 materialize: "frozenset[Stage]" = frozenset()) -> dict["Stage", StageBounds]:
+                 materialize: "frozenset[Stage]" = frozenset(),
+                 arguments: "frozenset[Stage]" = frozenset()) -> dict["Stage", StageBounds]:
     """Bounds of every non-inlined compute stage, consumers before producers.  Inlined
-    stages in ``materialize`` (arguments of the function) are computed whole at root too.
+    stages in ``materialize`` (arguments of the function) are computed whole at root too;
+    attached stages in ``arguments`` write their whole domain over all iterations.
 
     Each stage's bounds are inferred knowing only the loops around its attach point (and
     its own loops, for its index values), each fact scoped to that work."""
@@ -249,17 +255,21 @@ def infer_bounds(sch: "Schedule", bodies: dict, ana: Analyzer,
             # give this stage's loop its own variable, or nested loops would share one
             loop_vars[iv] = Var(iv.var.name, iv.var.dtype) if iv in owned else iv.var
             owned.add(iv)
-        bounds[st] = stage_bounds(sch, st, bodies, bounds, ana, loop_vars)
+        bounds[st] = stage_bounds(sch, st, bodies, bounds, ana, loop_vars, st in arguments)
     return bounds
 
 
 def stage_bounds(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict, ana: Analyzer,
-                 loop_vars: dict[IterVar, Var]) -> StageBounds:
+                 loop_vars: dict[IterVar, Var], argument: bool = False) -> StageBounds:
     """The bounds of one stage, given the bounds of the stages that read it and of the
     stages it is attached inside."""
-    with enclosing_scope(st, bounds, ana):
+    loops = enclosing_loops(st, bounds)
+    with loop_scope(ana, loops):
         if st.attach_type is AttachType.SCOPE:
             ranges = _attached_ranges(sch, st, bodies, bounds, ana)
+            if argument:
+                from .arg_region import argument_ranges
+                ranges = argument_ranges(sch, st, bodies, bounds, ana, ranges, loops)
             if any(isinstance(r, Fuse) for r in st.relations):
                 # In a consumer's tail iteration an attached region can be empty with a
                 # *negative* extent; fusing two such loops would multiply two negative
@@ -273,7 +283,9 @@ def stage_bounds(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict, ana: 
             ranges = {iv: iv.dom for iv in st.op.axis}
         for iv in st.op.reduce_axis:
             ranges[iv] = iv.dom
-        return _finish(st, ranges, loop_vars, ana)
+        b = _finish(st, ranges, loop_vars, ana)
+        b.argument = argument
+        return b
 
 
 def _finish(st: "Stage", ranges: dict[IterVar, Range], loop_vars: dict[IterVar, Var],
@@ -299,7 +311,8 @@ def rebound_descendants(sch: "Schedule", st: "Stage", nb: StageBounds, bodies: d
     inside = attached_descendants(sch, st)
     for x in reversed(inside):
         if x in bounds:
-            out[x] = stage_bounds(sch, x, bodies, out, ana, bounds[x].loop_vars)
+            out[x] = stage_bounds(sch, x, bodies, out, ana, bounds[x].loop_vars,
+                                  bounds[x].argument)
     return out
 
 

@@ -12,6 +12,7 @@ from ..tensor import PlaceholderOp, Tensor
 from ..visitor import free_vars
 from .bound import infer_bounds
 from .inline import inlined_bodies
+from .read_bounds import check_reads
 from .nest import NestBuilder
 from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
 from .passes import check_loops, check_scope, check_thread_extents, simplify_stmt
@@ -177,7 +178,25 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
     body, attrs = _substitute_scalars(body, params, scalars)
     size_vars, bindings = _bind_sizes(params, body, name)
     check_scope(body, set(bindings), name)
+    reads = [c for c in check_reads(sch) if _evaluable(c, bindings)]
+    if reads:
+        from ..runtime.read_checks import READ_CHECKS_ATTR
+        attrs[READ_CHECKS_ATTR] = reads
     return PrimFunc(name, params, body, size_vars, bindings, attrs)
+
+
+def _evaluable(check: Any, bindings: dict) -> bool:
+    """A read check the argument check can evaluate: shape arithmetic (what
+    ``eval_shape_expr`` and exported metadata know) of sizes bound from the arguments."""
+    from ..expr import Add, FloorDiv, FloorMod, Max, Min, Mul, Sub
+    from ..visitor import post_order_visit
+    kinds = (Const, Var, Add, Sub, Mul, FloorDiv, FloorMod, Min, Max)
+    bad: list = []
+    fv: set = set()
+    for e in (check.lo, check.hi, check.size, *check.extents):
+        fv |= free_vars(e)
+        post_order_visit(e, lambda n: None if isinstance(n, kinds) else bad.append(n))
+    return not bad and fv <= set(bindings)
 
 
 def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],
@@ -190,7 +209,8 @@ def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],
     # and its buffer is written at root as well (the caller asked for its values).
     materialize = frozenset(st for st in sch.stages
                             if st.attach_type is AttachType.INLINE and id(st) in by_stage)
-    bounds = infer_bounds(sch, bodies, ana, materialize)
+    arguments = frozenset(st for st in sch.stages if id(st) in by_stage)
+    bounds = infer_bounds(sch, bodies, ana, materialize, arguments)
     storage = _storage(sch, bounds, by_stage, ana)
     builder = NestBuilder(sch, bodies, bounds, storage, ana)
     body = builder.build_root()

@@ -14,6 +14,7 @@ from ..errors import DTypeError, ShapeError
 from ..expr import Const, Var
 from ..stmt import BufferStore, IntrinCall, PrimFunc
 from ..visitor import post_order_visit
+from .read_checks import READ_CHECKS_ATTR, run_read_checks
 from .shape_eval import eval_shape_expr, format_shape_expr
 
 #: ``PrimFunc.attrs`` key listing the indices of written parameters, for functions
@@ -227,6 +228,8 @@ class ArgChecker:
         params = func.params
         self.count = len(params)
         self.scalars = scalar_params(func)
+        #: reads whose range depends on the sizes (``tdsl.lowering.read_bounds``)
+        self.reads = tuple(func.attrs.get(READ_CHECKS_ATTR, ()))
         self.dtypes = [p.dtype.numpy for p in params]
         self.ndims = [p.ndim for p in params]
         self.binds = [(v, pi, d) for v, (pi, d) in func.bindings.items()]
@@ -250,11 +253,13 @@ class ArgChecker:
         """Checked arrays, the size bindings, and the arrays' data pointers."""
         if self.scalars:
             arrays = scalars_as_arrays(self.func, arrays)
-        arrs = self._fast(arrays)
-        if arrs is None:
+        out = self._fast(arrays)
+        if out is None:
             arrs, env = _bind_slow(self.func, arrays, self.written)
-            return arrs, env, [a.ctypes.data for a in arrs]
-        return arrs
+            out = arrs, env, [a.ctypes.data for a in arrs]
+        if self.reads:
+            run_read_checks(self.reads, out[1])
+        return out
 
     def _fast(self, arrays: Sequence[Any]) -> Any:
         if len(arrays) != self.count or not self.complete:

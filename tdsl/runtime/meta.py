@@ -11,6 +11,7 @@ from ..errors import BuildError
 from ..expr import Add, Const, Expr, FloorDiv, FloorMod, Max, Min, Mul, SizeVar, Sub, Var
 from ..stmt import Buffer, Evaluate, PrimFunc
 from .args import SCALAR_PARAMS_ATTR, WRITTEN_PARAMS_ATTR, scalar_params, written_params
+from .read_checks import READ_CHECKS_ATTR, ReadCheck
 
 _OPS = {"add": Add, "sub": Sub, "mul": Mul, "floordiv": FloorDiv, "floormod": FloorMod,
         "min": Min, "max": Max}
@@ -54,6 +55,7 @@ def signature_to_json(func: PrimFunc, entry_name: str, **extra: Any) -> dict[str
         "bindings": {v.name: list(b) for v, b in func.bindings.items()},
         "written": sorted(written_params(func)),
         "scalars": sorted(scalar_params(func)),
+        "read_checks": [_check_to_json(c) for c in func.attrs.get(READ_CHECKS_ATTR, ())],
         **extra,
     }
 
@@ -66,7 +68,23 @@ def signature_from_json(j: dict[str, Any]) -> PrimFunc:
     params = [Buffer(p["name"], [_expr_from_json(s, vars_) for s in p["shape"]], p["dtype"])
               for p in j["params"]]
     bindings = {vars_[n]: (int(b[0]), int(b[1])) for n, b in j["bindings"].items()}
+    attrs: dict[str, Any] = {WRITTEN_PARAMS_ATTR: list(j["written"]),
+                             SCALAR_PARAMS_ATTR: list(j.get("scalars", []))}
+    checks = [_check_from_json(c, vars_) for c in j.get("read_checks", [])]
+    if checks:
+        attrs[READ_CHECKS_ATTR] = checks
     return PrimFunc(j["name"], params, Evaluate(Const(0, "int32")),
-                    [vars_[n] for n in j["size_vars"]], bindings,
-                    {WRITTEN_PARAMS_ATTR: list(j["written"]),
-                     SCALAR_PARAMS_ATTR: list(j.get("scalars", []))})
+                    [vars_[n] for n in j["size_vars"]], bindings, attrs)
+
+
+def _check_to_json(c: ReadCheck) -> dict[str, Any]:
+    return {"where": c.where, "tensor": c.tensor, "dim": c.dim, "exact": c.exact,
+            "lo": _expr_to_json(c.lo), "hi": _expr_to_json(c.hi),
+            "size": _expr_to_json(c.size), "extents": [_expr_to_json(e) for e in c.extents]}
+
+
+def _check_from_json(j: dict[str, Any], vars_: dict[str, Var]) -> ReadCheck:
+    def ex(x: Any) -> Expr:
+        return _expr_from_json(x, vars_)
+    return ReadCheck(j["where"], j["tensor"], int(j["dim"]), ex(j["lo"]), ex(j["hi"]),
+                     ex(j["size"]), tuple(ex(e) for e in j["extents"]), bool(j["exact"]))
