@@ -47,8 +47,8 @@ def _int_binary(cls: type, a: int, b: int) -> "int | bool | None":
     if cls is Add: return a + b
     if cls is Sub: return a - b
     if cls is Mul: return a * b
-    if cls is FloorDiv: return None if b == 0 else a // b
-    if cls is FloorMod: return None if b == 0 else a % b
+    if cls is FloorDiv: return 0 if b == 0 else a // b     # x // 0 == 0 (docs/ir.md)
+    if cls is FloorMod: return 0 if b == 0 else a % b
     if cls is Min: return min(a, b)
     if cls is Max: return max(a, b)
     return _compare(cls, a, b)
@@ -91,7 +91,7 @@ def _float_binary(cls: type, a: float, b: float, dtype: DType) -> "float | bool 
 
 
 def fold_binary(cls: type, a: Const, b: Const, dtype: DType) -> "Const | None":
-    """``a <cls> b`` for two constants, or None when it must not fold (x // 0)."""
+    """``a <cls> b`` for two constants, or None when it must not fold (float x / 0)."""
     if issubclass(cls, CmpOp):
         r = _compare(cls, _value(a), _value(b))
         return None if r is None else Const(r, DType.BOOL)
@@ -154,8 +154,9 @@ def fold_node(e: Expr) -> Expr:
                 if (bc and b.value == 0) or (ac and a.value == 1): return b
             elif cls is FloorDiv:
                 if bc and b.value == 1: return a
+                if bc and _value(b) == 0: return Const(0, e.dtype)
             elif cls is FloorMod:
-                if bc and b.value == 1: return Const(0, e.dtype)
+                if bc and (b.value == 1 or _value(b) == 0): return Const(0, e.dtype)
         return e
     if cls is Cast:
         if type(e.value) is Const:
