@@ -10,7 +10,8 @@
 - lifts reductions used inside larger expressions (``td.sum(...) / n``,
   ``td.exp(td.max(...))``) into stages of their own, ``<name>.red0``, ... over the
   data axes each uses, which the compute then reads (as Halide does); inside a
-  branch of ``if_then_else`` the branch's guard joins the reduction's condition;
+  branch of ``if_then_else`` the branch's guard -- the condition with its own
+  reductions already lifted -- joins the reduction's condition;
 - gives every ``ComputeOp`` reduce axes of its own: a reduce axis already owned by
   another compute is replaced by a fresh copy (same name and range), so two stages
   never share a loop variable.  Schedule the copy through ``C.op.reduce_axis``.
@@ -170,12 +171,19 @@ def _lift_reductions(name: str, axis: Sequence[IterVar], body: Sequence[Expr]) -
     (the guards join its ``where=`` condition), so the guard still protects its loads.
     """
     made: list[tuple[Reduce, tuple, ComputeOp, list[Var]]] = []
+    conds: dict[tuple, Expr] = {}    # lifted conditions, so equal guards stay one object
 
     def lift(e: Expr, guards: tuple) -> Expr:
         def pre(n: Any) -> Any:
             if isinstance(n, Select):
-                return Select(lift(n.cond, guards), lift(n.true_value, guards + (n.cond,)),
-                              lift(n.false_value, guards + (Not(n.cond),)))
+                # the guards are the *lifted* condition: a reduction in it is a stage of its
+                # own, read by the branches' stages, never nested in their reductions
+                key = (id(n.cond), *map(id, guards))
+                c = conds.get(key)
+                if c is None:
+                    c = conds[key] = lift(n.cond, guards)
+                return Select(c, lift(n.true_value, guards + (c,)),
+                              lift(n.false_value, guards + (Not(c),)))
             if isinstance(n, Reduce):
                 return lifted(n, guards)
             return None
