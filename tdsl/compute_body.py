@@ -32,6 +32,7 @@ def make_compute(name: str, tag: str, attrs: dict, axis: Sequence[IterVar],
                  body: Sequence[Expr]) -> ComputeOp:
     """The ``ComputeOp`` for ``body`` over ``axis``, checked and normalized (module doc)."""
     check_depth(f"compute '{name}'", body)
+    body = _unwrap_itervars(body)
     _check_scopes(name, axis, body)
     if not _is_top_reduction(body):
         body = _lift_reductions(name, axis, body)
@@ -41,6 +42,34 @@ def make_compute(name: str, tag: str, attrs: dict, axis: Sequence[IterVar],
     for iv in op.reduce_axis:
         iv.owner = weakref.ref(op)
     return op
+
+
+def _unwrap_itervars(body: Sequence[Expr]) -> list[Expr]:
+    """``body`` with every IterVar used as an operand replaced by its variable.
+
+    The public builders convert an IterVar to its variable, but a node built directly
+    (``Cast(k, ...)``) may hold the IterVar itself, which the scope check, renaming by
+    substitution and every pass after would not see as a use of the variable."""
+    found: list[bool] = []
+    for b in body:
+        _walk(b, lambda n: found.append(True) if isinstance(n, IterVar) else None)
+    if not found:
+        return list(body)
+    memo: dict[int, Expr] = {}      # by id: the values of one reduction keep sharing them
+
+    def fix(e: Expr) -> Expr:
+        if id(e) not in memo:
+            memo[id(e)] = transform(e, pre=pre)
+        return memo[id(e)]
+
+    def pre(n: Any) -> Any:
+        if isinstance(n, IterVar):
+            return n.var
+        if isinstance(n, Reduce):
+            return Reduce(n.combiner, tuple(fix(x) for x in n.source), n.axis,
+                          fix(n.condition), n.value_index, tuple(fix(x) for x in n.init))
+        return None
+    return [fix(b) for b in body]
 
 
 # ---- scoping -----------------------------------------------------------------------------
