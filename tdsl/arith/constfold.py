@@ -34,6 +34,19 @@ def wrap(value: int, dtype: DType) -> int:
     return (value - lo) % span + lo
 
 
+def float_to_int(value: float, dtype: DType) -> int:
+    """A float cast to integer ``dtype`` (docs/ir.md): truncated toward zero, saturating at
+    the dtype's range (NaN gives 0, +-inf and values past an end give that end), as LLVM's
+    ``llvm.fptosi.sat``/``llvm.fptoui.sat`` do."""
+    value = float(value)
+    if value != value:
+        return 0
+    lo, hi = _RANGES[dtype]
+    if math.isinf(value):
+        return hi if value > 0 else lo
+    return min(max(math.trunc(value), lo), hi)
+
+
 def make_const(value: Any, dtype: DType) -> Const:
     """A constant of ``dtype``; integers are wrapped, floats rounded to the dtype."""
     if dtype.is_int:
@@ -115,15 +128,13 @@ def _value(c: Const) -> Any:
 
 
 def fold_cast(value: Const, dtype: DType) -> "Const | None":
-    """Cast a constant: float->int truncates, ->bool is ``!= 0``, ints wrap."""
+    """Cast a constant: float->int truncates and saturates, ->bool is ``!= 0``, ints wrap."""
     v = _value(value)
     if dtype.is_bool:
         return Const(v != 0, dtype)
     if dtype.is_int:
         if isinstance(v, float):
-            if not math.isfinite(v):
-                return None
-            v = math.trunc(v)
+            return Const(float_to_int(v, dtype), dtype)
         return make_const(int(v), dtype)
     return make_const(float(v), dtype)
 
