@@ -17,11 +17,15 @@ _HEADER = """\
 // harness (emu.h, which defines TDSL_EMULATION) the guarded parts come from the harness."""
 
 _FLOORDIV = """\
-// floor division and modulo (Python semantics) for operands that may be negative
+// floor division and modulo (Python semantics) for operands that may be negative; as
+// docs/ir.md defines them, x // 0 == x % 0 == 0 and MIN // -1 wraps (never C's UB)
 #define TDSL_FLOORDIV(T) \\
   __device__ __forceinline__ T tdsl_floordiv(T a, T b) { \\
+    if (b == 0) return 0; \\
+    if ((T)-1 < (T)0 && b == (T)-1) return (T)(0ULL - (unsigned long long)a); \\
     T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; } \\
   __device__ __forceinline__ T tdsl_floormod(T a, T b) { \\
+    if (b == 0 || ((T)-1 < (T)0 && b == (T)-1)) return 0; \\
     T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 TDSL_FLOORDIV(int)
 TDSL_FLOORDIV(long long)

@@ -3,8 +3,10 @@
 The simplifier's bound analysis, rewrite rules, constant folding and the SymPy bridge must
 keep that meaning (and not crash) when the divisor is a constant 0, and the interpreter and
 LLVM must agree with NumPy for constant and run-time zero divisors, in index arithmetic
-(under min/max/compares, where bounds are used) and on data."""
+(under min/max/compares, where bounds are used) and on data; so must the CUDA emulation."""
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ import tdsl as td
 from tdsl import interpreter
 from tdsl.arith import Analyzer, simplify, to_sympy
 from tdsl.arith.constfold import const_fold
+from tdsl.backends.cuda import nvrtc
 from tdsl.expr import Const, FloorDiv, FloorMod, Var, const
 
 N, M = 5, 3
@@ -124,3 +127,33 @@ def test_sympy_zero_divisor():
     x, y = Var("x", "int64"), Var("y", "int64")
     assert to_sympy(FloorDiv(x, const(0, "int64"))) == 0
     assert to_sympy(FloorMod(x, y - y)) == 0
+
+
+@pytest.mark.skipif(shutil.which("g++") is None,
+                    reason="g++ is not installed: the CUDA emulation harness needs it")
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32"])
+def test_cuda_divide_by_runtime_zero_and_minus_one(dtype):
+    """CUDA's floor division helpers: x // 0 == x % 0 == 0 and MIN // -1 wraps, where C's
+    ``/`` would be undefined behaviour (the emulation would die of SIGFPE)."""
+    n = 70
+    A = td.placeholder((n,), dtype, name="A")
+    B = td.placeholder((n,), dtype, name="B")
+    C = td.compute((n,), lambda i: A[i] // B[i] + A[i] % B[i] * 3, name="C")
+    s = td.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=32)
+    s[C].bind(bx, td.thread_axis("blockIdx.x"))
+    s[C].bind(tx, td.thread_axis("threadIdx.x"))
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(5)
+    a = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    b = rng.integers(-3 if info.min else 0, 3, n, dtype=dtype, endpoint=True)
+    a[:6] = [info.min, info.min, info.max, info.min, 7, 0]
+    b[:6] = [0, -1 if info.min else info.max, 0, 1, 0, 0]
+    with np.errstate(all="ignore"):
+        want = (a // b + a % b * 3).astype(dtype)
+    mod = td.build(s, [A, B, C], target="cuda")
+    got = np.zeros(n, dtype)
+    mod.emulate(a, b, got)
+    np.testing.assert_array_equal(got, want)
+    if nvrtc.is_available():
+        nvrtc.compile_cuda(mod.get_source(), arch="sm_80")
