@@ -4,8 +4,8 @@
 remembers its variable, so ``from_sympy`` gives back the very same ``Var`` objects;
 two different variables with the same name stay different symbols.  Floor
 division becomes ``floor(a/b)``, modulo ``Mod(a, b)`` (a constant zero divisor gives 0, a
-symbolic divisor is modelled as nonzero) — left unevaluated, because SymPy
-(1.14) rewrites ``Mod(2*Mod(x, 3), 3)`` to ``2*Mod(x, 3)``, which is wrong at x = 2.  Loads and other
+symbolic divisor is modelled as nonzero) — left unevaluated, because SymPy (1.14)
+rewrites ``Mod(2*Mod(x, 3), 3)`` to ``2*Mod(x, 3)``, which is wrong at x = 2.  Loads and other
 non-arithmetic nodes are refused.  Integers are mathematical (index semantics,
 docs/ir.md): int8/uint8 wraparound is not modelled.  Far too slow for lowering: use
 ``Analyzer``.
