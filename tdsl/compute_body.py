@@ -10,7 +10,8 @@
 - lifts reductions used inside larger expressions (``td.sum(...) / n``,
   ``td.exp(td.max(...))``) into stages of their own, ``<name>.red0``, ... over the
   data axes each uses, which the compute then reads (as Halide does); inside a
-  branch of ``if_then_else`` the branch's guard joins the reduction's condition;
+  branch of ``if_then_else`` the branch's guard -- the condition with its own
+  reductions already lifted -- joins the reduction's condition;
 - gives every ``ComputeOp`` reduce axes of its own: a reduce axis already owned by
   another compute is replaced by a fresh copy (same name and range), so two stages
   never share a loop variable.  Schedule the copy through ``C.op.reduce_axis``.
@@ -31,6 +32,7 @@ def make_compute(name: str, tag: str, attrs: dict, axis: Sequence[IterVar],
                  body: Sequence[Expr]) -> ComputeOp:
     """The ``ComputeOp`` for ``body`` over ``axis``, checked and normalized (module doc)."""
     check_depth(f"compute '{name}'", body)
+    body = _unwrap_itervars(body)
     _check_scopes(name, axis, body)
     if not _is_top_reduction(body):
         body = _lift_reductions(name, axis, body)
@@ -40,6 +42,34 @@ def make_compute(name: str, tag: str, attrs: dict, axis: Sequence[IterVar],
     for iv in op.reduce_axis:
         iv.owner = weakref.ref(op)
     return op
+
+
+def _unwrap_itervars(body: Sequence[Expr]) -> list[Expr]:
+    """``body`` with every IterVar used as an operand replaced by its variable.
+
+    The public builders convert an IterVar to its variable, but a node built directly
+    (``Cast(k, ...)``) may hold the IterVar itself, which the scope check, renaming by
+    substitution and every pass after would not see as a use of the variable."""
+    found: list[bool] = []
+    for b in body:
+        _walk(b, lambda n: found.append(True) if isinstance(n, IterVar) else None)
+    if not found:
+        return list(body)
+    memo: dict[int, Expr] = {}      # by id: the values of one reduction keep sharing them
+
+    def fix(e: Expr) -> Expr:
+        if id(e) not in memo:
+            memo[id(e)] = transform(e, pre=pre)
+        return memo[id(e)]
+
+    def pre(n: Any) -> Any:
+        if isinstance(n, IterVar):
+            return n.var
+        if isinstance(n, Reduce):
+            return Reduce(n.combiner, tuple(fix(x) for x in n.source), n.axis,
+                          fix(n.condition), n.value_index, tuple(fix(x) for x in n.init))
+        return None
+    return [fix(b) for b in body]
 
 
 # ---- scoping -----------------------------------------------------------------------------
@@ -170,12 +200,19 @@ def _lift_reductions(name: str, axis: Sequence[IterVar], body: Sequence[Expr]) -
     (the guards join its ``where=`` condition), so the guard still protects its loads.
     """
     made: list[tuple[Reduce, tuple, ComputeOp, list[Var]]] = []
+    conds: dict[tuple, Expr] = {}    # lifted conditions, so equal guards stay one object
 
     def lift(e: Expr, guards: tuple) -> Expr:
         def pre(n: Any) -> Any:
             if isinstance(n, Select):
-                return Select(lift(n.cond, guards), lift(n.true_value, guards + (n.cond,)),
-                              lift(n.false_value, guards + (Not(n.cond),)))
+                # the guards are the *lifted* condition: a reduction in it is a stage of its
+                # own, read by the branches' stages, never nested in their reductions
+                key = (id(n.cond), *map(id, guards))
+                c = conds.get(key)
+                if c is None:
+                    c = conds[key] = lift(n.cond, guards)
+                return Select(c, lift(n.true_value, guards + (c,)),
+                              lift(n.false_value, guards + (Not(c),)))
             if isinstance(n, Reduce):
                 return lifted(n, guards)
             return None

@@ -93,9 +93,10 @@ class Expr:
     __int__ = __index__
 
     def astype(self, dtype: "DType | str") -> "Expr":
-        """Cast to ``dtype`` (TVM's ``expr.astype``)."""
+        """Cast to ``dtype`` (TVM's ``expr.astype``); an IterVar casts its variable."""
         dtype = as_dtype(dtype)
-        return self if dtype == self.dtype else Cast(self, dtype)
+        e = self.as_expr()
+        return e if dtype == e.dtype else Cast(e, dtype)
 
     def __repr__(self) -> str:
         from .printer import expr_to_str

@@ -27,6 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .arith.constfold import float_to_int
 from .dtype import DType
 from .errors import DTypeError, LoweringError, ShapeError
 from .expr import (Add, And, BinaryOp, BufferLoad, Call, Cast, CmpOp, Const, Div, Expr,
@@ -86,14 +87,8 @@ def _garbage(dtype: DType) -> Any:
 
 
 def _float_to_int(dtype: DType) -> Callable[[Any], int]:
-    wrap = _make_wrap(dtype)
-
-    def convert(x: Any) -> int:
-        if not math.isfinite(x):
-            raise LoweringError(f"cast of {x} to {dtype}: not a finite number "
-                                f"(uninitialized memory read?)")
-        return wrap(int(x))
-    return convert
+    """Float -> ``dtype`` as docs/ir.md defines it: truncating, saturating, NaN -> 0."""
+    return lambda x: float_to_int(x, dtype)
 
 
 def _floor_mod(a: Any, b: Any) -> Any:

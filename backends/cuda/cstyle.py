@@ -260,6 +260,10 @@ class CStyleRenderer:
             inner = self.expr(e.value) if src is DType.FLOAT32 else \
                 f"(float){self.operand(e.value, UNARY)}"
             return f"{from_float}({inner})", PRIMARY
+        if src.is_float and dst.is_int:      # saturating (docs/ir.md), never C's UB
+            self.helpers.add("f2i")
+            val = self.as_float(e.value) if src in _HALF_FLOATS else self.expr(e.value)
+            return f"tdsl_f2i_{dst.value}({val})", PRIMARY
         if src in _HALF_FLOATS:
             return f"({c_type(dst)}){self.as_float(e.value)}", UNARY
         return f"({c_type(dst)}){self.operand(e.value, UNARY)}", UNARY

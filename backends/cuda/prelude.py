@@ -17,11 +17,15 @@ _HEADER = """\
 // harness (emu.h, which defines TDSL_EMULATION) the guarded parts come from the harness."""
 
 _FLOORDIV = """\
-// floor division and modulo (Python semantics) for operands that may be negative
+// floor division and modulo (Python semantics) for operands that may be negative; as
+// docs/ir.md defines them, x // 0 == x % 0 == 0 and MIN // -1 wraps (never C's UB)
 #define TDSL_FLOORDIV(T) \\
   __device__ __forceinline__ T tdsl_floordiv(T a, T b) { \\
+    if (b == 0) return 0; \\
+    if ((T)-1 < (T)0 && b == (T)-1) return (T)(0ULL - (unsigned long long)a); \\
     T q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; } \\
   __device__ __forceinline__ T tdsl_floormod(T a, T b) { \\
+    if (b == 0 || ((T)-1 < (T)0 && b == (T)-1)) return 0; \\
     T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 TDSL_FLOORDIV(int)
 TDSL_FLOORDIV(long long)
@@ -32,6 +36,25 @@ TDSL_FLOORDIV(unsigned short)
 TDSL_FLOORDIV(unsigned int)
 TDSL_FLOORDIV(unsigned long long)
 #undef TDSL_FLOORDIV"""
+
+_F2I = """\
+// float -> integer casts as docs/ir.md defines them: truncate toward zero, saturate at the
+// type's range, NaN -> 0 (a C cast of an out-of-range value is undefined behaviour)
+#define TDSL_F2I(NAME, T, F, LO, HI) \\
+  __device__ __forceinline__ T NAME(F x) { \\
+    return x != x ? (T)0 : x <= (F)(LO) ? (T)(LO) : x >= (F)(HI) ? (T)(HI) : (T)x; }
+#define TDSL_F2I_BOTH(NAME, T, LO, HI) \\
+  TDSL_F2I(NAME, T, float, LO, HI) TDSL_F2I(NAME, T, double, LO, HI)
+TDSL_F2I_BOTH(tdsl_f2i_int8, signed char, -128, 127)
+TDSL_F2I_BOTH(tdsl_f2i_int16, short, -32768, 32767)
+TDSL_F2I_BOTH(tdsl_f2i_int32, int, (-2147483647 - 1), 2147483647)
+TDSL_F2I_BOTH(tdsl_f2i_int64, long long, (-9223372036854775807LL - 1), 9223372036854775807LL)
+TDSL_F2I_BOTH(tdsl_f2i_uint8, unsigned char, 0, 255)
+TDSL_F2I_BOTH(tdsl_f2i_uint16, unsigned short, 0, 65535)
+TDSL_F2I_BOTH(tdsl_f2i_uint32, unsigned int, 0, 4294967295U)
+TDSL_F2I_BOTH(tdsl_f2i_uint64, unsigned long long, 0, 18446744073709551615ULL)
+#undef TDSL_F2I_BOTH
+#undef TDSL_F2I"""
 
 _HALF = """\
 #ifndef TDSL_EMULATION
@@ -194,7 +217,7 @@ def wmma_prelude(functions: set[str]) -> str:
 
 
 def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = None) -> str:
-    """The prelude for a source whose kernels use ``helpers`` ("half", "bf16", "floordiv",
+    """The prelude for a source whose kernels use ``helpers`` ("half", "bf16", "floordiv", "f2i",
     "shared", "raw", "vector", "async", "wmma")."""
     parts = [_HEADER.format(target=target)]
     if "half" in helpers or "wmma" in helpers:
@@ -207,6 +230,8 @@ def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = 
             parts.append(_BF16_VECTOR)
     if "floordiv" in helpers:
         parts.append(_FLOORDIV)
+    if "f2i" in helpers:
+        parts.append(_F2I)
     if "shared" in helpers:
         parts.append(_SHARED)
     if "raw" in helpers:

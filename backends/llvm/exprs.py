@@ -7,9 +7,10 @@ on vectors alike (see ``lanes.VVal``):
 - ``//`` and ``%`` are floor division and modulo.  Division by zero gives 0 and
   ``INT_MIN // -1`` wraps (NumPy's results) instead of trapping;
 - ``//`` of floats is ``floor(a / b)`` and ``%`` is ``a - floor(a / b) * b``;
-- float → int casts truncate toward zero and saturate (never LLVM poison): to
-  8-bit types through a saturating int32 conversion, so out-of-range values wrap
-  as C code does on x86; number → bool is ``!= 0`` (NaN is true);
+- float → int casts truncate toward zero and saturate at the target dtype's range
+  (``llvm.fptosi.sat``/``fptoui.sat``, never LLVM poison; NaN gives 0); a 16-bit
+  float source widens to float first (half ↔ bfloat too: LLVM has no direct cast);
+  number → bool is ``!= 0`` (NaN is true);
 - comparisons of floats are ordered, except ``!=`` (true when either is NaN);
 - ``Select`` evaluates only the chosen branch when a branch loads memory, and so
   do ``And``/``Or`` for their right operand (branches, or lane masks in vectors).
@@ -363,18 +364,20 @@ class ExprEmitter:
             return x  # int8 <-> uint8: same bits
         if src.is_int:
             return b.sitofp(x, t) if src.is_signed else b.uitofp(x, t)
+        if src.bits == 16 and (dst.bits == 16 or not dst.is_float):
+            # half <-> bfloat have one width but no LLVM cast between them; both widen to
+            # float exactly, which also spares the saturating conversions a 16-bit source
+            x, src = b.fpext(x, value_type(DType.FLOAT32, lanes)), DType.FLOAT32
+            if src == dst:
+                return x
         if dst.is_float:
             return b.fpext(x, t) if dst.bits > src.bits else b.fptrunc(x, t)
-        # float -> int: truncate toward zero, saturating (no poison)
-        # narrow types (and uint32) go through a wider signed type, so a negative value
-        # wraps like the interpreter's (uint64 keeps fptoui: its whole range is valid)
-        via = DType.INT64 if dst is DType.UINT32 else dst if dst.bits >= 32 else DType.INT32
-        vt = value_type(via, lanes)
-        name = "fptosi.sat" if via.is_signed else "fptoui.sat"
+        # float -> int: truncate toward zero, saturating at dst's range (docs/ir.md): NaN
+        # gives 0, +-inf and values past the range the nearest end (never LLVM poison)
+        name = "fptosi.sat" if dst.is_signed else "fptoui.sat"
         from .intrinsics import type_suffix
-        fn = self.declare(f"llvm.{name}.{type_suffix(vt)}.{type_suffix(x.type)}", vt, [x.type])
-        r = b.call(fn, [x])
-        return b.trunc(r, t) if via is not dst else r
+        fn = self.declare(f"llvm.{name}.{type_suffix(t)}.{type_suffix(x.type)}", t, [x.type])
+        return b.call(fn, [x])
 
     # ---- calls and loads ------------------------------------------------------------------------
     def _call(self, e: Call) -> VVal:

@@ -771,6 +771,8 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         lo, hi = self._bound_expr(x.a)
         if type(x.b) is Const:
             c = x.b.value
+            if c == 0:                      # x // 0 == x % 0 == 0 (docs/ir.md)
+                return (0, 0)
             if is_mod:
                 if c > 0:
                     return (0, c - 1) if lo is None or lo < 0 or hi is None else (0, min(c - 1, hi))

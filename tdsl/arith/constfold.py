@@ -34,6 +34,19 @@ def wrap(value: int, dtype: DType) -> int:
     return (value - lo) % span + lo
 
 
+def float_to_int(value: float, dtype: DType) -> int:
+    """A float cast to integer ``dtype`` (docs/ir.md): truncated toward zero, saturating at
+    the dtype's range (NaN gives 0, +-inf and values past an end give that end), as LLVM's
+    ``llvm.fptosi.sat``/``llvm.fptoui.sat`` do."""
+    value = float(value)
+    if value != value:
+        return 0
+    lo, hi = _RANGES[dtype]
+    if math.isinf(value):
+        return hi if value > 0 else lo
+    return min(max(math.trunc(value), lo), hi)
+
+
 def make_const(value: Any, dtype: DType) -> Const:
     """A constant of ``dtype``; integers are wrapped, floats rounded to the dtype."""
     if dtype.is_int:
@@ -47,8 +60,8 @@ def _int_binary(cls: type, a: int, b: int) -> "int | bool | None":
     if cls is Add: return a + b
     if cls is Sub: return a - b
     if cls is Mul: return a * b
-    if cls is FloorDiv: return None if b == 0 else a // b
-    if cls is FloorMod: return None if b == 0 else a % b
+    if cls is FloorDiv: return 0 if b == 0 else a // b     # x // 0 == 0 (docs/ir.md)
+    if cls is FloorMod: return 0 if b == 0 else a % b
     if cls is Min: return min(a, b)
     if cls is Max: return max(a, b)
     return _compare(cls, a, b)
@@ -91,7 +104,7 @@ def _float_binary(cls: type, a: float, b: float, dtype: DType) -> "float | bool 
 
 
 def fold_binary(cls: type, a: Const, b: Const, dtype: DType) -> "Const | None":
-    """``a <cls> b`` for two constants, or None when it must not fold (x // 0)."""
+    """``a <cls> b`` for two constants, or None when it must not fold (float x / 0)."""
     if issubclass(cls, CmpOp):
         r = _compare(cls, _value(a), _value(b))
         return None if r is None else Const(r, DType.BOOL)
@@ -115,15 +128,13 @@ def _value(c: Const) -> Any:
 
 
 def fold_cast(value: Const, dtype: DType) -> "Const | None":
-    """Cast a constant: float->int truncates, ->bool is ``!= 0``, ints wrap."""
+    """Cast a constant: float->int truncates and saturates, ->bool is ``!= 0``, ints wrap."""
     v = _value(value)
     if dtype.is_bool:
         return Const(v != 0, dtype)
     if dtype.is_int:
         if isinstance(v, float):
-            if not math.isfinite(v):
-                return None
-            v = math.trunc(v)
+            return Const(float_to_int(v, dtype), dtype)
         return make_const(int(v), dtype)
     return make_const(float(v), dtype)
 
@@ -154,8 +165,9 @@ def fold_node(e: Expr) -> Expr:
                 if (bc and b.value == 0) or (ac and a.value == 1): return b
             elif cls is FloorDiv:
                 if bc and b.value == 1: return a
+                if bc and _value(b) == 0: return Const(0, e.dtype)
             elif cls is FloorMod:
-                if bc and b.value == 1: return Const(0, e.dtype)
+                if bc and (b.value == 1 or _value(b) == 0): return Const(0, e.dtype)
         return e
     if cls is Cast:
         if type(e.value) is Const:

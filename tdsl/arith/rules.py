@@ -90,7 +90,9 @@ class RulesMixin:
     def _divmod(self, is_mod: bool, a: Lin, b: Lin, dt: DType) -> Lin:
         if not b.terms:
             c = b.const
-            if not a.terms and c != 0:
+            if c == 0:                      # x // 0 == x % 0 == 0 (docs/ir.md)
+                return lin_const(0)
+            if not a.terms:
                 return lin_const(a.const % c if is_mod else a.const // c)
             if c > 0:
                 return self._divmod_pos(is_mod, a, c, dt)

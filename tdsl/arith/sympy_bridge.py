@@ -3,8 +3,9 @@
 ``to_sympy`` maps each ``Var`` to an integer symbol (``SizeVar`` -> positive) that
 remembers its variable, so ``from_sympy`` gives back the very same ``Var`` objects;
 two different variables with the same name stay different symbols.  Floor
-division becomes ``floor(a/b)``, modulo ``Mod(a, b)`` — left unevaluated, because SymPy
-(1.14) rewrites ``Mod(2*Mod(x, 3), 3)`` to ``2*Mod(x, 3)``, which is wrong at x = 2.  Loads and other
+division becomes ``floor(a/b)``, modulo ``Mod(a, b)`` (a constant zero divisor gives 0, a
+symbolic divisor is modelled as nonzero) — left unevaluated, because SymPy (1.14)
+rewrites ``Mod(2*Mod(x, 3), 3)`` to ``2*Mod(x, 3)``, which is wrong at x = 2.  Loads and other
 non-arithmetic nodes are refused.  Integers are mathematical (index semantics,
 docs/ir.md): int8/uint8 wraparound is not modelled.  Far too slow for lowering: use
 ``Analyzer``.
@@ -64,7 +65,10 @@ def to_sympy(expr: Expr, symbols: "dict[Var, sympy.Symbol] | None" = None) -> sy
             return s
         f = _BINOPS.get(cls)
         if f is not None:
-            return f(conv(e.a), conv(e.b))
+            a, b = conv(e.a), conv(e.b)
+            if (cls is FloorDiv or cls is FloorMod) and e.dtype.is_int and b.is_zero:
+                return sympy.Integer(0)          # integer x // 0 == x % 0 == 0 (docs/ir.md)
+            return f(a, b)
         if cls is Not:
             return sympy.Not(conv(e.a))
         if cls is Select:

@@ -157,9 +157,10 @@ def test_fused_symbolic_axes_merge_back():
     assert ana.simplify((f // m) * m + f % m) is f
 
 
-def test_divmod_by_zero_is_left_alone():
-    e = simplify(i // (j - j))
-    assert isinstance(e, FloorDiv)
+def test_divmod_by_zero_is_zero():
+    # docs/ir.md: integer x // 0 == x % 0 == 0
+    for e in (simplify(i // (j - j)), simplify(i % (j - j))):
+        assert isinstance(e, Const) and e.value == 0
 
 
 # ---- min / max / comparisons / logic ----------------------------------------------------------
