@@ -260,16 +260,15 @@ def test_stream_bandwidth_is_a_rate_and_the_cache_size_is_plausible():
         assert rate > 0 and math.isfinite(rate), (threads, rate)
 
 
-def test_stream_bandwidth_counts_bytes_as_a_tasks_traffic_is_counted(monkeypatch):
+def test_stream_bandwidth_counts_bytes_as_a_tasks_traffic_is_counted():
     """The probe's rate and a task's rate must count the same bytes: an ``a + b`` task of
     the probe's size, timed like the probe, has exactly the probe's rate.  (The probe once
     counted a copy's output written once while tasks count it twice: the memory's roof read
     1.5x low, and the job's fastest task in memory was expected to gain nothing.)"""
     from tdsl.autotune import task_scheduler as ts
     clock = iter(range(1000))
-    monkeypatch.setattr(ts.time, "perf_counter", lambda: float(next(clock)))  # 1 s a pass
     n = 1 << 20
-    rate = ts.stream_bandwidth(12 * n)
+    rate = ts.stream_bandwidth(12 * n, clock=lambda: float(next(clock)))     # 1 s a pass
     a, b = td.placeholder((n,), name="a"), td.placeholder((n,), name="b")
     task = autotune.create_auto_task([ops.add(a, b)])
     passes = (96 << 20) // (12 * n)             # the probe's additions per timed pass
