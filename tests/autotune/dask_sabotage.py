@@ -1,7 +1,8 @@
 """Dask worker preload for the distributed tests: some candidates (chosen by config in
 ``$TDSL_TEST_SABOTAGE``, a JSON list of [config, what]) misbehave in the isolated process
 that runs them: ``segv`` (killed by SIGSEGV, like a kernel writing through a null
-pointer), ``hang`` (never returns; writes its pid to ``hang.pid`` there first), ``kill-worker-once`` (kills the Dask worker the first
+pointer), ``hang`` (never returns; first writes its pid to ``hang.pid`` in
+``$TDSL_TEST_SABOTAGE_DIR``), ``kill-worker-once`` (kills the Dask worker the first
 time, then runs normally), ``kill-worker`` (kills the Dask worker every time)."""
 import json
 import os
