@@ -246,7 +246,8 @@ def mismatch(out: np.ndarray, ref: np.ndarray, rtol: float) -> str:
 
 def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
             artifact: "str | None", trace: str, config: dict, opts: dict, best_cost: float,
-            pre_run: "Callable[[dict], None] | None", name: str) -> tuple[Any, Any, str]:
+            pre_run: "Callable[[dict], None] | None", name: str,
+            clock: Callable[[], float] = time.perf_counter) -> tuple[Any, Any, str]:
     """Check then time one candidate: (costs in seconds, error kind, message).
 
     The first run is checked against the reference; a second, warm run decides whether
@@ -254,9 +255,10 @@ def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
     confirmed by a third run: those warm runs are its costs); otherwise
     ``time_evaluator`` takes ``repeat`` samples of at least ``min_repeat_ms`` each, or,
     when that would not fit in what is left of ``opts["timeout"]`` (a slow kernel),
-    single warm runs are the samples, as many as fit.
+    single warm runs are the samples, as many as fit.  ``clock`` (seconds) times the warm
+    runs and the timeout (``time_evaluator`` has its own); tests pass one they drive.
     """
-    started = time.perf_counter()
+    started = clock()
     try:
         mod = load_candidate(artifact, payload, key, trace, target, name)
         ref_target = INTERPRETER if artifact == INTERPRETER else target
@@ -278,14 +280,14 @@ def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
         msg = mismatch(arrays[i], r, opts["rtol"])
         if msg:
             return None, "wrong", f"output {i}: {msg}"
-    warm = [_time_once(mod, arrays)]          # the first run was cold: never a cost
+    warm = [_time_once(mod, arrays, clock)]   # the first run was cold: never a cost
     if warm[0] > opts["reject_factor"] * best_cost:
-        warm.append(_time_once(mod, arrays))
+        warm.append(_time_once(mod, arrays, clock))
         if min(warm) > opts["reject_factor"] * best_cost:
             return warm, None, ""
     per_repeat = max(min(warm), opts["min_repeat_ms"] / 1e3)
     timeout = opts.get("timeout", float("inf"))
-    left = timeout - (time.perf_counter() - started)
+    left = timeout - (clock() - started)
     if per_repeat * (opts["repeat"] + 1) <= 0.6 * left:
         res = mod.time_evaluator(number=opts["number"], repeat=opts["repeat"],
                                  min_repeat_ms=opts["min_repeat_ms"])(*arrays)
@@ -293,12 +295,12 @@ def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
     # a slow kernel: single warm runs are the samples, as many as fit in the timeout
     samples = list(warm)
     while len(samples) < opts["repeat"] and \
-            time.perf_counter() - started + 1.5 * max(samples) < 0.8 * timeout:
-        samples.append(_time_once(mod, arrays))
+            clock() - started + 1.5 * max(samples) < 0.8 * timeout:
+        samples.append(_time_once(mod, arrays, clock))
     return samples, None, ""
 
 
-def _time_once(mod: Any, arrays: Sequence[np.ndarray]) -> float:
-    t0 = time.perf_counter()
+def _time_once(mod: Any, arrays: Sequence[np.ndarray], clock: Callable[[], float]) -> float:
+    t0 = clock()
     mod(*arrays)
-    return time.perf_counter() - t0
+    return clock() - t0

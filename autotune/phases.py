@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 #: The phases, in the order ``breakdown`` prints them, with what each one covers.
 PHASES = {
@@ -40,15 +40,17 @@ MEASURE_PHASES = ("build", "run", "remeasure", "retime")
 
 
 class PhaseTimes:
-    """Exclusive seconds per phase (see the module docstring)."""
+    """Exclusive seconds per phase (see the module docstring).  ``clock`` (seconds, default
+    ``time.perf_counter``) is a parameter so that tests can drive it by hand."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.seconds: dict[str, float] = {}
+        self._clock = clock
         self._stack: list[list] = []      # [name, start of its current stretch]
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        now = time.perf_counter()
+        now = self._clock()
         if self._stack:                   # pause the enclosing phase
             outer = self._stack[-1]
             self._add(outer[0], now - outer[1])
@@ -56,7 +58,7 @@ class PhaseTimes:
         try:
             yield
         finally:
-            end = time.perf_counter()
+            end = self._clock()
             top = self._stack.pop()
             self._add(top[0], end - top[1])
             if self._stack:               # the enclosing phase resumes

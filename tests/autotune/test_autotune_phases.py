@@ -1,8 +1,6 @@
 """Where tuning time goes (``TuneResult.phases``), and the build-time mechanisms: candidates
 making too much code are illegal before any build, and the builder starts the largest
 builds first."""
-import time
-
 import pytest
 
 import tdsl as td
@@ -14,22 +12,40 @@ from tdsl.autotune.workers import JobOutcome, JobResult
 from tests.autotune.helpers import fast_option, small_matmul
 
 
+class _Clock:
+    """A clock that moves only when told (whole seconds: the sums are exact)."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, s):
+        self.now += s
+
+
 def test_phase_times_are_exclusive_and_add_up():
-    ph = PhaseTimes()
-    t0 = time.perf_counter()
+    clock = _Clock()
+    ph = PhaseTimes(clock)
+    t0 = clock()
     with ph("search"):
-        time.sleep(0.02)
+        clock.advance(2)
         with ph("lower"):
-            time.sleep(0.03)
+            clock.advance(3)
             with ph("features"):
-                time.sleep(0.01)
-        time.sleep(0.02)
-    total = time.perf_counter() - t0
-    s = ph.seconds
-    assert 0.03 <= s["lower"] < 0.03 + 0.02
-    assert 0.01 <= s["features"] < 0.01 + 0.02
-    assert 0.04 <= s["search"] < 0.04 + 0.02, "the nested phases were counted twice"
-    assert abs(sum(s.values()) - total) < 1e-3
+                clock.advance(1)
+            clock.advance(4)
+        clock.advance(2)
+    with pytest.raises(RuntimeError):           # a phase left by an exception still counts
+        with ph("lower"):
+            clock.advance(5)
+            raise RuntimeError
+    clock.advance(7)                            # outside every phase: counted nowhere
+    ph.add("build", 6)
+    assert ph.seconds == {"search": 4, "lower": 12, "features": 1, "build": 6}, \
+        "the nested phases were counted twice, or a paused phase kept counting"
+    assert sum(ph.seconds.values()) - 6 == clock() - t0 - 7
 
 
 def test_a_tuning_run_reports_its_phases(tmp_path):

