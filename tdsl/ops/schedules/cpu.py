@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from tdsl.dtype import DType
 from tdsl.errors import TDSLError
@@ -73,3 +74,36 @@ def _total(st: Stage) -> "int | None":
             return None
         tot *= e
     return tot
+
+
+#: Cost per output of a vector tile ``v`` registers wide (keyed by ``v`` relative to the
+#: widest, in quarters: 4 is the widest), relative to the widest: fewer accumulators hide
+#: less FMA latency and share fewer broadcasts; a half-register tile wastes half its lanes.
+TILE_WIDTH_COST = MappingProxyType({0: 1.6, 1: 1.2, 2: 1.08, 4: 1.0})
+#: A partial tile (an extent that is not a multiple of the tile's width) runs guarded: its
+#: accumulators stay in memory and every FMA is masked; it costs about this many full tiles.
+PARTIAL_TILE_COST = 3.0
+
+
+def vector_tile(n: "int | None", lanes: int, max_vectors: int) -> int:
+    """The width (elements) of a register tile along a vectorized axis of extent ``n``:
+    ``v * lanes`` for ``v`` a power of two up to ``max_vectors`` (or half a register), the
+    widest unless a narrower one leaves a smaller (or no) partial tile at the end of ``n``
+    (``PARTIAL_TILE_COST``).  Widths are powers of two: 64x256x1000 ran 18x slower with
+    3 x 16 lanes than with 4 (LLVM did not keep the 48-lane loop in registers)."""
+    widths = [v * lanes for v in (8, 4, 2, 1) if v <= max_vectors]
+    if n is None:
+        return widths[0]
+    if lanes >= 4:
+        widths.append(lanes // 2)
+    best: "tuple[float, int] | None" = None
+    for w in widths:
+        if n < w and w > lanes:
+            continue
+        full, part = divmod(n, w)
+        key = 0 if w < lanes else max(1, 4 * w // (lanes * max_vectors))
+        cost = (full + (PARTIAL_TILE_COST if part else 0.0)) * w / n * TILE_WIDTH_COST[key]
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, w)
+    assert best is not None
+    return best[1]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from tdsl.schedule import Schedule, Stage
 
 from ..tags import OpKind
-from .cpu import CPU, _ext, _fuse, _out_dtype, _vector_split
+from .cpu import CPU, _ext, _fuse, _out_dtype, _vector_split, vector_tile
 from .graph import effective_loads, permuted_access
 from .llvm_matmul import _producer_of_kind
 
@@ -42,6 +42,23 @@ def _anchor_perm(s: Schedule, anchor: Stage, out: Stage) -> list[int]:
             if pos is not None:
                 return pos
     return list(range(len(anchor.op.axis)))
+
+
+#: Bytes of filter repacked by the tasks beyond the first (``panel_repacks``) from which
+#: the filter is packed once at root instead (a nest of its own, a full-size buffer).
+PACK_ROOT_BYTES = 1 << 20
+
+
+def pack_at_root(pack: Stage, repacks: "int | None") -> bool:
+    """Whether to pack the whole filter once at root: its panels would be packed again
+    by ``repacks - 1`` tasks (None: a symbolic batch), at least ``PACK_ROOT_BYTES`` in all."""
+    elems = 1
+    for iv in pack.op.axis:
+        e = _ext(iv)
+        elems = None if e is None or elems is None else elems * e
+    if repacks is None or elems is None:
+        return True
+    return (repacks - 1) * elems * pack.op.outputs[0].dtype.bits // 8 >= PACK_ROOT_BYTES
 
 
 def panel_repacks(n: "int | None", oh: "int | None", rows: int) -> "int | None":
@@ -86,9 +103,7 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     OH, CO = _ext(oh), _ext(co)
     channels_last = w_axes[-1] is co
     if groups == 1 and comp_layout == "NHWC":
-        bco = tiles.vectors * lanes
-        while bco > lanes and CO is not None and CO < bco:
-            bco //= 2
+        bco = vector_tile(CO, lanes, tiles.vectors)    # no partial channel tile if it can
         bw = tiles.width
         co_o, co_i = write.split(co, factor=bco)
         ow_o, ow_i = write.split(ow, factor=bw)
@@ -107,7 +122,7 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
         comp.vectorize(cco_i)
         if pack is not None:
             pack.compute_root()
-            if (panel_repacks(_ext(n), OH, rows) or 2) > 1:
+            if pack_at_root(pack, panel_repacks(_ext(n), OH, rows)):
                 # each panel is read by several tasks (images, row chunks): the filter
                 # packed once, in parallel, rather than once per task
                 pa = pack.op.axis

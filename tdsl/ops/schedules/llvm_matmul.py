@@ -9,7 +9,7 @@ from tdsl.schedule.rfactor import first_output as _first
 from tdsl.tensor import Tensor
 
 from ..tags import OpKind
-from .cpu import CPU, _ext, _fuse, _out_dtype, _pow2_floor, _vector_split
+from .cpu import CPU, _ext, _fuse, _out_dtype, _pow2_floor, _vector_split, vector_tile
 from .graph import stage_kind
 
 
@@ -206,44 +206,15 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
     return {st for st in (anchor, out, pack, comp) if st is not None}
 
 
-#: Cost of a register tile of ``v`` vectors per output row, per column computed, relative
-#: to the widest: fewer accumulators hide less FMA latency and share fewer broadcasts.
-TILE_WIDTH_COST = {1: 1.2, 2: 1.08, 4: 1.0}
-#: A partial column tile (N not a multiple of its width) runs guarded: its accumulators
-#: stay in memory and every FMA is masked; it costs about this many full tiles.
-PARTIAL_TILE_COST = 3.0
-
-
 def register_tile(N: "int | None", lanes: int, tiles: MatmulTiles) -> tuple[int, int]:
-    """``(bn, mb)``: columns (a multiple of ``lanes``) and rows of the register tile for
-    ``N`` columns.  The widest tile unless a narrower one leaves a smaller (or no) partial
-    tile at the end of N -- a partial tile runs guarded, several times slower than a full
-    one (``PARTIAL_TILE_COST``): 96x300x208 ran at 66 GFLOP/s with 4-vector tiles (the last
-    one a quarter full), 96x300x192 at 105 (AVX-512, one thread); 1 x 16 lanes with 12 rows
-    ran 96x300x208 at 111.  Widths are powers of two vectors: 64x256x1000 ran 18x slower
-    with 3 x 16 lanes than with 4.  A narrower tile gets
-    more rows (at most 12), so that about as many accumulators hide the FMA latency."""
-    best = None
-    for v in range(tiles.vectors, 0, -1):
-        if v & (v - 1):
-            continue          # 3 vectors: a 48-lane loop LLVM did not keep in registers
-        bn = v * lanes
-        if N is not None and N < bn and v > 1:
-            continue
-        if N is None:
-            cost = 0.0
-        else:
-            full, part = divmod(N, bn)
-            cost = (full + (PARTIAL_TILE_COST if part else 0.0)) * bn / N \
-                * TILE_WIDTH_COST.get(max(1, 4 * v // tiles.vectors), 1.0)
-        if best is None or cost < best[0] - 1e-9:
-            best = (cost, v)
-        if N is None:
-            break
-    assert best is not None
-    v = best[1]
-    rows = tiles.rows if v == tiles.vectors else min(12, tiles.rows * tiles.vectors // v)
-    return v * lanes, rows
+    """``(bn, mb)``: columns (``vector_tile``) and rows of the register tile for ``N``
+    columns: a narrower tile gets more rows (at most 12), so that about as many accumulators
+    hide the FMA latency.  96x300x208 ran at 58 GFLOP/s with 4 x 16-lane tiles (the last one
+    a quarter full, guarded), at 94 with 1 x 16 lanes and 12 rows (AVX-512, one thread)."""
+    bn = vector_tile(N, lanes, tiles.vectors)
+    v = max(1, bn // lanes)
+    rows = tiles.rows if v >= tiles.vectors else min(12, tiles.rows * tiles.vectors // v)
+    return bn, rows
 
 
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
