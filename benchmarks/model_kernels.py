@@ -4,6 +4,7 @@ transposed operand, matmuls whose sizes do not divide the register tile, global 
 pooling, column reductions and cumsum.
 
     python benchmarks/model_kernels.py [--threads 1] [--repeat 7] [--only conv1x1,bmm]
+                                       [--cpu-time]
 
 Every contender runs at the same thread count (tdsl modules' ``set_num_threads``, NumPy's
 BLAS through threadpoolctl, ``torch.set_num_threads``); rounds are interleaved and the
@@ -15,7 +16,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import statistics
 import sys
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -165,7 +168,30 @@ def cases() -> list[Case]:
     ]
 
 
-def run_case(case: Case, threads: int, repeat: int) -> "dict[str, float] | None":
+def cpu_medians(fns: list, repeat: int, min_sample_s: float = 0.02) -> list[float]:
+    """Median CPU seconds per call of each function (one thread each, NumPy's BLAS limited
+    to one), samples interleaved: on a shared machine CPU time is not inflated by the
+    time the process waits for a core, which wall time is."""
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=1, user_api="blas"):
+        counts = []
+        for fn in fns:
+            fn()
+            t0 = time.process_time()
+            fn()
+            counts.append(max(1, int(min_sample_s / max(time.process_time() - t0, 1e-6))))
+        samples: list[list[float]] = [[] for _ in fns]
+        for r in range(repeat):
+            for i in [(r + q) % len(fns) for q in range(len(fns))]:
+                t0 = time.process_time()
+                for _ in range(counts[i]):
+                    fns[i]()
+                samples[i].append((time.process_time() - t0) / counts[i])
+    return [statistics.median(x) for x in samples]
+
+
+def run_case(case: Case, threads: int, repeat: int,
+             cpu_time: bool = False) -> "dict[str, float] | None":
     import torch
     rng = np.random.default_rng(0)
     arrays = [_rand(s, rng) for s in case.shapes]
@@ -182,11 +208,17 @@ def run_case(case: Case, threads: int, repeat: int) -> "dict[str, float] | None"
     err = float(np.max(np.abs(res - want)) / max(1e-30, float(np.max(np.abs(want)))))
     tens = [torch.from_numpy(a) for a in arrays]
     torch.set_num_threads(threads)
-    r = benchmark({"tdsl": (f, arrays + [res]), "numpy": lambda: case.numpy_fn(*arrays),
-                   "torch": lambda: case.torch_fn(*tens)},
-                  threads=threads, repeat=repeat, min_repeat_ms=15, warmup_ms=20,
-                  settle_ms=100)
-    t, n, p = (r.median(k) * 1e3 for k in ("tdsl", "numpy", "torch"))
+    if cpu_time:
+        f.set_num_threads(1)
+        t, n, p = (x * 1e3 for x in cpu_medians(
+            [lambda: f(*arrays, res), lambda: case.numpy_fn(*arrays),
+             lambda: case.torch_fn(*tens)], repeat))
+    else:
+        r = benchmark({"tdsl": (f, arrays + [res]), "numpy": lambda: case.numpy_fn(*arrays),
+                       "torch": lambda: case.torch_fn(*tens)},
+                      threads=threads, repeat=repeat, min_repeat_ms=15, warmup_ms=20,
+                      settle_ms=100)
+        t, n, p = (r.median(k) * 1e3 for k in ("tdsl", "numpy", "torch"))
     print(f"  {case.group:8s} {case.name:34s} {t:9.3f} {n:9.3f} {p:9.3f} "
           f"{n / t:7.2f}x {p / t:7.2f}x  err {err:.1e}", flush=True)
     return {"tdsl": t, "numpy": n, "torch": p}
@@ -197,15 +229,21 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--only", default="", help="comma-separated groups (default: all)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="one thread: median CPU time per call instead of wall time (robust "
+                         "on a machine shared with other jobs)")
     opt = ap.parse_args()
+    if opt.cpu_time and opt.threads != 1:
+        ap.error("--cpu-time measures one thread: use --threads 1")
     os.environ["TDSL_NUM_THREADS"] = str(opt.threads)
     groups = {g for g in opt.only.split(",") if g}
-    print(f"{opt.threads} thread(s); medians in ms; speedup = other / tdsl")
+    what = "CPU time" if opt.cpu_time else "wall time, interleaved"
+    print(f"{opt.threads} thread(s); medians ({what}) in ms; speedup = other / tdsl")
     print(f"  {'group':8s} {'case':34s} {'tdsl':>9s} {'numpy':>9s} {'torch':>9s} "
           f"{'vs np':>8s} {'vs torch':>8s}")
     for case in cases():
         if not groups or case.group in groups:
-            run_case(case, opt.threads, opt.repeat)
+            run_case(case, opt.threads, opt.repeat, opt.cpu_time)
 
 
 if __name__ == "__main__":
