@@ -65,7 +65,7 @@ _PARALLEL_MIN = 1 << 15
 TRANSPOSE_BLOCK = 64
 
 
-# ---- injective -----------------------------------------------------------------------------------
+# ---- injective -------------------------------------------------------------------------------
 def _transposed_axis(s: Schedule, st: Stage, bodies: dict) -> "IterVar | None":
     """An outer axis that some multi-dimensional input is contiguous along (a transpose),
     when that input's last index does not move with the output's last axis."""
@@ -127,7 +127,7 @@ ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxy
 })
 
 
-# ---- the driver ----------------------------------------------------------------------------------------------
+# ---- the driver ------------------------------------------------------------------------------
 def small_m_condition(s: Schedule, target: Target, bound: int = SKINNY_M) -> "Expr | None":
     """``M <= bound`` for each dense/matmul anchor of ``s`` whose M is symbolic and that
     the streaming schedule fits (``_skinny_dense`` / ``_skinny_matmul``), joined with

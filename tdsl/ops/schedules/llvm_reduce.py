@@ -79,7 +79,8 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
         if attach is None and (jext is None or jext >= 2 * lanes) and split is None:
             _column_chunks(s, st, lanes, cpu.threads)
             return
-        width = lanes if attach is not None or (jext is not None and jext < 8 * lanes) else 4 * lanes
+        narrow = attach is not None or (jext is not None and jext < 8 * lanes)
+        width = lanes if narrow else 4 * lanes
         jo, ji = _vector_split(st, j_last, width)
         outer = [iv for iv in spatial if iv is not j_last]
         if attach is not None:
@@ -228,9 +229,10 @@ def chunk_width(s: Schedule, g: RowGroup, cpu: CPU, bodies: dict) -> int:
     """Outputs per iteration of a row group whose reductions are indexed by every output
     axis (a vector of outputs is a "row"): for a reduction that streams along the outputs'
     contiguous axis, ``column_vectors`` vectors (up to ``COLUMN_CHUNK_VECTORS``;
-    ``select_chains`` for a tuple reduction): independent chains, whole lines read (a column argmax with 4 columns per chunk read 16
-    bytes of each 64-byte line and ran one dependent chain: 4.5x slower; a column mean
-    with one vector per chunk waited on each add); 1 otherwise."""
+    ``select_chains`` for a tuple reduction): independent chains, whole lines read (a
+    column argmax with 4 columns per chunk read 16 bytes of each 64-byte line and ran one
+    dependent chain: 4.5x slower; a column mean with one vector per chunk waited on each
+    add); 1 otherwise."""
     width = 1
     for st in g.reductions:
         spatial = list(st.op.axis)
@@ -250,7 +252,7 @@ def chunk_width(s: Schedule, g: RowGroup, cpu: CPU, bodies: dict) -> int:
     return width
 
 
-# ---- row groups ----------------------------------------------------------------------------------------
+# ---- row groups ------------------------------------------------------------------------------
 def schedule_row_group(s: Schedule, g: RowGroup, cpu: CPU, bodies: dict) -> None:
     """Rows of the output in parallel; each row's reductions (and temporaries) computed in
     the row's iteration, just before the row is written.  When the reductions are indexed by
