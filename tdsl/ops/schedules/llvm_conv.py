@@ -1,0 +1,157 @@
+"""Default CPU schedule of conv2d: output channels vectorized in a local register tile,
+the filter panel packed, the padded input materialized once."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tdsl.schedule import Schedule, Stage
+
+from ..tags import OpKind
+from .cpu import CPU, _ext, _fuse, _out_dtype, _vector_split, vector_tile
+from .graph import effective_loads, permuted_access
+from .llvm_matmul import _producer_of_kind
+
+
+@dataclass(frozen=True)
+class ConvTiles:
+    """Register tile: ``width`` output columns (unrolled) x ``vectors * lanes`` output channels
+    (vectorized); output rows in chunks of ``rows`` per parallel task."""
+
+    width: int = 8
+    vectors: int = 2
+    rows: int = 8
+
+
+CONV_TILES = ConvTiles()
+#: With 16 vector registers: 4 columns x 2 vectors (8 accumulators); 8 x 2 spills there
+#: (conv2d 3x3 64->64 at 56x56 ran 2.4x slower with it on AVX2).
+CONV_TILES_16REGS = ConvTiles(width=4, vectors=2, rows=8)
+
+
+def default_conv_tiles(cpu: CPU) -> ConvTiles:
+    return CONV_TILES if cpu.vector_bits >= 512 else CONV_TILES_16REGS
+
+_ROLES = {"NCHW": (0, 1, 2, 3), "NHWC": (0, 3, 1, 2)}   # positions of (n, c, h, w)
+
+
+def _anchor_perm(s: Schedule, anchor: Stage, out: Stage) -> list[int]:
+    """perm[d]: the position of ``out``'s axis that anchor axis d is read at."""
+    for p, idx in effective_loads(s, out):
+        if p is anchor:
+            pos = permuted_access(out, idx)
+            if pos is not None:
+                return pos
+    return list(range(len(anchor.op.axis)))
+
+
+#: Bytes of filter repacked by the tasks beyond the first (``panel_repacks``) from which
+#: the filter is packed once at root instead (a nest of its own, a full-size buffer).
+PACK_ROOT_BYTES = 1 << 20
+
+
+def pack_at_root(pack: Stage, repacks: "int | None") -> bool:
+    """Whether to pack the whole filter once at root: its panels would be packed again
+    by ``repacks - 1`` tasks (None: a symbolic batch), at least ``PACK_ROOT_BYTES`` in all."""
+    elems = 1
+    for iv in pack.op.axis:
+        e = _ext(iv)
+        elems = None if e is None or elems is None else elems * e
+    if repacks is None or elems is None:
+        return True
+    return (repacks - 1) * elems * pack.op.outputs[0].dtype.bits // 8 >= PACK_ROOT_BYTES
+
+
+def panel_repacks(n: "int | None", oh: "int | None", rows: int) -> "int | None":
+    """How many parallel tasks of the ``groups == 1`` schedule read each packed filter panel
+    (a panel packed per task is packed that many times): one per image and per chunk of
+    ``rows`` output rows; None when symbolic (a batch: many).  8x1024x14x14 -> 2048
+    (1x1, stride 2) packed its 8 MiB filter once per image: 137 ms, 98 ms packed once at
+    root (best of 7, AVX-512, one thread, a busy machine; PyTorch 54 ms)."""
+    if n is None or oh is None:
+        return None
+    return n * -(-oh // rows)
+
+
+def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
+                    tiles: "ConvTiles | None" = None) -> set:
+    """groups == 1: output channels vectorized in a local ``width x channels`` tile (the
+    anchor computes with channels innermost), the filter panel packed per parallel task
+    (the whole filter at root when several tasks would pack the same panel),
+    the padded input materialized once.  Grouped / depthwise: the contiguous output axis
+    vectorized, filters broadcast."""
+    tiles = tiles or default_conv_tiles(cpu)
+    attrs = anchor.op.attrs
+    groups = attrs.get("groups", 1)
+    comp_layout = attrs.get("compute_layout", attrs.get("layout", "NCHW"))
+    dt = _out_dtype(anchor)
+    lanes = cpu.lanes(dt)
+    pad = _producer_of_kind(s, anchor, OpKind.PAD)
+    pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    perm = _anchor_perm(s, anchor, out) if out is not None else [0, 1, 2, 3]
+    if out is None:
+        cc = s.cache_write(anchor.op.outputs[0], "local")
+        comp, write = s[cc], anchor
+    else:
+        comp, write = anchor, out
+        comp.set_scope("local")
+    roles = _ROLES[comp_layout]
+    c_axes = list(comp.op.axis)
+    cn, cco, coh, cow = (c_axes[r] for r in roles)
+    w_axes = list(write.op.axis)
+    n, co, oh, ow = (w_axes[perm[r]] for r in roles)
+    red = list(comp.op.reduce_axis)
+    OH, CO = _ext(oh), _ext(co)
+    channels_last = w_axes[-1] is co
+    if groups == 1 and comp_layout == "NHWC":
+        bco = vector_tile(CO, lanes, tiles.vectors)    # no partial channel tile if it can
+        bw = tiles.width
+        co_o, co_i = write.split(co, factor=bco)
+        ow_o, ow_i = write.split(ow, factor=bw)
+        rows = tiles.rows if OH is None or OH > tiles.rows else OH
+        oh_o, oh_i = write.split(oh, factor=rows)
+        inner = [ow_i, co_i] if channels_last else [co_i, ow_i]
+        write.reorder(n, co_o, oh_o, oh_i, ow_o, *inner)
+        write.vectorize(inner[-1])
+        par = write.fuse(n, co_o, oh_o)
+        write.parallel(par)
+        comp.compute_at(write, ow_o)
+        cco_o, cco_i = comp.split(cco, factor=bco)
+        cow_o, cow_i = comp.split(cow, factor=bw)
+        comp.reorder(cn, coh, cow_o, cco_o, *red, cow_i, cco_i)
+        comp.unroll(cow_i)
+        comp.vectorize(cco_i)
+        if pack is not None:
+            pack.compute_root()
+            if pack_at_root(pack, panel_repacks(_ext(n), OH, rows)):
+                # each panel is read by several tasks (images, row chunks): the filter
+                # packed once, in parallel, rather than once per task
+                pa = pack.op.axis
+                po, pi = pack.split(pa[-1], factor=bco)
+                pack.reorder(*pa[:-1], po, pi)
+                pack.parallel(pa[0])
+            else:
+                pack.compute_at(write, par)
+                po, pi = pack.split(pack.op.axis[-1], factor=bco)
+            pack.vectorize(pi)
+    else:
+        # one lane per output column (NCHW) or channel (NHWC); filters broadcast
+        vec_w, vec_c = (cow, cco) if comp_layout == "NCHW" else (cco, cow)
+        outer_w = [iv for iv in w_axes if iv is not w_axes[-1]]
+        lo, li = _vector_split(write, w_axes[-1], lanes)
+        write.reorder(*outer_w, lo, li)
+        write.vectorize(li)
+        write.parallel(_fuse(write, outer_w[:3]) if len(outer_w) >= 3 else _fuse(write, outer_w))
+        comp.compute_at(write, lo)
+        last = c_axes[-1]
+        clo, cli = _vector_split(comp, last, lanes)
+        comp.reorder(*[iv for iv in c_axes if iv is not last], clo, *red, cli)
+        comp.vectorize(cli)
+        if pack is not None:
+            pack = None   # stays inlined: filters are read directly
+    if pad is not None:
+        pad.compute_root()
+        p_axes = list(pad.op.axis)
+        po, pi = _vector_split(pad, p_axes[-1], lanes)
+        pad.vectorize(pi)
+        pad.parallel(_fuse(pad, p_axes[:-1]))
+    return {st for st in (anchor, out, pack, pad) if st is not None}
