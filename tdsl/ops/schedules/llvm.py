@@ -38,6 +38,7 @@ from tdsl.visitor import free_vars
 from .._util import const_value
 from ..tags import OpKind, Pattern
 from .recognize import gemm_form
+from .llvm_attention import schedule_attention
 from .graph import (RowGroup, effective_loads, fusable_anchor, innermost_use, is_inlined,
                     reduce_source_loads, row_group, stage_kind, stage_pattern, unit_stride,
                     uses_in_last_index)
@@ -786,6 +787,7 @@ ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxy
     OpKind.MATMUL: schedule_matmul,
     OpKind.BATCH_MATMUL: schedule_matmul,
     OpKind.CONV2D: schedule_conv2d,
+    OpKind.ATTENTION_OUT: schedule_attention,
 })
 
 
