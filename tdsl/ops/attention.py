@@ -2,14 +2,14 @@
 
 ``softmax(Q Kᵀ · scale + mask) V`` in one pass over the keys, block by block:
 
-* ``T_attn_kt[b, h, jb, d, jj]``: key block ``jb`` transposed (the key index
-  ``j = jb * block_k + jj`` clamped into range: the tail block's extra lanes read the last
-  key and are masked below);
-* ``T_attn_score[b, h, i, jb, jj]``: the dot product of query ``i`` with key ``j``;
+* ``T_attn_qt[b, h, d, i]``: the queries transposed, so that
+* ``T_attn_score[b, h, jb, jj, i]``, the dot product of query ``i`` with key
+  ``j = jb * block_k + jj``, lies along queries (the key index is clamped into range: the
+  tail block's extra keys read the last key and are masked below);
 * ``T_attn_bmax[b, h, i, jb]``: the largest masked score of key block ``jb`` (masked:
   scaled, plus an additive mask, ``-inf`` where a boolean mask, causality or the tail
   excludes the key);
-* ``T_attn_prob[b, h, i, jb, jj]``: ``exp(score - bmax)`` -- each exponential once per
+* ``T_attn_prob[b, h, jb, jj, i]``: ``exp(score - bmax)`` -- each exponential once per
   (query, key), 0 for excluded keys;
 * ``T_attn_bsum[b, h, i, jb]`` and ``T_attn_bacc[b, h, i, jb, d]``: the block's row sum and
   its probability-weighted values;
@@ -143,19 +143,19 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
     last = Sk - 1
     neg = min_value(dt)
 
-    # the key block transposed (d, key): the scores' inner loop then runs along keys
-    kt = compute((B, H, nblocks, D, block_k),
-                 lambda b, h, jb, d, jj: k[b, h, _i.minimum(jb * block_k + jj, last), d],
-                 name="T_attn_kt", tag=OpKind.ATTENTION)
+    # the query rows transposed (d, query): the scores of a key then lie along queries
+    qt = compute((B, H, D, Sq), lambda b, h, d, i: q[b, h, i, d],
+                 name="T_attn_qt", tag=OpKind.ATTENTION)
     dk = reduce_axis((0, D), name="dk")
     score = compute(
-        (B, H, Sq, nblocks, block_k),
-        lambda b, h, i, jb, jj: _rsum(q[b, h, i, dk] * kt[b, h, jb, dk, jj], axis=dk),
+        (B, H, nblocks, block_k, Sq),
+        lambda b, h, jb, jj, i: _rsum(
+            k[b, h, _i.minimum(jb * block_k + jj, last), dk] * qt[b, h, dk, i], axis=dk),
         name="T_attn_score", tag=OpKind.ATTENTION)
 
     def masked(b: Expr, h: Expr, i: Expr, jb: Expr, jj: Expr) -> Expr:
         j = jb * block_k + jj
-        s = score[b, h, i, jb, jj] * sc
+        s = score[b, h, jb, jj, i] * sc
         ok = j < Sk
         if causal:
             ok = ok & (j <= i)
@@ -172,20 +172,20 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
                    lambda b, h, i, jb: _rmax(masked(b, h, i, jb, jj1), axis=jj1),
                    name="T_attn_bmax", tag=OpKind.ATTENTION)
     prob = compute(
-        (B, H, Sq, nblocks, block_k),
-        lambda b, h, i, jb, jj: _i.if_then_else(
+        (B, H, nblocks, block_k, Sq),
+        lambda b, h, jb, jj, i: _i.if_then_else(
             bmax[b, h, i, jb] == neg, Const(0.0, dt),
             _i.exp(masked(b, h, i, jb, jj) - bmax[b, h, i, jb])),
         name="T_attn_prob", tag=OpKind.ATTENTION)
     jj2 = reduce_axis((0, block_k), name="jj")
     bsum = compute((B, H, Sq, nblocks),
-                   lambda b, h, i, jb: _rsum(prob[b, h, i, jb, jj2], axis=jj2),
+                   lambda b, h, i, jb: _rsum(prob[b, h, jb, jj2, i], axis=jj2),
                    name="T_attn_bsum", tag=OpKind.ATTENTION)
     jj3 = reduce_axis((0, block_k), name="jj")
     bacc = compute(
         (B, H, Sq, nblocks, Dv),
         lambda b, h, i, jb, d: _rsum(
-            prob[b, h, i, jb, jj3] * v[b, h, _i.minimum(jb * block_k + jj3, last), d],
+            prob[b, h, jb, jj3, i] * v[b, h, _i.minimum(jb * block_k + jj3, last), d],
             axis=jj3),
         name="T_attn_bacc", tag=OpKind.ATTENTION)
     kb = reduce_axis((0, nblocks), name="kb")

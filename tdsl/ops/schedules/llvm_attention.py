@@ -40,12 +40,12 @@ class AttentionStages:
     prob: Stage
     bmax: Stage
     score: Stage
-    kt: Stage
+    qt: Stage
 
 
 _ROLES = {"T_attn_merge": "merge", "T_attn_bacc": "bacc", "T_attn_bsum": "bsum",
           "T_attn_prob": "prob", "T_attn_bmax": "bmax", "T_attn_score": "score",
-          "T_attn_kt": "kt"}
+          "T_attn_qt": "qt"}
 
 
 def attention_stages(s: Schedule, out: Stage) -> "AttentionStages | None":
@@ -67,9 +67,13 @@ def attention_stages(s: Schedule, out: Stage) -> "AttentionStages | None":
     return AttentionStages(out=out, **found)
 
 
+def _ext(iv) -> "int | None":
+    return None if iv.dom is None else const_value(iv.dom.extent)
+
+
 def _vectorize_last(st: Stage, iv, lanes: int) -> None:
-    e = const_value(iv.dom.extent) if iv.dom is not None else None
-    if e is not None and e < lanes:
+    e = _ext(iv)
+    if e is not None and e <= lanes:
         if e > 1:
             st.vectorize(iv)
         return
@@ -77,17 +81,42 @@ def _vectorize_last(st: Stage, iv, lanes: int) -> None:
     st.vectorize(vi)
 
 
-def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu) -> set:
+@dataclass(frozen=True)
+class AttentionTiles:
+    """``rows``: queries per parallel task (a multiple of the vector lanes: the per-query
+    statistics are vectors); ``score_keys``: keys per register tile of the scores (x one
+    vector of queries); ``acc_rows``: queries per register tile of the weighted values (x d).
+    """
+
+    rows: int
+    score_keys: int
+    acc_rows: int
+
+
+def default_tiles(cpu, dtype, d: "int | None") -> AttentionTiles:
+    lanes = cpu.lanes(dtype)
+    regs = 32 if cpu.vector_bits >= 512 else 16
+    dvec = max(1, -(-(d or 4 * lanes) // lanes))
+    return AttentionTiles(rows=lanes, score_keys=max(1, regs // 2),
+                          acc_rows=max(1, (regs // 2) // dvec))
+
+
+def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
+                       tiles: "AttentionTiles | None" = None) -> set:
     """The one-pass schedule of an attention whose result is ``anchor`` (``out``: an
-    elementwise consumer -- left to its own schedule)."""
+    elementwise consumer, left to its own schedule)."""
     a = attention_stages(s, anchor)
     if a is None:
         return set()
     dtype = anchor.op.outputs[0].dtype
     lanes = cpu.lanes(dtype)
+    t = tiles or default_tiles(cpu, dtype, _ext(anchor.op.axis[3]))
+    score_c = s[s.cache_write(a.score.op.outputs[0], "local")]
+    bacc_c = s[s.cache_write(a.bacc.op.outputs[0], "local")]
+
     y = anchor
     b, h, i, d = y.op.axis
-    io, ii = y.split(i, factor=BLOCK_Q)
+    io, ii = y.split(i, factor=t.rows)
     y.reorder(b, h, io, ii, d)
     task = y.fuse(b, h, io)
     y.parallel(task)
@@ -100,22 +129,47 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu) -> 
     m.reorder(mb, mh, kb, mi, md)
     _vectorize_last(m, md, lanes)
 
-    for st in (a.bacc, a.bsum, a.prob, a.bmax, a.score, a.kt):
+    for st in (a.bacc, a.bsum, a.prob, a.bmax, a.score):
         st.compute_at(m, kb)
-    # scores: query rows x keys, the head dimension reduced outside the key lanes
-    sb, sh, si, sjb, sjj = a.score.op.axis
-    (sdk,) = a.score.op.reduce_axis
-    a.score.reorder(sb, sh, si, sjb, sdk, sjj)
-    _vectorize_last(a.score, sjj, lanes)
-    # probabilities: exp along keys
+    # scores (keys x a vector of queries): register tiles of score_keys keys, the head
+    # dimension reduced outside them
+    sb, sh, sjb, sjj, si = a.score.op.axis
+    sjo, sji = a.score.split(sjj, factor=t.score_keys)
+    a.score.reorder(sb, sh, sjb, sjo, sji, si)
+    _vectorize_last(a.score, si, lanes)
+    score_c.compute_at(a.score, sjo)
+    cb, ch, cjb, cjj, ci = score_c.op.axis
+    (cdk,) = score_c.op.reduce_axis
+    score_c.reorder(cb, ch, cjb, cdk, cjj, ci)
+    score_c.unroll(cjj)
+    _vectorize_last(score_c, ci, lanes)
+    a.qt.compute_at(y, task)
+    _vectorize_last(a.qt, a.qt.op.axis[-1], lanes)
+    # per-query block max / sum: keys reduced outside a vector of queries
+    for st in (a.bmax, a.bsum):
+        xb, xh, xi, xjb = st.op.axis
+        (xjj,) = st.op.reduce_axis
+        st.reorder(xb, xh, xjb, xjj, xi)
+        _vectorize_last(st, xi, lanes)
     _vectorize_last(a.prob, a.prob.op.axis[-1], lanes)
-    # weighted values: query rows x d, keys reduced outside the d lanes
+    # weighted values: register tiles of acc_rows queries x d, keys reduced outside them
     vb, vh, vi, vjb, vd = a.bacc.op.axis
-    (vjj,) = a.bacc.op.reduce_axis
-    a.bacc.reorder(vb, vh, vi, vjb, vjj, vd)
+    vio, vii = a.bacc.split(vi, factor=t.acc_rows)
+    a.bacc.reorder(vb, vh, vjb, vio, vii, vd)
     _vectorize_last(a.bacc, vd, lanes)
-    _vectorize_last(a.kt, a.kt.op.axis[-1], lanes)
-    return {anchor, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.kt}
+    bacc_c.compute_at(a.bacc, vio)
+    wb, wh, wi, wjb, wd = bacc_c.op.axis
+    (wjj,) = bacc_c.op.reduce_axis
+    bacc_c.reorder(wb, wh, wjb, wjj, wi, wd)
+    bacc_c.unroll(wi)
+    dv = _ext(wd)
+    if dv is not None and dv > lanes:
+        wdo, wdi = bacc_c.split(wd, factor=lanes)
+        bacc_c.unroll(wdo)
+        bacc_c.vectorize(wdi)
+    else:
+        _vectorize_last(bacc_c, wd, lanes)
+    return {anchor, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, score_c, bacc_c}
 
 
 def is_attention(op: ComputeOp) -> bool:
