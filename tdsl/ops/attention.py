@@ -17,7 +17,7 @@
   ``td.comm_reducer`` tuple reduction over ``jb`` with state (running max, running sum,
   accumulator): ``(m1, l1, a1) ⊕ (m2, l2, a2) = (M, l1·e1 + l2·e2, a1·e1 + a2·e2)`` with
   ``M = max(m1, m2)``, ``e = exp(m - M)`` (0 for an empty side, ``m = -inf``);
-* ``T_attn``: ``acc / sum``.
+* ``T_attn``: ``acc / sum`` (0 for a query that sees no key, as PyTorch's CPU SDPA).
 
 Only the merge runs over the whole key sequence; every per-key stage is indexed by a key
 block, and the default schedules compute them inside the merge's key-block loop, so no
@@ -122,7 +122,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
     ``causal`` as ``is_causal`` (key ``j`` is seen by query ``i`` when ``j <= i``),
     ``scale`` defaults to ``1 / sqrt(D)``; ``mask`` broadcasts to (B, H, Sq, Sk): a bool mask
     says which keys take part, a float mask is added to the scores.  A query row that sees
-    no key gives NaN, as PyTorch's CPU SDPA does.  ``block_k`` is the key block of the
+    no key (fully masked) gives zeros, as PyTorch 2.13's CPU SDPA does.  ``block_k`` is the key block of the
     one-pass schedule (a compile-time constant)."""
     _check(q, k, v)
     if not isinstance(block_k, int) or block_k < 1:
@@ -194,5 +194,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
         lambda b, h, i, d: online_softmax(
             (bmax[b, h, i, kb], bsum[b, h, i, kb], bacc[b, h, i, kb, d]), axis=kb),
         name="T_attn_merge", tag=OpKind.ATTENTION)
-    return compute((B, H, Sq, Dv), lambda b, h, i, d: acc[b, h, i, d] / lsum[b, h, i, d],
-                   name="T_attn", tag=OpKind.ATTENTION_OUT)
+    zero = Const(0.0, dt)
+    return compute(
+        (B, H, Sq, Dv),
+        lambda b, h, i, d: _i.if_then_else(lsum[b, h, i, d] == zero, zero,
+                                           acc[b, h, i, d] / lsum[b, h, i, d]),
+        name="T_attn", tag=OpKind.ATTENTION_OUT)
