@@ -162,7 +162,7 @@ def test_auto_scheduler_candidates_match_torch():
     a = _arrays((1, 2, 20, 16), (1, 2, 70, 16), (1, 2, 70, 16))
     expected = _sdpa(*a, is_causal=True)
     r = random.Random(3)
-    for _ in range(3):
+    for _ in range(2):
         cfg = [r.randrange(len(task.space.knobs[n].entities)) for n in task.space.names]
         c = task.candidate(cfg)
         assert c.valid, (c.config, c.error)
