@@ -60,7 +60,7 @@ def unfused(causal: bool, threads: int):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--seqs", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    ap.add_argument("--seqs", type=int, nargs="*", default=[512, 1024, 2048, 4096])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--min-sample-s", type=float, default=0.05)
     args = ap.parse_args()

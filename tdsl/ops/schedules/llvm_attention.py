@@ -93,12 +93,15 @@ class AttentionTiles:
     acc_rows: int
 
 
-def default_tiles(cpu, dtype, d: "int | None") -> AttentionTiles:
+def default_tiles(cpu, dtype, d: "int | None", seq_q: "int | None") -> AttentionTiles:
+    """One vector of queries per task (all of them when fewer: a decode step has no query
+    tail to guard); register tiles of half the vector registers."""
     lanes = cpu.lanes(dtype)
     regs = 32 if cpu.vector_bits >= 512 else 16
     dvec = max(1, -(-(d or 4 * lanes) // lanes))
-    return AttentionTiles(rows=lanes, score_keys=max(1, regs // 2),
-                          acc_rows=max(1, (regs // 2) // dvec))
+    rows = seq_q if seq_q is not None and seq_q < lanes else lanes
+    return AttentionTiles(rows=rows, score_keys=max(1, regs // 2),
+                          acc_rows=max(1, min(rows, (regs // 2) // dvec)))
 
 
 def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
@@ -110,7 +113,7 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
         return set()
     dtype = anchor.op.outputs[0].dtype
     lanes = cpu.lanes(dtype)
-    t = tiles or default_tiles(cpu, dtype, _ext(anchor.op.axis[3]))
+    t = tiles or default_tiles(cpu, dtype, _ext(anchor.op.axis[3]), _ext(anchor.op.axis[2]))
     score_c = s[s.cache_write(a.score.op.outputs[0], "local")]
     bacc_c = s[s.cache_write(a.bacc.op.outputs[0], "local")]
 
