@@ -192,7 +192,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
     _m, lsum, acc = compute(
         (B, H, Sq, Dv),
         lambda b, h, i, d: online_softmax(
-            (bmax[b, h, i, kb], bsum[b, h, i, kb], bacc[b, h, i, kb, d]), axis=kb),
+            (bmax[b, h, i, kb], bsum[b, h, i, kb], bacc[b, h, i, kb, d]), axis=kb,
+            where=(kb * block_k <= i) if causal else None),
         name="T_attn_merge", tag=OpKind.ATTENTION)
     zero = Const(0.0, dt)
     return compute(
