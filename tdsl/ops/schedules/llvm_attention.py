@@ -114,7 +114,9 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
     dtype = anchor.op.outputs[0].dtype
     lanes = cpu.lanes(dtype)
     t = tiles or default_tiles(cpu, dtype, _ext(anchor.op.axis[3]), _ext(anchor.op.axis[2]))
-    score_c = s[s.cache_write(a.score.op.outputs[0], "local")]
+    decode = t.rows == 1
+    score_c = None if decode else s[s.cache_write(a.score.op.outputs[0], "local")]
+    score_rf = _decode_rfactor(s, a.score, lanes) if decode else None
     bacc_c = s[s.cache_write(a.bacc.op.outputs[0], "local")]
 
     y = anchor
@@ -136,16 +138,20 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
         st.compute_at(m, kb)
     # scores (keys x a vector of queries): register tiles of score_keys keys, the head
     # dimension reduced outside them
-    sb, sh, sjb, sjj, si = a.score.op.axis
-    sjo, sji = a.score.split(sjj, factor=t.score_keys)
-    a.score.reorder(sb, sh, sjb, sjo, sji, si)
-    _vectorize_last(a.score, si, lanes)
-    score_c.compute_at(a.score, sjo)
-    cb, ch, cjb, cjj, ci = score_c.op.axis
-    (cdk,) = score_c.op.reduce_axis
-    score_c.reorder(cb, ch, cjb, cdk, cjj, ci)
-    score_c.unroll(cjj)
-    _vectorize_last(score_c, ci, lanes)
+    if score_rf is not None:
+        score_rf.compute_at(a.score, a.score.op.axis[3])
+        score_rf.vectorize(score_rf.op.axis[5])
+    elif not decode:
+        sb, sh, sjb, sjj, si = a.score.op.axis
+        sjo, sji = a.score.split(sjj, factor=t.score_keys)
+        a.score.reorder(sb, sh, sjb, sjo, sji, si)
+        _vectorize_last(a.score, si, lanes)
+        score_c.compute_at(a.score, sjo)
+        cb, ch, cjb, cjj, ci = score_c.op.axis
+        (cdk,) = score_c.op.reduce_axis
+        score_c.reorder(cb, ch, cjb, cdk, cjj, ci)
+        score_c.unroll(cjj)
+        _vectorize_last(score_c, ci, lanes)
     a.qt.compute_at(y, task)
     _vectorize_last(a.qt, a.qt.op.axis[-1], lanes)
     # per-query block max / sum: keys reduced outside a vector of queries
@@ -154,7 +160,10 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
         (xjj,) = st.op.reduce_axis
         st.reorder(xb, xh, xjb, xjj, xi)
         _vectorize_last(st, xi, lanes)
-    _vectorize_last(a.prob, a.prob.op.axis[-1], lanes)
+    pb, ph, pjb, pjj, pi = a.prob.op.axis
+    if decode:              # one query: the exponentials along keys
+        a.prob.reorder(pb, ph, pjb, pi, pjj)
+    _vectorize_last(a.prob, pjj if decode else pi, lanes)
     # weighted values: register tiles of acc_rows queries x d, keys reduced outside them
     vb, vh, vi, vjb, vd = a.bacc.op.axis
     vio, vii = a.bacc.split(vi, factor=t.acc_rows)
@@ -172,13 +181,16 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
         bacc_c.vectorize(wdi)
     else:
         _vectorize_last(bacc_c, wd, lanes)
-    return {anchor, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, score_c, bacc_c}
+    done = {anchor, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, bacc_c}
+    return done | {st for st in (score_c, score_rf) if st is not None}
 
 
-def is_attention(op: ComputeOp) -> bool:
-    return stage_kind_of_op(op) is OpKind.ATTENTION_OUT
-
-
-def stage_kind_of_op(op: ComputeOp) -> "OpKind | None":
-    from ..tags import kind_of
-    return kind_of(op)
+def _decode_rfactor(s: Schedule, score: Stage, lanes: int) -> "Stage | None":
+    """One query: each key's dot product in vector lanes along d (contiguous rows of k),
+    partial sums per lane (``rfactor``; attach it in the key loop), then the lanes added."""
+    (dk,) = score.op.reduce_axis
+    d = _ext(dk)
+    if d is None or d < lanes or d % lanes:
+        return None
+    _dko, dki = score.split(dk, factor=lanes)
+    return s[s.rfactor(score.op.outputs[0], dki, factor_axis=5)]
