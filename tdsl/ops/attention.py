@@ -122,8 +122,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
     ``causal`` as ``is_causal`` (key ``j`` is seen by query ``i`` when ``j <= i``),
     ``scale`` defaults to ``1 / sqrt(D)``; ``mask`` broadcasts to (B, H, Sq, Sk): a bool mask
     says which keys take part, a float mask is added to the scores.  A query row that sees
-    no key (fully masked) gives zeros, as PyTorch 2.13's CPU SDPA does.  ``block_k`` is the key block of the
-    one-pass schedule (a compile-time constant)."""
+    no key (fully masked) gives zeros, as PyTorch 2.13's CPU SDPA does.  ``block_k`` is
+    the key block of the one-pass schedule (a compile-time constant)."""
     _check(q, k, v)
     if not isinstance(block_k, int) or block_k < 1:
         raise ShapeError(f"ops.attention: block_k must be a positive int, got {block_k!r}")

@@ -36,7 +36,7 @@ def _run(f, arrays, shape):
     return out
 
 
-def _declare(B, H, Sq, Sk, D, **kw):
+def _declare(B, H, Sq, Sk, D):
     q = td.placeholder((B, H, Sq, D), name="q")
     k = td.placeholder((B, H, Sk, D), name="k")
     v = td.placeholder((B, H, Sk, D), name="v")
