@@ -5,21 +5,22 @@ softmax merge (``T_attn_merge``) runs its key-block loop outermost, over a query
 (max, sum, accumulator) vectors kept in L1; inside each key-block iteration the block's
 stages are computed for the query block only:
 
-* the key block transposed (``T_attn_kt``, d x block_k), so that
-* the scores (query block x block_k) accumulate along keys in vector lanes,
-* the block max and sum (per query), the probabilities (vectorized ``exp``) and the
-  weighted values (query block x d, vectorized along d, values streamed by rows),
+* the scores (``T_attn_score``, key block x query block: keys in register tiles, the
+  queries -- transposed once per task, ``T_attn_qt`` -- in vector lanes),
+* the block max and sum (a vector of queries), the probabilities (vectorized ``exp``) and
+  the weighted values (register tiles of queries x d, vectorized along d),
 
 then the merge folds the block into the running state (vectorized along d).  Every buffer is
 a tile: nothing of size seq_q x seq_k exists.  With ``causal``, the key blocks wholly above
-the diagonal of a query block are skipped (the merge's key loop stops at the diagonal).
+the diagonal of a query block are skipped (the merge's ``where=``, hoisted by lowering's
+``skip_idle_iterations``).  One query (decode): the query block is that query, each key's
+dot product runs in lanes along d (``rfactor``) and the exponentials along keys.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tdsl.schedule import Schedule, Stage
-from tdsl.tensor import ComputeOp
 
 from .._util import const_value
 from ..tags import OpKind
