@@ -93,12 +93,16 @@ def test_additive_mask_broadcast_over_heads():
     np.testing.assert_allclose(got, _sdpa(*a, attn_mask=mask), rtol=1e-4, atol=1e-5)
 
 
-def test_decode_shape():
-    """One query against a long key sequence (seq_q 1, seq_k 4096), several heads."""
-    q, k, v = _declare(1, 3, 1, 4096, 64)
+@pytest.mark.parametrize("sk", [4096, 1300])
+def test_decode_shape(sk):
+    """One query against a long key sequence (seq_q 1), several heads: the keys split into
+    parts reduced in parallel, then merged (1300 keys: 21 blocks in 5 uneven parts)."""
+    q, k, v = _declare(1, 3, 1, sk, 64)
     o = ops.attention(q, k, v)
-    f = td.build(ops.schedule(o, "llvm"), [q, k, v, o], target="llvm")
-    a = _arrays((1, 3, 1, 64), (1, 3, 4096, 64), (1, 3, 4096, 64))
+    s = ops.schedule(o, "llvm")
+    assert "T_attn_merge.v0.rf" in str(td.lower(s, [q, k, v, o]))      # split-K
+    f = td.build(s, [q, k, v, o], target="llvm")
+    a = _arrays((1, 3, 1, 64), (1, 3, sk, 64), (1, 3, sk, 64))
     a[1] *= 2.0                                     # peaked scores: the merge rescales
     np.testing.assert_allclose(_run(f, a, (1, 3, 1, 64)), _sdpa(*a), rtol=1e-4, atol=1e-5)
 

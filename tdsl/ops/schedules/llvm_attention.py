@@ -21,8 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tdsl.schedule import Schedule, Stage
+from tdsl.schedule.rfactor import first_output as _first
+from tdsl.tensor import IterKind
 
-from .._util import const_value
+from .._util import const_value, simplify
 from ..tags import OpKind
 from .graph import stage_kind
 
@@ -69,7 +71,7 @@ def attention_stages(s: Schedule, out: Stage) -> "AttentionStages | None":
 
 
 def _ext(iv) -> "int | None":
-    return None if iv.dom is None else const_value(iv.dom.extent)
+    return None if iv.dom is None else const_value(simplify(iv.dom.extent))
 
 
 def _vectorize_last(st: Stage, iv, lanes: int) -> None:
@@ -129,14 +131,30 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
     _vectorize_last(y, d, lanes)
 
     m = a.merge
-    m.compute_at(y, task)
     mb, mh, mi, md = m.op.axis
     (kb,) = m.op.reduce_axis
+    parts = split_parts(_ext(kb)) if decode else 1
+    if parts > 1:
+        # split-K: the key blocks in ``parts`` parts reduced in parallel (partial
+        # statistics, ``rfactor``), merged per output by the combiner
+        kp, _kr = m.split(kb, nparts=parts)
+        host = s[_first(s.rfactor(m.op.outputs[0], kp, factor_axis=4))]
+        rb, rh, ri, rd, rp = host.op.axis
+        (at,) = host.op.reduce_axis
+        host.reorder(rb, rh, rp, at, ri, rd)
+        qt_at = host.fuse(rb, rh, rp)
+        host.parallel(qt_at)
+        _vectorize_last(host, rd, lanes)
+        (kb,) = [iv for iv in m.leaf_iter_vars if iv.kind is IterKind.REDUCE]
+        qt_host = host
+    else:
+        host, at, qt_host, qt_at = m, kb, y, task
+    m.compute_at(y, task)
     m.reorder(mb, mh, kb, mi, md)
     _vectorize_last(m, md, lanes)
 
     for st in (a.bacc, a.bsum, a.prob, a.bmax, a.score):
-        st.compute_at(m, kb)
+        st.compute_at(host, at)
     # scores (keys x a vector of queries): register tiles of score_keys keys, the head
     # dimension reduced outside them
     if score_rf is not None:
@@ -153,7 +171,7 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
         score_c.reorder(cb, ch, cjb, cdk, cjj, ci)
         score_c.unroll(cjj)
         _vectorize_last(score_c, ci, lanes)
-    a.qt.compute_at(y, task)
+    a.qt.compute_at(qt_host, qt_at)
     _vectorize_last(a.qt, a.qt.op.axis[-1], lanes)
     # per-query block max / sum: keys reduced outside a vector of queries
     for st in (a.bmax, a.bsum):
@@ -182,8 +200,21 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
         bacc_c.vectorize(wdi)
     else:
         _vectorize_last(bacc_c, wd, lanes)
-    done = {anchor, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, bacc_c}
+    done = {anchor, host, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, bacc_c}
     return done | {st for st in (score_c, score_rf) if st is not None}
+
+
+#: Key blocks per part at least, when a decode step's keys are split across threads.
+MIN_BLOCKS_PER_PART = 4
+#: At most this many parts.
+MAX_PARTS = 8
+
+
+def split_parts(nblocks: "int | None") -> int:
+    """Parts of the key sequence reduced in parallel for one query (decode)."""
+    if nblocks is None:
+        return 1
+    return max(1, min(MAX_PARTS, nblocks // MIN_BLOCKS_PER_PART))
 
 
 def _decode_rfactor(s: Schedule, score: Stage, lanes: int) -> "Stage | None":
