@@ -110,10 +110,14 @@ def default_tiles(cpu, dtype, d: "int | None", seq_q: "int | None") -> Attention
 def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
                        tiles: "AttentionTiles | None" = None) -> set:
     """The one-pass schedule of an attention whose result is ``anchor`` (``out``: an
-    elementwise consumer, left to its own schedule)."""
+    elementwise consumer, given the injective schedule)."""
     a = attention_stages(s, anchor)
     if a is None:
         return set()
+    if out is not None:
+        from tdsl.lowering.inline import inlined_bodies
+        from .llvm import schedule_injective
+        schedule_injective(s, out, cpu, inlined_bodies(s))
     dtype = anchor.op.outputs[0].dtype
     lanes = cpu.lanes(dtype)
     t = tiles or default_tiles(cpu, dtype, _ext(anchor.op.axis[3]), _ext(anchor.op.axis[2]))
@@ -200,8 +204,8 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
         bacc_c.vectorize(wdi)
     else:
         _vectorize_last(bacc_c, wd, lanes)
-    done = {anchor, host, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, bacc_c}
-    return done | {st for st in (score_c, score_rf) if st is not None}
+    done = {anchor, out, host, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, bacc_c}
+    return {st for st in done | {score_c, score_rf} if st is not None}
 
 
 #: Key blocks per part at least, when a decode step's keys are split across threads.
