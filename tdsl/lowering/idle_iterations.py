@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 from tdsl.arith import Analyzer
+from tdsl.arith.interval import Interval
 from tdsl.dtype import INDEX
-from tdsl.expr import GE, GT, LE, LT, And, BufferLoad, Call, Const, Expr, Or, convert
+from tdsl.expr import GE, GT, LE, LT, And, BufferLoad, Call, Const, Expr, Or
 from tdsl.stmt import (Allocate, BufferStore, For, ForKind, IfThenElse, LetStmt, SeqStmt, Stmt)
 from tdsl.visitor import free_vars, post_order_visit
 
@@ -63,9 +64,8 @@ class _Guards:
             return _or(self.exists(cond.a, var, lo, ext), self.exists(cond.b, var, lo, ext))
         if isinstance(cond, (LE, LT, GE, GT)) and cond.a.dtype.is_int:
             small, big = (cond.a, cond.b) if isinstance(cond, (LE, LT)) else (cond.b, cond.a)
-            diff = convert(big, INDEX) - convert(small, INDEX) if big.dtype != small.dtype \
+            diff = big.astype(INDEX) - small.astype(INDEX) if big.dtype != small.dtype \
                 else big - small
-            from tdsl.arith.interval import Interval
             iv = self.ana.int_set(diff, {var: Interval(lo, lo + ext - 1)})
             if iv.max is None:
                 return _TRUE
