@@ -312,7 +312,11 @@ class CStyleRenderer:
         """An argument to an overloaded helper: the exact C type of ``e``."""
         if isinstance(e, Const) and e.dtype.is_int:
             return f"({c_type(e.dtype)}){int(e.value)}"
-        if e.dtype.is_int and not isinstance(e, (Var, BufferLoad)):
+        if e.dtype.is_int and isinstance(e, Var):
+            # a loop variable may be declared narrower in C than its dtype (an ``int``
+            # loop over an int64 range): ``min(int, long long)`` is ambiguous to NVRTC
+            return f"({c_type(e.dtype)}){self.expr(e)}"
+        if e.dtype.is_int and not isinstance(e, BufferLoad):
             return f"({c_type(e.dtype)})({self.expr(e)})"
         return self.expr(e)
 

@@ -15,6 +15,7 @@ from .inline import inlined_bodies
 from .read_bounds import check_reads
 from .nest import NestBuilder
 from .storage import Storage, aligned_strides, allocated_storage  # noqa: F401 (re-exported)
+from .idle_iterations import skip_idle_iterations
 from .passes import check_loops, check_scope, check_thread_extents, simplify_stmt
 from .unroll import auto_unroll
 from .single_store import predicate_redundant_stores
@@ -226,6 +227,9 @@ def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],
     body = simplify_stmt(body, Analyzer()) or _empty()
     if dump:
         dump("simplify", body)
+    body = skip_idle_iterations(body)
+    if dump:
+        dump("skip_idle_iterations", body)
     body = auto_unroll(body)
     if dump:
         dump("auto_unroll", body)

@@ -16,6 +16,7 @@ users expect::
 Every stage an operator declares carries an ``OpKind`` tag (see ``tdsl.ops.tags``);
 ``ops.schedule`` dispatches on it through constant mappings.
 """
+from .attention import attention
 from .elemwise import (ACTIVATIONS, abs, add, broadcast_to, cast, ceil, clip, cos, divide, elemwise,
                        equal, erf, exp, floor, floor_divide, gelu, greater, greater_equal, identity,
                        leaky_relu, less, less_equal, log, logical_and, logical_not, logical_or,
@@ -40,6 +41,7 @@ __all__ = [
     # reductions
     "sum", "mean", "max", "min", "prod", "argmax", "argmin", "reduce",
     # nn
+    "attention",
     "matmul", "batch_matmul", "dense", "conv2d", "pool2d", "max_pool2d", "avg_pool2d", "softmax",
     "log_softmax", "layernorm", "layer_norm", "rmsnorm", "rms_norm", "batch_norm",
     "fold_batch_norm",

@@ -47,6 +47,8 @@ class OpKind(str, enum.Enum):
     BATCH_MATMUL = "ops.batch_matmul"  # batched matmul (3-D)
     CONV2D = "ops.conv2d"
     POOL2D = "ops.pool2d"
+    ATTENTION = "ops.attention"          # a per-key-block stage of ops.attention
+    ATTENTION_OUT = "ops.attention_out"  # ops.attention's result (the stages' anchor)
 
     def __str__(self) -> str:
         return self.value
@@ -66,6 +68,8 @@ PATTERNS = MappingProxyType({
     OpKind.BATCH_MATMUL: Pattern.ANCHOR,
     OpKind.CONV2D: Pattern.ANCHOR,
     OpKind.POOL2D: Pattern.REDUCTION,
+    OpKind.ATTENTION: Pattern.ANCHOR,
+    OpKind.ATTENTION_OUT: Pattern.ANCHOR,
 })
 
 _BY_VALUE = MappingProxyType({k.value: k for k in OpKind})

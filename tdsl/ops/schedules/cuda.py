@@ -20,9 +20,10 @@ from tdsl.schedule.stage import AttachType
 from tdsl.target import Target
 from tdsl.tensor import IterVar, thread_axis
 
-from ..tags import Pattern
+from ..tags import OpKind, Pattern
 from . import cuda_conv, cuda_gemm, cuda_reduction
-from .graph import fusable_anchor, is_inlined, stage_pattern
+from .cuda_attention import schedule_attention
+from .graph import fusable_anchor, is_inlined, stage_kind, stage_pattern
 
 #: Threads per block for elementwise kernels and for reductions.
 THREADS_INJECTIVE = 256
@@ -64,6 +65,9 @@ def apply(s: Schedule, target: Target) -> None:
                 or is_opaque(st.op):   # extern/scan stages have no loops to schedule
             continue
         pat = stage_pattern(st)
+        if stage_kind(st) is OpKind.ATTENTION_OUT and (got := schedule_attention(s, st)):
+            done |= got
+            continue
         gemm = cuda_gemm.gemm_anchor(s, st, bodies)   # matmul family: 2-level tiles
         if gemm is not None and gemm[0] not in done:
             got = cuda_gemm.schedule_gemm(s, *gemm)

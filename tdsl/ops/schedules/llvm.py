@@ -48,6 +48,7 @@ from .llvm_matmul import (MATMUL_TILES, MATMUL_TILES_16REGS, SKINNY_M, SKINNY_M_
 from .llvm_reduce import (PARTS_MIN, SELECT_CHAINS, chunk_width, rfactor_chains,
                           schedule_reduction, schedule_row_group, select_chains)
 from .recognize import gemm_form
+from .llvm_attention import schedule_attention
 
 __all__ = ["CPU", "cpu_of", "apply", "small_m_condition", "schedule_injective",
            "schedule_reduction", "schedule_row_group", "schedule_matmul", "schedule_conv2d",
@@ -124,6 +125,7 @@ ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxy
     OpKind.MATMUL: schedule_matmul,
     OpKind.BATCH_MATMUL: schedule_matmul,
     OpKind.CONV2D: schedule_conv2d,
+    OpKind.ATTENTION_OUT: schedule_attention,
 })
 
 

@@ -1,0 +1,111 @@
+"""Fused attention (``ops.attention``) against PyTorch's CPU SDPA and an unfused tdsl
+version, side by side (interleaved medians, ``benchmarks/timing.py``).
+
+    python benchmarks/attention.py [--threads 1 2] [--seqs 512 1024 2048 4096] [--rounds 7]
+
+Batch 1, 12 heads, d 64; each sequence length causal and not, plus the decode shape
+(seq_q 1 against seq_k 4096).  The unfused version is three tdsl kernels with the default
+schedules (``batch_matmul`` of Q and Kᵀ, ``softmax`` -- masked first when causal --, then
+``batch_matmul`` with V), writing and re-reading the seq_q x seq_k scores; it is built once
+per (causal, threads) with symbolic lengths.  The fused kernel is built per shape.
+Prints a table of milliseconds per call and the fused kernel's speedups.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import tdsl as td  # noqa: E402
+from tdsl import ops  # noqa: E402
+from timing import interleaved  # noqa: E402
+
+H, D = 12, 64
+
+
+def fused(sq: int, sk: int, causal: bool, threads: int):
+    q = td.placeholder((1, H, sq, D), name="q")
+    k = td.placeholder((1, H, sk, D), name="k")
+    v = td.placeholder((1, H, sk, D), name="v")
+    o = ops.attention(q, k, v, causal=causal)
+    tgt = f"llvm -num-threads={threads}"
+    return td.build(ops.schedule(o, tgt), [q, k, v, o], target=tgt)
+
+
+def unfused(causal: bool, threads: int):
+    """Three kernels (scores, softmax, weighted sum) over symbolic lengths."""
+    sq, sk = td.var("sq"), td.var("sk")
+    tgt = f"llvm -num-threads={threads}"
+    q = td.placeholder((H, sq, D), name="q")
+    k = td.placeholder((H, sk, D), name="k")
+    s = ops.batch_matmul(q, k, transpose_b=True)
+    scaled = td.compute(s.shape, lambda h, i, j: td.if_then_else(
+        (j <= i) if causal else td.const(True, "bool"), s[h, i, j] * (1.0 / D ** 0.5),
+        td.min_value("float32")), name="scaled")
+    f1 = td.build(ops.schedule(scaled, tgt), [q, k, scaled], target=tgt)
+    x = td.placeholder((H, sq, sk), name="x")
+    p = ops.softmax(x, axis=-1)
+    f2 = td.build(ops.schedule(p, tgt), [x, p], target=tgt)
+    pp = td.placeholder((H, sq, sk), name="p")
+    v = td.placeholder((H, sk, D), name="v")
+    o = ops.batch_matmul(pp, v)
+    f3 = td.build(ops.schedule(o, tgt), [pp, v, o], target=tgt)
+    return f1, f2, f3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--seqs", type=int, nargs="*", default=[512, 1024, 2048, 4096])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--min-sample-s", type=float, default=0.05)
+    args = ap.parse_args()
+    import torch
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    rng = np.random.default_rng(0)
+    shapes = [(s, s, c) for s in args.seqs for c in (False, True)] + [(1, 4096, False)]
+    print(f"batch 1, {H} heads, d {D}, fp32; ms per call (median of {args.rounds} "
+          f"interleaved rounds)")
+    print(f"{'thr':>3} {'seq_q':>5} {'seq_k':>5} {'causal':>6} {'fused':>9} {'torch':>9} "
+          f"{'unfused':>9} {'vs torch':>8} {'vs unfused':>10}")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        three = {c: unfused(c, threads) for c in (False, True)}
+        for sq, sk, causal in shapes:
+            q, k, v = (rng.standard_normal((1, H, n, D)).astype("float32")
+                       for n in (sq, sk, sk))
+            out = np.empty((1, H, sq, D), "float32")
+            f = fused(sq, sk, causal, threads)
+            tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+            f1, f2, f3 = three[causal]
+            sc = np.empty((H, sq, sk), "float32")
+            pr = np.empty((H, sq, sk), "float32")
+            o3 = np.empty((H, sq, D), "float32")
+            q3, k3, v3 = q[0], k[0], v[0]
+
+            def run_unfused():
+                f1(q3, k3, sc)
+                f2(sc, pr)
+                f3(pr, v3, o3)
+            f(q, k, v, out)
+            ref = sdpa(tq, tk, tv, is_causal=causal).numpy()
+            run_unfused()
+            assert np.allclose(out, ref, rtol=1e-4, atol=1e-5), "fused differs from torch"
+            assert np.allclose(o3, ref[0], rtol=1e-4, atol=1e-5), "unfused differs from torch"
+            res = interleaved({"fused": lambda: f(q, k, v, out),
+                               "torch": lambda: sdpa(tq, tk, tv, is_causal=causal),
+                               "unfused": run_unfused},
+                              rounds=args.rounds, min_sample_s=args.min_sample_s)
+            ms = {n: r["median_s"] * 1e3 for n, r in res.items()}
+            print(f"{threads:>3} {sq:>5} {sk:>5} {str(causal):>6} {ms['fused']:>9.2f} "
+                  f"{ms['torch']:>9.2f} {ms['unfused']:>9.2f} "
+                  f"{ms['torch'] / ms['fused']:>7.2f}x {ms['unfused'] / ms['fused']:>9.2f}x",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

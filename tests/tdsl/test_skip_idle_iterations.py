@@ -1,0 +1,73 @@
+"""Lowering skips the iterations of a loop that store nothing outliving them
+(``tdsl/lowering/idle_iterations.py``): a reduction whose ``where=`` excludes whole
+iterations of its (outer) reduce loop no longer computes the stages attached inside them;
+a guard that reads data is never hoisted."""
+import numpy as np
+
+import tdsl as td
+import tdsl.interpreter
+from tdsl.stmt import Allocate, For, IfThenElse
+from tdsl.visitor import post_order_visit
+
+
+def _loop(func, name):
+    found = []
+    post_order_visit(func.body, lambda n: found.append(n)
+                     if isinstance(n, For) and n.var.name == name else None)
+    assert len(found) == 1, [f.var.name for f in found]
+    return found[0]
+
+
+def _peel(s):
+    while isinstance(s, Allocate):
+        s = s.body
+    return s
+
+
+def _triangle(where):
+    """Y[i] = sum over k of T[k, i] (T = 2 A, attached in the k loop) where ``where``."""
+    n = 16
+    A = td.placeholder((n, n), name="A")
+    T = td.compute((n, n), lambda k, i: A[k, i] * 2.0, name="T")
+    k = td.reduce_axis((0, n), name="k")
+    Y = td.compute((n,), lambda i: td.sum(T[k, i], axis=k, where=where(T, k, i)), name="Y")
+    s = td.create_schedule(Y.op)
+    (i,) = Y.op.axis
+    s[Y].reorder(Y.op.reduce_axis[0], i)
+    s[T].compute_at(s[Y], Y.op.reduce_axis[0])
+    return s, [A, Y]
+
+
+def _check(s, args, expected_fn):
+    a = np.random.default_rng(0).standard_normal((16, 16)).astype("float32")
+    exp = expected_fn(a)
+    out = np.full(16, 7.0, "float32")
+    td.build(s, args, target="llvm")(a, out)
+    np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-5)
+    out = np.full(16, 7.0, "float32")
+    tdsl.interpreter.run(td.lower(s, args), a, out)
+    np.testing.assert_allclose(out, exp, rtol=1e-5, atol=1e-5)
+
+
+def test_reduce_iterations_excluded_by_where_skip_their_attached_stages():
+    s, args = _triangle(lambda T, k, i: k * 2 <= i)
+    body = _peel(_loop(td.lower(s, args), "k").body)
+    assert isinstance(body, IfThenElse), body          # k >= 8 contributes nothing
+    _check(s, args, lambda a: np.array(
+        [sum(2 * a[k, i] for k in range(16) if 2 * k <= i) for i in range(16)], "float32"))
+
+
+def test_a_guard_on_data_is_not_hoisted():
+    s, args = _triangle(lambda T, k, i: T[k, i] > 0.0)
+    body = _peel(_loop(td.lower(s, args), "k").body)
+    assert not isinstance(body, IfThenElse), body      # T is computed in the iteration
+    _check(s, args, lambda a: np.where(a > 0, 2 * a, 0).sum(axis=0).astype("float32"))
+
+
+def test_causal_attention_skips_key_blocks_above_the_diagonal():
+    from tdsl import ops
+    q, k, v = (td.placeholder((1, 1, n, 16), name=x) for x, n in (("q", 256), ("k", 256),
+                                                                   ("v", 256)))
+    o = ops.attention(q, k, v, causal=True)
+    body = _peel(_loop(td.lower(ops.schedule(o, "llvm"), [q, k, v, o]), "kb").body)
+    assert isinstance(body, IfThenElse), body
