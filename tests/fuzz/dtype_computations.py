@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import tdsl as td
 
 from .computations import Computation
-from .dtype_exprs import DTYPES, FLOATS, INTS, Gen, Node, Options, evaluate, np_dtype
+from .dtype_exprs import DTYPES, FLOATS, INTS, Gen, Load, Node, Options, evaluate, np_dtype
 
 
 @dataclasses.dataclass(repr=False)
@@ -67,15 +67,15 @@ class DtypeComputation(Computation):
 
 
 def _stage(draw: Any, opts: Options, name: str, loads: list, extents: dict, counter: list,
-           lines: list, prev: "tuple[str, str] | None") -> Node:
+           lines: list, prev: "Load | None") -> Node:
     gen = Gen(draw, opts, loads, extents, counter, lines)
     dt = draw(st.sampled_from(DTYPES), label=f"{name} dtype")
     depth = draw(st.integers(1, 3), label=f"{name} depth")
     tree = gen.tree(dt, depth)
     if prev is None:
         return tree
-    pname, pdt = prev                     # a plain read of the previous stage at [i, j]
-    read = gen.cast(gen._load(pname, pdt, "j"), dt)
+    # a plain read of the previous stage at [i, j]
+    read = gen.cast(gen._load(prev, "j"), dt)
     if dt == "bool":
         return gen.binary(draw(st.sampled_from(["&", "|"]), label="join"), read, tree, dt)
     return gen.binary(draw(st.sampled_from(["+", "-", "max"]), label="join"), read, tree, dt)
@@ -110,7 +110,7 @@ def dtype_computations(draw: Any, opts: Options = Options(),
         exec("\n".join(lines[done[0]:]), ns)   # noqa: S102 - generated above
         done[0] = len(lines)
 
-    loads = [(x, dtypes[x], True) for x in inputs]
+    loads = [Load.of_input(x, dtypes[x]) for x in inputs]
     extents = {"N": nd, "M": md}
     counter = [0]
     nodes: dict = {}
@@ -131,8 +131,8 @@ def dtype_computations(draw: Any, opts: Options = Options(),
                          f'if t.op.name == "{op_name}")')                       # convention)
             tensors.append(var)
         tensors.append(name)
-        loads = loads + [(name, node.dtype, True)]
-        prev = (name, node.dtype)
+        prev = Load(name, node.dtype, node.bound, node.ulp)
+        loads = loads + [prev]
     output = tensors[-1]
     stage_args = [t for t in nodes if t != output and draw(st.booleans(), label=f"{t} is arg")]
     arg_names = inputs + stage_args + [output]

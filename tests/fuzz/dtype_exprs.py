@@ -82,6 +82,24 @@ def widens(src: str, dt: str) -> bool:
                          ("float32", "float64")}
 
 
+@dataclasses.dataclass(frozen=True)
+class Load:
+    """A tensor a tree may read at ``[i, j]`` (or ``[i, k]``), with its value's bound/ulp."""
+
+    name: str
+    dtype: str
+    bound: float
+    ulp: float
+
+    @staticmethod
+    def of_input(name: str, dtype: str) -> "Load":
+        """An input as tests/fuzz/dtype_computations.py fills it: +-[1, 9] integers,
+        multiples of 0.5 in +-[0.5, 4.5], booleans."""
+        if dtype == "bool":
+            return Load(name, dtype, 1.0, 1.0)
+        return Load(name, dtype, 4.5, 0.5) if dtype in FLOATS else Load(name, dtype, 9.0, 1.0)
+
+
 @dataclasses.dataclass
 class Node:
     """Source text, dtype and NumPy evaluation of a subtree.
@@ -145,11 +163,21 @@ def _wrapped_bound(dt: str, bound: float) -> float:
     return bound if bound <= min(-lo if lo else hi, hi) else float(max(-lo, hi))
 
 
+def _conv_bound(x: Node, dt: str) -> float:
+    """Magnitude bound of ``x`` converted to the integer dtype ``dt``: a signed value may be
+    negative, which wraps to a large unsigned one."""
+    if dt[0] == "u" and x.dtype != "bool" and (x.dtype in FLOATS or x.dtype[0] != "u"):
+        if x.dtype in FLOATS:              # clamped to [0, ...] by the cast (see Gen.cast)
+            return _wrapped_bound(dt, math.floor(x.bound))
+        return float(int_range(dt)[1])
+    return _wrapped_bound(dt, math.floor(x.bound))
+
+
 class Gen:
     """Draws trees for one stage; ``loads`` are the tensors it may read (name, dtype)."""
 
-    def __init__(self, draw: Any, opts: Options, loads: list, extents: dict, counter: list,
-                 lines: list):
+    def __init__(self, draw: Any, opts: Options, loads: "list[Load]", extents: dict,
+                 counter: list, lines: list):
         self.draw = draw
         self.opts = opts
         self.loads = loads
@@ -161,12 +189,12 @@ class Gen:
     def leaf(self, dt: str, in_reduce: "str | None") -> Node:
         kind = self.draw(st.sampled_from(["load", "load", "const", "index"]), label="leaf")
         if kind == "load" and self.loads:
-            name, ldt, shifted_ok = self.draw(st.sampled_from(self.loads), label="tensor")
+            load = self.draw(st.sampled_from(self.loads), label="tensor")
             col = in_reduce or "j"
-            if shifted_ok and in_reduce is None and self.draw(st.integers(0, 3), label="shift") == 0:
-                node = self._shifted_load(name, ldt)
+            if in_reduce is None and self.draw(st.integers(0, 3), label="shift") == 0:
+                node = self._shifted_load(load)
             else:
-                node = self._load(name, ldt, col)
+                node = self._load(load, col)
             return self.cast(node, dt)
         if kind == "index":
             var = in_reduce if in_reduce and self.draw(st.booleans(), label="k leaf") else \
@@ -179,13 +207,14 @@ class Gen:
             return self.cast(node, dt)
         return self.const(dt)
 
-    def _load(self, name: str, ldt: str, col: str) -> Node:
-        bound = 9.0 if ldt != "bool" else 1.0
-        return Node(f"{name}[i, {col}]", ldt, bound, 0.5 if ldt in FLOATS else 1,
+    def _load(self, load: "Load", col: str) -> Node:
+        name = load.name
+        return Node(f"{name}[i, {col}]", load.dtype, load.bound, load.ulp,
                     lambda env: env[name][env["i"], env[col]])
 
-    def _shifted_load(self, name: str, ldt: str) -> Node:
+    def _shifted_load(self, load: "Load") -> Node:
         """``X[i, j + 1]`` guarded by ``j + 1 < M``, else a constant 1 of the load's dtype."""
+        name, ldt = load.name, load.dtype
         m = self.extents["M"]
         one = "True" if ldt == "bool" else f"td.const(1, \"{ldt}\")"
         src = f"td.if_then_else(j + 1 < {m}, {name}[i, j + 1], {one})"
@@ -195,7 +224,7 @@ class Gen:
             j1 = np.minimum(env["j"] + 1, x.shape[1] - 1)
             v = x[env["i"], j1]
             return np.where(env["j"] + 1 < x.shape[1], v, np.array(1, np_dtype(ldt)))
-        return Node(src, ldt, 9.0 if ldt != "bool" else 1.0, 0.5 if ldt in FLOATS else 1, ev)
+        return Node(src, ldt, max(load.bound, 1.0), min(load.ulp, 1.0) if load.ulp else 0.0, ev)
 
     def const(self, dt: str) -> Node:
         if dt == "bool":
@@ -234,7 +263,7 @@ class Gen:
         if dt == "bool":
             bound, ulp = 1.0, 1.0
         elif dt in INTS:
-            bound = _wrapped_bound(dt, math.floor(x.bound) if x.dtype in FLOATS else x.bound)
+            bound = _conv_bound(x, dt)
             ulp = 1.0
         else:
             bound, ulp = x.bound, (x.ulp if x.dtype in FLOATS else 1.0)
@@ -276,10 +305,19 @@ class Gen:
         if what == "leaf":
             return self.leaf(dt, in_reduce)
         if what == "cast":
-            src_dt = self.draw(st.sampled_from(DTYPES), label="cast from")
+            src_dt = self.draw(st.sampled_from(DTYPES + FLOATS), label="cast from")
+            if self.opts.f16_bf16_casts and dt in ("float16", "bfloat16") and \
+                    self.draw(st.booleans(), label="f16<->bf16"):
+                src_dt = "bfloat16" if dt == "float16" else "float16"
             return self.cast(sub(src_dt), dt)
         if what == "select":
             red = allow_reduce and self.opts.reduce_in_select
+            if red and self.draw(st.booleans(), label="reductions in select"):
+                # a reduction in the condition and one in a branch (r26's shape)
+                odt = self.draw(st.sampled_from(DTYPES[1:]), label="compare dtype")
+                cond = self.binary("<", self.reduction(odt, depth - 1), sub(odt, False), "bool")
+                return self.select(cond, self.reduction(dt, depth - 1), sub(dt, False)) \
+                    if dt != "bool" else self.select(cond, sub(dt, False), sub(dt, False))
             cond = self.tree("bool", depth - 1, in_reduce, red)
             a, b = sub(dt, red), sub(dt, red)
             return self.select(cond, a, b)
@@ -330,6 +368,9 @@ class Gen:
             rdt = promote(a.dtype, b.dtype)
         else:
             rdt = a.dtype
+        if rdt in INTS:                   # operands converted to rdt: their bounds there
+            a = dataclasses.replace(a, bound=_conv_bound(a, rdt))
+            b = dataclasses.replace(b, bound=_conv_bound(b, rdt))
         if op in ("+", "-", "*") and rdt in FLOATS:
             op = self._float_op(op, a, b, rdt)
         reduces = a.reduces or b.reduces
