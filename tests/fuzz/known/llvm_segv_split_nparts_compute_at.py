@@ -1,5 +1,7 @@
 """Found by scripts/fuzz_long.sh (test_fuzz_dtypes, symbolic): the LLVM kernel segfaults at
 n=4, m=4 (not yet minimized; the interpreter is not reached). Run: python THIS_FILE."""
+import sys
+sys.path.insert(0, '.')
 import numpy as np
 import tdsl as td
 from tdsl import interpreter
