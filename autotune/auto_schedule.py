@@ -24,22 +24,58 @@ from .irutil import eval_int
 from .task import Task, size_vars
 
 
-def _full_args(outputs: Sequence[Any]) -> list[Tensor]:
-    """Inputs (in order of first use) then outputs; ``outputs`` may already list inputs."""
+def _full_args(outputs: Sequence[Any], args: "Sequence[Any] | None" = None) -> list[Tensor]:
+    """The argument list of a tuned function: ``args`` as given (checked: every input the
+    computation reads and every output listed), else ``outputs`` as given when they already
+    list inputs, else the inputs in the order they were declared (creation order, not the
+    order the computation first reads them) followed by ``outputs``."""
     tensors = [o if isinstance(o, Tensor) else o.outputs[0] for o in
                (outputs if isinstance(outputs, (list, tuple)) else [outputs])]
+    if args is not None:
+        return _checked_args(tensors, args)
     if any(isinstance(t.op, PlaceholderOp) for t in tensors):
         return tensors
     sch = fresh_schedule(tensors)
-    ins = [st.op.outputs[0] for st in sch.stages if st.is_placeholder]
+    ins = sorted((st.op.outputs[0] for st in sch.stages if st.is_placeholder),
+                 key=lambda t: t.seq)
     return ins + tensors
+
+
+def _checked_args(outputs: list[Tensor], args: Sequence[Any]) -> list[Tensor]:
+    """``args`` in the caller's order, refused (``TuningError``) when it is not a list of
+    tensors holding every output and every input the outputs read."""
+    if not isinstance(args, (list, tuple)):
+        raise TuningError(f"args must be a list of tensors (inputs, then outputs), got "
+                          f"{type(args).__name__}")
+    for a in args:
+        if not isinstance(a, Tensor):
+            raise TuningError(f"args must be tensors, got {type(a).__name__} ({a!r})")
+    listed = {id(a) for a in args}
+    if len(listed) != len(args):
+        raise TuningError(f"args lists a tensor twice: {[a.name for a in args]}")
+    for t in outputs:
+        if id(t) not in listed and not isinstance(t.op, PlaceholderOp):
+            raise TuningError(f"args leaves out the output {t.name!r}; list it after the inputs")
+    computed = [t for t in outputs if not isinstance(t.op, PlaceholderOp)]
+    if not computed:
+        raise TuningError("auto_schedule: no computed tensor among the outputs")
+    sch = fresh_schedule(computed)
+    for st in sch.stages:
+        if st.is_placeholder and id(st.op.outputs[0]) not in listed:
+            raise TuningError(f"args leaves out the input {st.name!r}, which the computation "
+                              f"reads; list every input, then the outputs")
+    return list(args)
 
 
 def create_auto_task(outputs: Sequence[Any], target: Any = "llvm",
                      sizes: "Mapping[str, int] | None" = None, name: "str | None" = None,
-                     **sketch_options: Any) -> Task:
-    """A task over the generated sketch space of ``outputs`` (or the full argument list)."""
-    args = _full_args(outputs)
+                     args: "Sequence[Tensor] | None" = None, **sketch_options: Any) -> Task:
+    """A task over the generated sketch space of ``outputs``.
+
+    Its argument list (``task.args``) is ``args`` when given; else ``outputs`` itself when it
+    already lists inputs; else the inputs in the order they were declared, then ``outputs``.
+    """
+    args = _full_args(outputs, args)
     tgt = as_target(target)
     sizes = dict(sizes or {})
     missing = [v for v in size_vars(args) if v not in sizes]
@@ -107,9 +143,14 @@ def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64
                   sizes: "Mapping[str, int] | None" = None, callbacks: Sequence[Any] = (),
                   early_stopping: "int | None" = None, batch_size: int = 24,
                   transfer: bool = True, seed: int = 0, tuner: str = "xgb",
-                  timeout: "float | None" = None, progress: bool = False
-                  ) -> tuple[Any, list[Tensor]]:
+                  timeout: "float | None" = None, progress: bool = False,
+                  args: "Sequence[Tensor] | None" = None) -> tuple[Any, list[Tensor]]:
     """Tune ``outputs`` and return ``(schedule, args)`` ready for ``td.build``.
+
+    The returned ``args`` is the argument order of the built function: ``args`` when given
+    (inputs then outputs, in any order you like); else ``outputs`` as given when it already
+    lists the inputs; else the inputs in the order they were declared (``td.placeholder``
+    calls, not the order the computation reads them), then the outputs.
 
     ``db`` keeps the records (a path: a killed job resumes from it; None: in
     memory); ``transfer`` pre-trains the cost model with the records of other
@@ -118,7 +159,7 @@ def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64
     returned with a warning.
     """
     from .tuner import RandomTuner, XGBTuner
-    task = create_auto_task(outputs, target, sizes)
+    task = create_auto_task(outputs, target, sizes, args=args)
     if trials > 0:
         check_can_time(task)
     database = open_database(db)

@@ -121,7 +121,9 @@ class EvolutionarySearch:
                     b = rng.choice(parents)
                     children.append(space.crossover(a, b, rng))
             score(children)
-            popl = sorted(set(popl) | set(children), key=lambda p: -scores[p])[: self.population]
+            # dict.fromkeys: unique in first-seen order, so equal scores rank alike in every run
+            popl = sorted(dict.fromkeys(popl + children),
+                          key=lambda p: -scores[p])[: self.population]
         ranked = sorted(scores, key=lambda p: -scores[p])
         out: list[Candidate] = []
         seen = set(measured)

@@ -86,7 +86,9 @@ def _cut(out: Tensor, boundary: dict[int, Tensor], cache: dict[int, Tensor]) -> 
             return t
         if id(t) in boundary and t is not out:
             if id(t) not in cache:
-                cache[id(t)] = placeholder(t.shape, t.dtype, name=t.name)
+                p = placeholder(t.shape, t.dtype, name=t.name)
+                p.seq = t.seq    # listed among the task's inputs where ``t`` was declared
+                cache[id(t)] = p
             return cache[id(t)]
         return op_of(t.op).outputs[t.value_index]
 
@@ -116,7 +118,8 @@ def extract_tasks(outputs: Sequence[Tensor], target: Any = "llvm",
 
     ``outputs``: the tensors that end a kernel, e.g. the result of each ``tdsl.ops``
     call of the forward pass; each becomes one task (``create_auto_task``) whose
-    inputs are the placeholders and the other listed tensors it reads.  Tasks with
+    inputs are the placeholders and the other listed tensors it reads, in the order they
+    were declared (created), then the output.  Tasks with
     the same key (the same computation and sizes) are one, and its weight is how many
     listed tensors it stands for.  ``sizes``: representative sizes of symbolic
     dimensions.  Returns ``(tasks, weights)`` in order of first appearance.

@@ -17,7 +17,16 @@ from .dtype import INDEX, DType, as_dtype
 from .errors import DTypeError, ShapeError
 
 
-_VAR_SEQ = itertools.count()
+_CREATION_SEQ = itertools.count()
+
+
+def creation_seq() -> int:
+    """The next number of one process-wide creation counter (variables, buffers, tensors).
+
+    Orders objects of equal name deterministically (canonical forms, argument lists)
+    without looking at memory addresses, which vary between runs and hash seeds.
+    """
+    return next(_CREATION_SEQ)
 
 
 class Expr:
@@ -124,7 +133,7 @@ class Var(Expr):
     def __init__(self, name: str, dtype: "DType | str" = INDEX):
         self.name = name
         self.dtype = as_dtype(dtype)
-        self.seq = next(_VAR_SEQ)
+        self.seq = creation_seq()
 
 
 class ThreadIndexVar(Var):

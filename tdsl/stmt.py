@@ -10,7 +10,7 @@ import enum
 from typing import Any, Mapping, Sequence
 
 from .dtype import DType, as_dtype
-from .expr import Const, Expr, Var, convert
+from .expr import Const, Expr, Var, convert, creation_seq
 
 
 class ForKind(enum.Enum):
@@ -59,10 +59,11 @@ class StorageScope(str, enum.Enum):
 class Buffer:
     """A multi-dimensional memory region. Identity-compared.
 
-    ``strides`` are in elements; ``None`` means compact row-major.
+    ``strides`` are in elements; ``None`` means compact row-major.  ``seq`` numbers
+    buffers in creation order (a deterministic tie-break, like ``Var.seq``).
     """
 
-    __slots__ = ("name", "shape", "dtype", "strides", "scope", "align")
+    __slots__ = ("name", "shape", "dtype", "strides", "scope", "align", "seq")
 
     def __init__(self, name: str, shape: Sequence[Any], dtype: "DType | str",
                  strides: "Sequence[Any] | None" = None,
@@ -73,6 +74,7 @@ class Buffer:
         self.strides = None if strides is None else tuple(convert(s) for s in strides)
         self.scope = StorageScope(scope)
         self.align = align
+        self.seq = creation_seq()
 
     @property
     def ndim(self) -> int:

@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 
 from .dtype import INDEX, DType, as_dtype
 from .errors import DTypeError, ShapeError, TDSLError
-from .expr import Const, Expr, Reduce, SizeVar, TensorLoad, Var, convert
+from .expr import Const, Expr, Reduce, SizeVar, TensorLoad, Var, convert, creation_seq
 from .stmt import ThreadTag
 from .visitor import post_order_visit
 
@@ -168,9 +168,13 @@ class ComputeOp(Operation):
 
 
 class Tensor:
-    """The ``value_index``-th output of ``op``; index it to read an element."""
+    """The ``value_index``-th output of ``op``; index it to read an element.
 
-    __slots__ = ("op", "value_index", "shape", "dtype", "name")
+    ``seq`` numbers tensors in creation order: placeholders are listed in the order the
+    user declared them, and equal names are ordered without memory addresses.
+    """
+
+    __slots__ = ("op", "value_index", "shape", "dtype", "name", "seq")
 
     def __init__(self, op: Operation, value_index: int, shape: Sequence[Expr],
                  dtype: DType, name: str):
@@ -179,6 +183,7 @@ class Tensor:
         self.shape = tuple(shape)
         self.dtype = dtype
         self.name = name
+        self.seq = creation_seq()
 
     @property
     def ndim(self) -> int:

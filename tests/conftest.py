@@ -10,7 +10,7 @@ settings.register_profile("ci", max_examples=40, deadline=None,
 settings.register_profile("thorough", max_examples=400, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 # "long": the schedule fuzzer's long run (scripts/fuzz_long.sh); tests/fuzz runs
-# max_examples per family, 3 families: 5,100 schedules.
+# max_examples per family, 5 families: 8,500 schedules.
 settings.register_profile("long", max_examples=1700, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("TDSL_HYPOTHESIS_PROFILE", "ci"))

@@ -381,7 +381,7 @@ def analyze_kernel(root: For, name: str, scope: frozenset, func: PrimFunc,
             raise BuildError(f"CUDA kernel '{name}': variable '{v.name}' is used but defined "
                              f"neither inside the kernel nor on the host")
     size_order = {id(v): i for i, v in enumerate(func.size_vars)}
-    outer.sort(key=lambda v: (size_order.get(id(v), len(size_order)), v.name))
+    outer.sort(key=lambda v: (size_order.get(id(v), len(size_order)), v.name, v.seq))
     params.extend(KernelParam(var=v) for v in outer)
     return KernelInfo(name, root, params, grid, block, launch, shared, shared_bytes,  # type: ignore[arg-type]
                       hoisted, uses_barrier=uses_barrier, local_bytes=local_bytes,

@@ -25,8 +25,8 @@ from .data import DataMixin, wrap_lin
 from .interval import Interval
 from .intset import IntSetMixin
 from .linear import (RANK_CALL, RANK_CAST, RANK_DIV, RANK_MAX, RANK_MIN, RANK_MOD,
-                     RANK_MUL, RANK_OPAQUE, RANK_SELECT, RANK_VAR, Lin, gkey, lin_add, lin_atom,
-                     lin_const, lin_key, lin_scale, lin_to_expr)
+                     RANK_MUL, RANK_SELECT, RANK_VAR, Lin, gkey, lin_add, lin_atom,
+                     lin_const, lin_key, lin_scale, lin_to_expr, opaque_key)
 from .rules import RulesMixin
 
 INDEX_INTS = frozenset({DType.INT32, DType.INT64})
@@ -486,7 +486,7 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
         x = e.as_expr()
         if x is not e:
             return self._lin(x)
-        return self._atom(e, (RANK_OPAQUE, type(e).__name__, id(e)))
+        return self._atom(e, opaque_key(e))
 
     # ---- bool and other dtypes ---------------------------------------------------------------
     def _bool(self, e: Expr) -> Expr:

@@ -151,8 +151,16 @@ def lin_to_expr(a: Lin, dtype: DType) -> Expr:
     return res
 
 
+def opaque_key(e: Expr) -> tuple:
+    """Key of an expression no rule looks inside: its printed text orders it, ``id`` only
+    tells apart distinct nodes that print the same (never the address first: terms would
+    sort differently from run to run)."""
+    return (RANK_OPAQUE, type(e).__name__, str(e), id(e))
+
+
 def gkey(e: Expr) -> Any:
-    """Structural key of any expression (variables and buffers by identity)."""
+    """Structural key of any expression (variables, buffers and tensors by identity:
+    name and creation number, never memory address)."""
     cls = type(e)
     if cls is Const:
         return (RANK_CONST, e.dtype, e.value)
@@ -164,11 +172,13 @@ def gkey(e: Expr) -> Any:
         as_e = e.as_expr()
         if as_e is not e:
             return gkey(as_e)
-        return (RANK_OPAQUE, name, id(e))
+        return opaque_key(e)
     if cls is Call:
         return (rank, e.func, e.dtype, tuple(gkey(x) for x in e.args))
     if cls is BufferLoad:
-        return (rank, "", e.dtype, (id(e.buffer),) + tuple(gkey(x) for x in e.indices))
+        return (rank, "", e.dtype, (e.buffer.name, e.buffer.seq)
+                + tuple(gkey(x) for x in e.indices))
     if cls is TensorLoad:
-        return (rank, "", e.dtype, (id(e.tensor),) + tuple(gkey(x) for x in e.indices))
+        return (rank, "", e.dtype, (e.tensor.name, e.tensor.seq)
+                + tuple(gkey(x) for x in e.indices))
     return (rank, name, e.dtype, tuple(gkey(getattr(e, f)) for f in cls._fields))

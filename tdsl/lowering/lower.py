@@ -117,11 +117,13 @@ def _check_scalars_listed(sch: "Schedule", scalars: dict) -> None:
         if st.is_placeholder:
             continue
         for b in st.op.body:
-            for v in free_vars(b):
-                if type(v) is Var and not v.dtype.is_int and v not in scalars:
-                    raise LoweringError(f"stage '{st.name}' reads the scalar parameter "
-                                        f"'{v.name}' ({v.dtype}), which is not in the argument "
-                                        f"list; add it to args (it is passed as a number)")
+            missing = [v for v in free_vars(b)
+                       if type(v) is Var and not v.dtype.is_int and v not in scalars]
+            if missing:   # the first in creation order: the same message in every run
+                v = min(missing, key=lambda v: v.seq)
+                raise LoweringError(f"stage '{st.name}' reads the scalar parameter "
+                                    f"'{v.name}' ({v.dtype}), which is not in the argument "
+                                    f"list; add it to args (it is passed as a number)")
 
 
 def _substitute_scalars(body: Any, params: list[Buffer], scalars: dict) -> tuple[Any, dict]:
@@ -147,7 +149,7 @@ def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], 
         for s in buf.shape:
             used |= free_vars(s)
     used |= {v for v in free_vars(body) if isinstance(v, SizeVar)}
-    for v in sorted(used, key=lambda v: v.name):
+    for v in sorted(used, key=lambda v: (v.name, v.seq)):
         if isinstance(v, SizeVar) and v not in bindings:
             raise ShapeError(f"lower '{name}': symbolic size '{v.name}' is not a dimension of any "
                              f"argument, so no call can bind it; add a tensor with dimension "
