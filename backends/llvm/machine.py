@@ -36,11 +36,30 @@ def ensure_initialized(all_targets: bool = False) -> None:
         if not _native_ready:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
+            _avoid_unsafe_masked_load_folds()
             _native_ready = True
         if all_targets and not _all_ready:
             llvm.initialize_all_targets()
             llvm.initialize_all_asmprinters()
             _all_ready = True
+
+
+def _avoid_unsafe_masked_load_folds() -> None:
+    """Keep LLVM from folding loads into instructions after instruction selection.
+
+    LLVM 22's X86 backend folds a masked load into a masked shuffle-type instruction when the
+    masks are equal (e.g. ``vpshufd (mem), xmm{k1}`` for a masked ``<2 x i64>`` load that is
+    then truncated), but such an instruction reads its whole memory operand: the lanes the
+    mask turned off are read anyway, so a guarded read at the end of an array
+    (``if_then_else(j + 1 < m, X[i, j + 1], 0)``, vectorized by the loop vectorizer into a
+    masked load) faults when the array ends at a page boundary.  LLVM fixed it after 22
+    (llvm-project PR 178888, "Blocklist instructions that are unsafe for masked-load
+    folding").  ``-disable-spill-fusing`` turns off that folding (and the folding of spill
+    reloads); measured cost on the default matmul and conv2d kernels: 3-6 more instructions,
+    no change in speed beyond noise.  Set once per process, before any code is generated.
+    """
+    if llvm.llvm_version_info[0] <= 22:
+        llvm.set_option("tdsl", "-disable-spill-fusing")
 
 
 @functools.lru_cache(maxsize=None)
