@@ -217,6 +217,30 @@ def run_config(name: str, threads: int, batch: int, args, api: Optional[str], ap
     return row
 
 
+# ---- where the time goes --------------------------------------------------------------------------
+def profile_eager(name: str, threads: int, batch: int, size: str, top: int = 8) -> str:
+    """The eager model's op mix: the ``top`` ATen ops by self CPU time (torch profiler, a few
+    calls after warm-up), as markdown lines."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.set_num_threads(threads)
+    model, inputs = build(name, size, batch)
+    with torch.no_grad():
+        for _ in range(2):
+            model(*inputs)
+        calls = 3
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(calls):
+                model(*inputs)
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    lines = [f"{name} thr={threads} batch={batch}: eager {total / calls / 1e3:.2f} ms per call"]
+    for e in events[:top]:
+        lines.append(f"  {e.key:<32} {e.self_cpu_time_total / calls / 1e3:8.2f} ms "
+                     f"{100 * e.self_cpu_time_total / total:5.1f} %  x{e.count // calls}")
+    return "\n".join(lines)
+
+
 # ---- the table ----------------------------------------------------------------------------------
 def _fmt(v: Optional[float], spec: str) -> str:
     return "" if v is None else format(v, spec)
@@ -289,6 +313,8 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny models, 1 thread, batch 1, 3 rounds")
     p.add_argument("--out", default=None, help="also write the rows as JSON here")
+    p.add_argument("--profile", action="store_true",
+                   help="print each eager model's op mix (torch profiler) instead of timing")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     args = p.parse_args(argv)
     if args.quick:
@@ -319,6 +345,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"torch {torch.__version__}; tdsl via {api or 'n/a (' + api_why + ')'}; "
           f"size {args.size}; cpus {len(os.sched_getaffinity(0))}; "
           f"loadavg at start {os.getloadavg()[0]:.2f}", flush=True)
+    if args.profile:
+        for threads in args.threads:
+            for batch in args.batch:
+                for name in names:
+                    print(profile_eager(name, threads, batch, args.size), flush=True)
+        return 0
     rows: list[Row] = []
     for threads in args.threads:
         for batch in args.batch:
