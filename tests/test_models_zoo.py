@@ -2,6 +2,10 @@
 deterministic from its seed, has non-trivial norm statistics, and has the architecture it
 claims (parameter counts of the full-sized models; transformer layers against PyTorch's own
 TransformerEncoderLayer)."""
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the model zoo is torch.nn")
@@ -156,3 +160,37 @@ def test_bad_arguments_are_clear_errors():
         models.make("bert", "tiny", heads=5)
     with pytest.raises(ArgumentError, match="activation 'swish'"):
         models.make("mlp", "tiny", activation="swish")
+
+
+def _bench_models():
+    """benchmarks/models.py as a module (it imports its sibling timing.py)."""
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    saved = list(sys.path)
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_models", bench / "models.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["bench_models"] = mod  # dataclasses look their module up there
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path[:] = saved
+    return mod
+
+
+def test_benchmark_error_is_relative_to_the_output_scale():
+    bench = _bench_models()
+    ref = (torch.tensor([100.0, -200.0]), torch.tensor([1.0]))
+    assert bench.rel_error((torch.tensor([100.0, -198.0]), torch.tensor([1.5])), ref) == 0.01
+    assert bench.rel_error(torch.zeros(2), ref) == float("inf")  # a different structure
+
+
+def test_benchmark_table_lists_what_did_not_run_and_why():
+    bench = _bench_models()
+    row = bench.Row("mlp", 1, 8, {"eager": bench.Cell(ms=2.0, err=0.0),
+                                  "inductor": bench.Cell(ms=1.0, compile_s=10.0, err=1e-7),
+                                  "tdsl": bench.Cell(note="fail: KeyError: 'x'"),
+                                  "tuned": bench.Cell(note="n/a: no --db given")})
+    text = bench.table([row])
+    assert "| mlp | 1 | 8 | 2.00 | 1.00 | 2.00 | 10.0 | 1.0e-07 | fail [1] |" in text
+    assert "[1] mlp thr=1 batch=8 tdsl: fail: KeyError: 'x'" in text
+    assert "tuned: n/a: no --db given" in text and "geomean inductor vs eager: 2.00×" in text
