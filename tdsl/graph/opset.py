@@ -494,9 +494,11 @@ def supports(op: str, input_values: Sequence[Value], attrs: dict) -> bool:
         (shape, dt), = infer(op, input_values, attrs)
     except (TDSLError, ValueError, TypeError, KeyError, IndexError, ZeroDivisionError):
         return False
-    if op in ("sum", "mean", "amax", "amin") and attrs.get("axes") is None \
-            and not attrs.get("keepdims"):
-        return False   # a 0-d result
+    if op in ("sum", "mean", "amax", "amin") and not attrs.get("keepdims"):
+        axes = attrs.get("axes")
+        nd = input_values[0].ndim
+        if axes is None or len({a % nd for a in axes}) == nd:
+            return False   # a 0-d result
     return not any(const_value(s) == 0 for s in shape)
 
 

@@ -102,6 +102,10 @@ def make_plan(steps: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any
                 plan.shapes.setdefault(id(v), tuple(v.const.shape))
         if isinstance(step, Alias):
             alias_root[id(outs[0])] = ins[0]
+    for v in outputs:
+        if v.is_const:
+            roots.setdefault(id(v), Root("const", id(v)))
+            plan.shapes.setdefault(id(v), tuple(v.const.shape))
     free: list[tuple[int, int]] = []         # (capacity, buffer index)
     # liveness: reads per value, resolved through aliases, computed on the fly
     readers_last: dict[int, int] = {}

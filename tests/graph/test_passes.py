@@ -1,0 +1,113 @@
+"""The graph passes on their own: folding, CSE, DCE, fusion decisions."""
+import numpy as np
+
+import tdsl as td
+from tdsl.graph import compile_graph, opset
+from tdsl.graph.builder import Builder
+from tdsl.graph.passes import optimize
+
+from .helpers import bn_params, close, rand
+
+
+def test_batch_norm_folds_into_conv_and_dense_or_becomes_scale_shift(rng):
+    b = Builder()
+    x = b.input((2, 4, 6, 6), name="x")
+    c = b.op("conv2d", x, b.const(rand(rng, 4, 4, 1, 1)), stride=(1, 1), padding=(0,) * 4,
+             dilation=(1, 1), groups=1)
+    c = b.op("batch_norm", c, *map(b.const, bn_params(rng, 4)), eps=1e-5, axis=1)
+    s = b.op("batch_norm", x, *map(b.const, bn_params(rng, 4)), eps=1e-5, axis=1)
+    f = b.input((3, 4), name="f")
+    d = b.op("dense", f, b.const(rand(rng, 5, 4)))
+    d = b.op("batch_norm", d, *map(b.const, bn_params(rng, 5)), eps=1e-5, axis=1)
+    b.output(c, s, d)
+    g, st = optimize(b.graph)
+    assert not any(n.op == "batch_norm" for n in g.nodes)
+    assert st.folded_batch_norms == 2
+    assert [n.op for n in g.nodes] == ["conv2d", "mul", "add", "dense"]
+    cg = compile_graph(b.graph)
+    xa, fa = rand(rng, 2, 4, 6, 6), rand(rng, 3, 4)
+    ref = _reference(b.graph, [xa, fa])
+    for a, r in zip(cg(xa, fa), ref):
+        close(a, r)
+
+
+def _reference(graph, inputs):
+    """Evaluate a graph with NumPy (ops with an evaluator, plus batch_norm)."""
+    from tdsl.graph.passes.fold import _np_batch_norm
+    env = {id(v): a for v, a in zip(graph.inputs, inputs)}
+
+    def get(v):
+        return v.const if v.is_const else env[id(v)]
+    for n in graph.nodes:
+        xs = [get(v) for v in n.inputs]
+        if n.op == "batch_norm":
+            env[id(n.outputs[0])] = _np_batch_norm(xs, n.attrs)
+        elif n.op == "conv2d":
+            import torch
+            import torch.nn.functional as F
+            env[id(n.outputs[0])] = F.conv2d(torch.from_numpy(xs[0]),
+                                             torch.from_numpy(xs[1])).numpy()
+        else:
+            env[id(n.outputs[0])] = opset.OPS[n.op].np_eval(xs, n.attrs)
+    return [get(v) for v in graph.outputs]
+
+
+def test_constant_folding_of_a_weight_transpose(rng):
+    b = Builder()
+    x = b.input((td.var("n"), 6), name="x")
+    w = rand(rng, 6, 9)
+    wt = b.op("transpose", b.const(w), axes=(1, 0))         # (9, 6): a linear's weight
+    wt = b.op("cast", b.op("mul", wt, b.scalar(2.0)), dtype="float32")
+    b.output(b.op("dense", x, wt))
+    g, st = optimize(b.graph)
+    assert st.folded_constants == 3
+    assert [n.op for n in g.nodes] == ["dense"]
+    assert g.nodes[0].inputs[1].is_const
+    cg = compile_graph(b.graph)
+    xa = rand(rng, 5, 6)
+    close(cg(xa)[0], xa @ (2 * w))
+
+
+def test_cse_merges_duplicates_and_dce_removes_unused(rng):
+    b = Builder()
+    x = b.input((4, 7), name="x")
+    a1 = b.op("exp", x)
+    a2 = b.op("exp", x)
+    b.op("tanh", x)                                         # unused
+    c1, c2 = b.const(np.full((7,), 3.0, np.float32)), b.const(np.full((7,), 3.0, np.float32))
+    y = b.op("add", b.op("mul", a1, c1), b.op("mul", a2, c2))
+    b.output(y)
+    g, st = optimize(b.graph)
+    assert st.removed_dead == 1
+    assert [n.op for n in g.nodes] == ["exp", "mul", "add"]
+    assert st.merged_common >= 2
+    assert len(b.graph.nodes) == 6                          # the input graph is unchanged
+    xa = rand(rng, 4, 7)
+    close(compile_graph(b.graph)(xa)[0], 6 * np.exp(xa))
+
+
+def test_fusion_boundaries(rng):
+    b = Builder()
+    x = b.input((8, 16), name="x")
+    h = b.op("dense", x, b.const(rand(rng, 16, 16)), b.const(rand(rng, 16)))
+    h = b.op("gelu", h)
+    y1 = b.op("add", h, x)                   # epilogue: one kernel dense+gelu? no: h read twice
+    y2 = b.op("mul", h, b.scalar(2.0))
+    s = b.op("sum", b.op("exp", y2), axes=(1,), keepdims=True)   # prologue into the reduction
+    b.output(y1, s)
+    cg = compile_graph(b.graph)
+    fused = [ops for _, ops in cg.report.fused]
+    assert fused == [["dense", "gelu"], ["add"], ["mul", "exp", "sum"]]
+    text = str(cg.graph)
+    assert "fused: dense + gelu" in text and "fused: mul + exp + sum" in text
+
+
+def test_supports():
+    from tdsl.graph import Value
+    x = Value((2, 3), "float32")
+    assert opset.supports("relu", [x], {})
+    assert not opset.supports("fft", [x], {})
+    assert not opset.supports("sum", [x], {"axes": (0, 1), "keepdims": False})   # 0-d
+    assert opset.supports("sum", [x], {"axes": (1,), "keepdims": False})
+    assert not opset.supports("conv2d", [x, x], {})
+    assert not opset.supports("relu", [Value((), "float32")], {})
