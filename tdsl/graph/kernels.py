@@ -102,9 +102,10 @@ def declare(nodes: Sequence[Node], inputs: Sequence[Value], output: Value
     return phs, out
 
 
-def build_kernel(name: str, nodes: Sequence[Node], inputs: Sequence[Value], output: Value,
-                 target: Any = "llvm") -> Kernel:
-    """Declare, schedule and build a group (or take it from ``KERNEL_CACHE``)."""
+def declare_kernel(name: str, nodes: Sequence[Node], inputs: Sequence[Value],
+                   output: Value, target: Any = "llvm") -> Kernel:
+    """The group's Kernel with its compute declared and its cache key; the module is set
+    when a kernel of the same structure was built before (``compile_kernel`` builds it)."""
     args = [v for v in inputs if not opset.is_scalar(v)]
     phs, out = declare(nodes, inputs, output)
     key = (structural_hash([*phs, out]), str(target))
@@ -112,13 +113,27 @@ def build_kernel(name: str, nodes: Sequence[Node], inputs: Sequence[Value], outp
     mod = KERNEL_CACHE.get(key)
     if mod is not None:
         k.module, k.cached = mod, True
+    return k
+
+
+def compile_kernel(k: Kernel, target: Any = "llvm") -> Kernel:
+    """Schedule (``ops.schedule``) and build ``k`` (thread-safe: LLVM's code generation
+    runs outside the GIL, so kernels may be built on several threads)."""
+    if k.module is not None:
         return k
     t0 = time.perf_counter()
+    phs, out = k.tensors[:-1], k.tensors[-1]
     s = ops.schedule(out, target)
-    k.module = td.build(s, [*phs, out], target=target, name=_c_name(name))
+    k.module = td.build(s, [*phs, out], target=target, name=_c_name(k.name))
     k.build_s = time.perf_counter() - t0
-    KERNEL_CACHE.put(key, k.module)
+    KERNEL_CACHE.put(k.key, k.module)
     return k
+
+
+def build_kernel(name: str, nodes: Sequence[Node], inputs: Sequence[Value], output: Value,
+                 target: Any = "llvm") -> Kernel:
+    """Declare, schedule and build a group (or take it from ``KERNEL_CACHE``)."""
+    return compile_kernel(declare_kernel(name, nodes, inputs, output, target), target)
 
 
 def _c_name(name: str) -> str:

@@ -12,7 +12,9 @@ of spinning (``rest_pool``): they would otherwise take the cores PyTorch's own t
 """
 from __future__ import annotations
 
+import contextvars
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -21,10 +23,11 @@ import numpy as np
 from tdsl.errors import DTypeError, ShapeError
 from tdsl.expr import Expr, Var
 from tdsl.runtime.shape_eval import eval_shape_expr
+from tdsl.runtime.threads import available_cpus
 
 from . import opset
 from .ir import Graph, GraphError, Value
-from .kernels import Kernel, build_kernel
+from .kernels import Kernel, compile_kernel, declare_kernel
 from .passes import Alias, Fallback, Group, PassStats, optimize
 from .passes.fusion import fuse
 from .passes.rewrite import map_pytree
@@ -240,7 +243,8 @@ class CompiledGraph:
     """A graph compiled to tdsl kernels: ``cg(*inputs) -> [np.ndarray]``."""
 
     def __init__(self, graph: Graph, target: Any = "llvm", db: Any = None,
-                 num_threads: Optional[int] = None, rest_pool: bool = True):
+                 num_threads: Optional[int] = None, rest_pool: bool = True,
+                 build_threads: Optional[int] = None):
         t0 = time.perf_counter()
         self.source = graph
         self.target = target
@@ -251,26 +255,48 @@ class CompiledGraph:
         self.steps = fuse(self.optimized)
         self.kernels: dict[int, Kernel] = {}
         self.report = CompileReport(passes=stats)
-        ctx = _apply_db(db)
-        with ctx:
-            for s in self.steps:
-                if isinstance(s, Group):
-                    name = f"k{len(self.kernels)}_{s.anchor.op}"
-                    k = build_kernel(name, s.nodes, s.inputs, s.output, target)
-                    self.kernels[id(s)] = k
-                    self.report.fused.append((name, k.ops))
-                    self.report.built += not k.cached
-                    self.report.build_s += k.build_s
-                elif isinstance(s, Fallback):
-                    nm = s.node.attrs.get("name", "op")
-                    self.report.fallbacks[nm] = self.report.fallbacks.get(nm, 0) + 1
-                else:
-                    self.report.aliases += 1
+        for s in self.steps:
+            if isinstance(s, Group):
+                name = f"k{len(self.kernels)}_{s.anchor.op}"
+                self.kernels[id(s)] = declare_kernel(name, s.nodes, s.inputs, s.output, target)
+            elif isinstance(s, Fallback):
+                nm = s.node.attrs.get("name", "op")
+                self.report.fallbacks[nm] = self.report.fallbacks.get(nm, 0) + 1
+            else:
+                self.report.aliases += 1
+        with _apply_db(db):
+            self._build_all(build_threads)
+        for k in self.kernels.values():
+            self.report.fused.append((k.name, k.ops))
         self.report.kernels = len(self.kernels)
         self.graph = KernelGraph(self.optimized, self.steps, self.kernels)
         self._vars = self._input_vars()
         self._plans: dict[tuple, Executable] = {}
         self.report.compile_s = time.perf_counter() - t0
+
+    def _build_all(self, threads: Optional[int]) -> None:
+        """Build each distinct kernel once; several at a time on ``threads`` threads."""
+        first: dict = {}
+        for k in self.kernels.values():
+            if k.module is None:
+                first.setdefault(k.key, k)
+        todo = list(first.values())
+        n = min(len(todo), threads or available_cpus())
+        if n > 1:
+            # each task in a copy of this context: apply_history_best is a context variable
+            with ThreadPoolExecutor(n) as pool:
+                futs = [pool.submit(contextvars.copy_context().run, compile_kernel, k,
+                                    self.target) for k in todo]
+                for f in futs:
+                    f.result()
+        else:
+            for k in todo:
+                compile_kernel(k, self.target)
+        for k in self.kernels.values():
+            if k.module is None:
+                k.module, k.cached = first[k.key].module, True
+        self.report.built = len(todo)
+        self.report.build_s = sum(k.build_s for k in todo)
 
     def _input_vars(self) -> list:
         seen: list = []
@@ -366,14 +392,16 @@ def _apply_db(db: Any) -> Any:
 
 
 def compile_graph(graph: Graph, target: Any = "llvm", db: Any = None,
-                  num_threads: Optional[int] = None, rest_pool: bool = True) -> CompiledGraph:
+                  num_threads: Optional[int] = None, rest_pool: bool = True,
+                  build_threads: Optional[int] = None) -> CompiledGraph:
     """Optimize ``graph`` (folding, CSE, DCE), fuse it into kernels, build them, and return
     a callable that runs it (see ``CompiledGraph``).  The input graph is not changed.
 
     ``num_threads``: threads of the kernels' parallel loops (default: tdsl's default);
-    ``rest_pool``: put tdsl's idle workers to sleep while a PyTorch fallback runs.
+    ``rest_pool``: put tdsl's idle workers to sleep while a PyTorch fallback runs;
+    ``build_threads``: kernels built at once (default: the available CPUs).
     """
     if not isinstance(graph, Graph):
         raise GraphError(f"compile_graph: expected a tdsl.graph.Graph, got "
                          f"{type(graph).__name__}")
-    return CompiledGraph(graph, target, db, num_threads, rest_pool)
+    return CompiledGraph(graph, target, db, num_threads, rest_pool, build_threads)
