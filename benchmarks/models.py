@@ -104,19 +104,46 @@ def tdsl_direct() -> "Optional[Callable]":
         return None
 
 
-def compile_tdsl(model, inputs, api: str, db: Optional[str]) -> Callable:
-    """A callable running ``model`` through tdsl (``api``: "dynamo" or "direct")."""
+def compile_tdsl(model, inputs, api: str, db: Optional[str], threads: int
+                 ) -> "tuple[Callable, list]":
+    """A callable running ``model`` through tdsl (``api``: "dynamo" or "direct"), and the
+    list its compile reports land in (one per graph Dynamo captures)."""
     import torch
-    options = {"db": db} if db else None
+    options: dict = {"num_threads": threads}
+    if db:
+        options["db"] = db
     if api == "dynamo":
         backend, why = tdsl_backend()
         if backend is None:
             raise RuntimeError(why)
-        return torch.compile(model, backend=backend, options=options)
+        try:
+            from tdsl.frontend import Backend   # records each compile's report
+            recorder = Backend(options)
+            return torch.compile(model, backend=recorder), recorder.compiles
+        except ImportError:
+            return torch.compile(model, backend=backend, options=options), []
     fn = tdsl_direct()
     if fn is None:
         raise RuntimeError("tdsl.compile does not exist")
-    return fn(model, inputs, **({"options": options} if options else {}))
+    compiled = fn(model, inputs, options=options)
+    return compiled, [compiled.report] if hasattr(compiled, "report") else []
+
+
+def summarize_reports(reports: list) -> str:
+    """Kernels, fallbacks and eagerly run graphs over a model's compile reports."""
+    kernels, fallbacks, eager = 0, {}, []
+    for r in reports:
+        g = getattr(r, "graph", None)
+        kernels += getattr(g, "kernels", 0) or 0
+        for op, n in (getattr(r, "fallbacks", None) or {}).items():
+            fallbacks[op] = fallbacks.get(op, 0) + n
+        eager += list(getattr(r, "eager", []) or [])
+    parts = [f"{len(reports)} graph(s), {kernels} kernels"]
+    if fallbacks:
+        parts.append("fallbacks: " + ", ".join(f"{k} x{v}" for k, v in sorted(fallbacks.items())))
+    if eager:
+        parts.append("run eagerly: " + "; ".join(str(e)[:120] for e in eager))
+    return "; ".join(parts)
 
 
 def pick_api(requested: str) -> "tuple[Optional[str], str]":
@@ -140,6 +167,7 @@ class Cell:
     compile_s: Optional[float] = None
     err: Optional[float] = None
     note: str = ""          # 'n/a: why' or 'fail: why'
+    report: str = ""        # tdsl: kernels, fallbacks, graphs run eagerly
 
 
 @dataclass
@@ -189,9 +217,10 @@ def run_config(name: str, threads: int, batch: int, args, api: Optional[str], ap
         row.cells["eager"] = Cell(err=0.0)
         plans: dict[str, Optional[Callable[[], Callable]]] = {
             "inductor": None if args.no_inductor else (lambda: torch.compile(model)),
-            "tdsl": None if api is None else (lambda: compile_tdsl(model, inputs, api, None)),
+            "tdsl": None if api is None
+            else (lambda: compile_tdsl(model, inputs, api, None, threads)),
             "tuned": None if (api is None or not args.db)
-            else (lambda: compile_tdsl(model, inputs, api, args.db)),
+            else (lambda: compile_tdsl(model, inputs, api, args.db, threads)),
         }
         for key, make in plans.items():
             if make is None:
@@ -201,10 +230,13 @@ def run_config(name: str, threads: int, batch: int, args, api: Optional[str], ap
                 continue
             try:
                 t0 = time.perf_counter()
-                fn = make()
+                made = make()
+                fn, reports = made if isinstance(made, tuple) else (made, None)
                 out = fn(*inputs)
                 compile_s = max(0.0, time.perf_counter() - t0 - eager_s)
                 row.cells[key] = Cell(compile_s=compile_s, err=rel_error(out, ref))
+                if reports is not None:
+                    row.cells[key].report = summarize_reports(reports)
                 fns[key] = (lambda f: lambda: f(*inputs))(fn)
             except Exception as e:
                 msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -288,6 +320,9 @@ def table(rows: list[Row]) -> str:
     na = sorted({f"{k}: {r.cells[k].note}" for r in rows for k in CONTENDERS
                  if r.cells[k].note.startswith("n/a")})
     lines += ["", *na] if na else []
+    reps = [f"{r.model} thr={r.threads} batch={r.batch} {k}: {r.cells[k].report}"
+            for r in rows for k in ("tdsl", "tuned") if r.cells[k].report]
+    lines += ["", "tdsl compiles:", *reps] if reps else []
     lines += ["", *[f"[{n}] {t}" for n, t in enumerate(notes, 1)]] if notes else []
     return "\n".join(lines)
 
