@@ -113,8 +113,12 @@ def make_plan(steps: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any
         ins, _ = _step_io(step)
         for v in ins:
             readers_last[id(root_key(v))] = si
-    for v in outputs:   # an aliased graph output is copied out after the last step
-        readers_last[id(root_key(v))] = len(steps)
+    produced = {id(v) for st in steps if not isinstance(st, Alias) for v in _step_io(st)[1]}
+    for j, v in enumerate(outputs):
+        src = root_key(v)
+        if src is not v and id(src) in produced:
+            out_index.setdefault(id(src), j)   # written straight into the output array
+        readers_last[id(src)] = len(steps)   # else copied out after the last step
     values_of_buffer: dict[int, list] = {}
     for si, step in enumerate(steps):
         ins, outs = _step_io(step)

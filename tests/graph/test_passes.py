@@ -111,3 +111,48 @@ def test_supports():
     assert opset.supports("sum", [x], {"axes": (1,), "keepdims": False})
     assert not opset.supports("conv2d", [x, x], {})
     assert not opset.supports("relu", [Value((), "float32")], {})
+
+
+def test_anchor_flattened_and_reshape_sunk_into_its_epilogue(rng):
+    s = td.var("s")
+    b = Builder()
+    x = b.input((2, s, 12), name="x")
+    r = b.input((2, s, 10), name="r")
+    w, bias = rand(rng, 10, 12), rand(rng, 10)
+    h = b.op("add", b.op("gelu", b.op("dense", x, b.const(w), b.const(bias))), r)
+    y = b.op("layer_norm", h, b.const(rand(rng, 10)), b.const(rand(rng, 10)), axes=(-1,),
+             eps=1e-5)
+    b.output(y)
+    g, st = optimize(b.graph)   # terminates (the residual's reshape does not sink back)
+    assert st.flattened == 1 and st.sunk_reshapes == 3
+    dense = next(n for n in g.nodes if n.op == "dense")
+    assert dense.inputs[0].ndim == 2
+    cg = compile_graph(b.graph)
+    assert [ops for _, ops in cg.report.fused] == [["dense", "gelu", "add"], ["layer_norm"]]
+    import torch
+    import torch.nn.functional as F
+    for seq in (1, 9):
+        xa, ra = rand(rng, 2, seq, 12), rand(rng, 2, seq, 10)
+        ref = F.gelu(F.linear(torch.from_numpy(xa), torch.from_numpy(w),
+                              torch.from_numpy(bias))) + torch.from_numpy(ra)
+        lnw = [v.const for v in b.graph.nodes[-1].inputs[1:]]
+        ref = F.layer_norm(ref, (10,), torch.from_numpy(lnw[0]), torch.from_numpy(lnw[1]))
+        out, = cg(xa, ra)
+        close(out, ref)
+    ex = next(iter(cg._plans.values()))
+    assert not ex.copy_out      # the last kernel writes the (reshaped) output array itself
+
+
+def test_batched_matmul_flattened_to_3d(rng):
+    b = Builder()
+    q = b.input((2, 3, 5, 8), name="q")
+    k = b.input((2, 3, 7, 8), name="k")
+    y = b.op("softmax", b.op("matmul", q, k, transpose_b=True), axis=-1)
+    b.output(y)
+    g, st = optimize(b.graph)
+    mm = next(n for n in g.nodes if n.op == "matmul")
+    assert mm.inputs[0].ndim == 3 and st.sunk_reshapes == 1
+    qa, ka = rand(rng, 2, 3, 5, 8), rand(rng, 2, 3, 7, 8)
+    e = qa @ np.swapaxes(ka, -1, -2)
+    e = np.exp(e - e.max(-1, keepdims=True))
+    close(compile_graph(b.graph)(qa, ka)[0], e / e.sum(-1, keepdims=True))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..ir import Graph
 from .cleanup import eliminate_common_subexpressions, eliminate_dead_code
 from .decompose import decompose
+from .flatten import flatten_anchors, merge_reshapes, sink_reshapes
 from .fold import fold_batch_norm, fold_constants
 from .fusion import Alias, Fallback, Group, fuse
 from .rewrite import clone
@@ -28,6 +29,8 @@ class PassStats:
     merged_common: int = 0
     removed_dead: int = 0
     decomposed: int = 0
+    flattened: int = 0
+    sunk_reshapes: int = 0
 
 
 def optimize(graph: Graph) -> tuple[Graph, PassStats]:
@@ -40,6 +43,11 @@ def optimize(graph: Graph) -> tuple[Graph, PassStats]:
     st.folded_constants += fold_constants(g)
     st.merged_common += eliminate_common_subexpressions(g)
     st.folded_batch_norms += fold_batch_norm(g)
+    st.folded_constants += fold_constants(g)
+    st.merged_common += eliminate_common_subexpressions(g)
+    st.flattened += flatten_anchors(g)
+    st.sunk_reshapes += sink_reshapes(g)
+    merge_reshapes(g)
     st.folded_constants += fold_constants(g)
     st.merged_common += eliminate_common_subexpressions(g)
     st.removed_dead += eliminate_dead_code(g)
