@@ -273,6 +273,79 @@ def profile_eager(name: str, threads: int, batch: int, size: str, top: int = 8) 
     return "\n".join(lines)
 
 
+def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
+                 top: int = 10) -> str:
+    """Where a tdsl-compiled model's time goes: each kernel's (and fallback's) own time, the
+    median over ``calls`` calls, the ``top`` ones as markdown lines, and the runtime's overhead (the
+    whole call less the sum of its steps).  Reaches into ``tdsl.graph.runtime`` (an
+    Executable's ``runs``, one per kernel or fallback step); says so when that changed."""
+    import torch
+    torch.set_num_threads(threads)
+    fn = tdsl_direct()
+    if fn is None:
+        return f"{name}: tdsl.compile does not exist"
+    model, inputs = build(name, size, batch)
+    t0 = time.perf_counter()
+    compiled = fn(model, inputs, options={"num_threads": threads})
+    compile_s = time.perf_counter() - t0
+    cg = getattr(getattr(compiled, "compiled", None), "compiled", None)
+    try:
+        from tdsl.graph.runtime import Fallback, Group
+        arrays = cg._inputs([t for t in inputs])
+        exe = cg.plan(cg._bind(arrays))
+        steps = [st for st in cg.steps if isinstance(st, (Group, Fallback))]
+        if len(steps) != len(exe.runs):
+            raise AttributeError("runs do not match the kernel and fallback steps")
+    except (AttributeError, ImportError, TypeError) as e:
+        return f"{name}: no per-kernel timing ({type(e).__name__}: {e})"
+    labels = []
+    for st in steps:
+        if isinstance(st, Group):
+            k = cg.kernels[id(st)]
+            labels.append(f"{k.name} [{' + '.join(k.ops)}] -> {list(k.output.shape)}")
+        else:
+            labels.append(f"fallback {st.node.attrs.get('name', 'op')}")
+    spent: list[list[float]] = [[] for _ in steps]
+
+    def timed(i: int, run: Callable[[], None]) -> Callable[[], None]:
+        def go() -> None:
+            t = time.perf_counter()
+            run()
+            spent[i].append(time.perf_counter() - t)
+        return go
+
+    plain = list(exe.runs)
+    wholes = []
+    with torch.no_grad():
+        compiled(*inputs)
+        for _ in range(calls):
+            t = time.perf_counter()
+            compiled(*inputs)
+            wholes.append(time.perf_counter() - t)
+        exe.runs[:] = [timed(i, r) for i, r in enumerate(plain)]
+        try:
+            for _ in range(calls):
+                compiled(*inputs)
+        finally:
+            exe.runs[:] = plain
+    whole = statistics.median(wholes)   # medians: a shared machine preempts now and then
+    per = [statistics.median(x) for x in spent]
+    total = sum(per) or 1e-12
+    lines = [f"{name} thr={threads} batch={batch}: tdsl {whole * 1e3:.2f} ms per call "
+             f"(compile {compile_s:.1f} s), {len(steps)} steps, kernels+fallbacks "
+             f"{total * 1e3:.2f} ms, runtime overhead {(whole - total) * 1e6 / len(steps):.1f}"
+             f" us per step"]
+    for i in sorted(range(len(steps)), key=lambda i: -per[i])[:top]:
+        lines.append(f"  {per[i] * 1e3:8.3f} ms {100 * per[i] / total:5.1f} %  {labels[i]}")
+    by_op: dict[str, float] = {}
+    for lab, x in zip(labels, per):
+        op = lab.split("_", 1)[1].split(" ")[0] if not lab.startswith("fallback") else lab
+        by_op[op] = by_op.get(op, 0.0) + x
+    lines.append("  by anchor op: " + ", ".join(
+        f"{op} {100 * x / total:.0f} %" for op, x in sorted(by_op.items(), key=lambda kv: -kv[1])))
+    return "\n".join(lines)
+
+
 # ---- the table ----------------------------------------------------------------------------------
 def _fmt(v: Optional[float], spec: str) -> str:
     return "" if v is None else format(v, spec)
@@ -349,7 +422,8 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="smoke run: tiny models, 1 thread, batch 1, 3 rounds")
     p.add_argument("--out", default=None, help="also write the rows as JSON here")
     p.add_argument("--profile", action="store_true",
-                   help="print each eager model's op mix (torch profiler) instead of timing")
+                   help="print each eager model's op mix (torch profiler) and each tdsl "
+                   "kernel's time instead of the table")
     p.add_argument("--verbose", action="store_true", help="print tracebacks of failures")
     args = p.parse_args(argv)
     if args.quick:
@@ -385,6 +459,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             for batch in args.batch:
                 for name in names:
                     print(profile_eager(name, threads, batch, args.size), flush=True)
+                    if api is not None:
+                        print(profile_tdsl(name, threads, batch, args.size), flush=True)
         return 0
     rows: list[Row] = []
     for threads in args.threads:
