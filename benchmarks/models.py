@@ -249,7 +249,7 @@ def run_config(name: str, threads: int, batch: int, args, api: Optional[str], ap
     return row
 
 
-# ---- where the time goes --------------------------------------------------------------------------
+# ---- where the time goes ------------------------------------------------------------------------
 def profile_eager(name: str, threads: int, batch: int, size: str, top: int = 8) -> str:
     """The eager model's op mix: the ``top`` ATen ops by self CPU time (torch profiler, a few
     calls after warm-up), as markdown lines."""
