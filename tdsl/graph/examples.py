@@ -45,3 +45,33 @@ def resnet18(batch: Any = 1, size: int = 224, classes: int = 1000, seed: int = 0
     w = (rng.standard_normal((classes, 512)) * 0.05).astype("f4")
     y = b.op("dense", y, b.const(w), b.const((rng.standard_normal(classes) * 0.1).astype("f4")))
     return b.output(y)
+
+
+def encoder_layer(batch: Any = 1, seq: Any = 128, d: int = 768, heads: int = 12,
+                  ff: int = 3072, causal: bool = False, seed: int = 0) -> Graph:
+    """One post-norm transformer encoder layer (BERT's): attention as dense layers, a
+    (batch, heads, seq, d/heads) permute and the ``attention`` op, GELU feed-forward."""
+    rng = np.random.default_rng(seed)
+    b = Builder()
+    x = b.input((batch, seq, d), name="x")
+    hd = d // heads
+
+    def lin(v: Value, n_in: int, n_out: int) -> Value:
+        w = (rng.standard_normal((n_out, n_in)) / np.sqrt(n_in)).astype("f4")
+        return b.op("dense", v, b.const(w), b.const((rng.standard_normal(n_out) * 0.1)
+                                                    .astype("f4")))
+
+    def heads_first(v: Value) -> Value:
+        v = b.op("reshape", v, shape=(batch, seq, heads, hd))
+        return b.op("transpose", v, axes=(0, 2, 1, 3))
+
+    q, k, v = (heads_first(lin(x, d, d)) for _ in range(3))
+    a = b.op("attention", q, k, v, causal=causal, scale=None)
+    a = b.op("reshape", b.op("transpose", a, axes=(0, 2, 1, 3)), shape=(batch, seq, d))
+    ones, zeros = np.ones(d, "f4"), np.zeros(d, "f4")
+    h = b.op("layer_norm", b.op("add", lin(a, d, d), x), b.const(ones * 1.1),
+             b.const(zeros + 0.1), axes=(-1,), eps=1e-12)
+    f = lin(b.op("gelu", lin(h, d, ff)), ff, d)
+    y = b.op("layer_norm", b.op("add", f, h), b.const(ones * 0.9), b.const(zeros - 0.1),
+             axes=(-1,), eps=1e-12)
+    return b.output(y)

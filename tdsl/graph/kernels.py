@@ -20,8 +20,10 @@ from typing import Any, Optional, Sequence
 
 import tdsl as td
 from tdsl import ops
+from tdsl.errors import TDSLError
 from tdsl.expr import Const, Expr, Var
 from tdsl.lru import LRU, env_entries
+from tdsl.schedule import create_schedule
 from tdsl.structural import structural_hash
 from tdsl.tensor import Tensor
 
@@ -45,6 +47,7 @@ class Kernel:
     cached: bool = False             # built earlier (same structure): no compile this time
     build_s: float = 0.0
     tensors: list = field(default_factory=list)   # placeholders + output (for tuning)
+    note: str = ""                                # why the kernel is not as scheduled
 
     @property
     def ops(self) -> list[str]:
@@ -123,8 +126,16 @@ def compile_kernel(k: Kernel, target: Any = "llvm") -> Kernel:
         return k
     t0 = time.perf_counter()
     phs, out = k.tensors[:-1], k.tensors[-1]
-    s = ops.schedule(out, target)
-    k.module = td.build(s, [*phs, out], target=target, name=_c_name(k.name))
+    try:
+        s = ops.schedule(out, target)
+        k.module = td.build(s, [*phs, out], target=target, name=_c_name(k.name))
+    except TDSLError as e:
+        # a default schedule that does not apply to this mix: the plain one (injective
+        # stages inlined, nothing else) is slower but always valid
+        s = create_schedule([out.op])
+        ops.inline_injective(s)
+        k.module = td.build(s, [*phs, out], target=target, name=_c_name(k.name))
+        k.note = f"default schedule failed ({type(e).__name__}: {e}); built unscheduled"
     k.build_s = time.perf_counter() - t0
     KERNEL_CACHE.put(k.key, k.module)
     return k

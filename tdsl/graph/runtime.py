@@ -13,6 +13,7 @@ of spinning (``rest_pool``): they would otherwise take the cores PyTorch's own t
 from __future__ import annotations
 
 import contextvars
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class CompileReport:
     passes: PassStats = field(default_factory=PassStats)
     compile_s: float = 0.0
     build_s: float = 0.0
+    notes: list = field(default_factory=list)        # kernels not built as scheduled, why
 
 
 class KernelGraph:
@@ -115,6 +117,7 @@ class Executable:
                          if plan.roots[id(v)] != Root("output", j)]
         self.arrays: dict = {}     # per call: ("input"/"output", i) -> array
         self._keep: list = []
+        self._lock = threading.Lock()
         for s in cg.steps:
             if isinstance(s, Group):
                 self._kernel(cg.kernels[id(s)], cg.num_threads, raise_status)
@@ -219,6 +222,10 @@ class Executable:
 
     # -- a call -------------------------------------------------------------------------------
     def __call__(self, inputs: list) -> list:
+        with self._lock:    # the argument lists are patched in place: one call at a time
+            return self._run(inputs)
+
+    def _run(self, inputs: list) -> list:
         arrays = self.arrays
         outs = [np.empty(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
         ptr_in = [a.ctypes.data for a in inputs]
@@ -268,6 +275,8 @@ class CompiledGraph:
             self._build_all(build_threads)
         for k in self.kernels.values():
             self.report.fused.append((k.name, k.ops))
+            if k.note:
+                self.report.notes.append(f"{k.name}: {k.note}")
         self.report.kernels = len(self.kernels)
         self.graph = KernelGraph(self.optimized, self.steps, self.kernels)
         self._vars = self._input_vars()

@@ -95,3 +95,19 @@ def test_graph_output_that_is_an_input_or_constant(rng):
     close(o[2], c.const)
     close(o[3], xa + 1)
     assert not any(np.shares_memory(a, xa) for a in o)
+
+
+def test_a_kernel_whose_default_schedule_fails_is_built_plainly(rng, monkeypatch):
+    from tdsl import ops
+    from tdsl.errors import ScheduleError
+
+    def refuse(outputs, target="llvm"):
+        raise ScheduleError("ops.schedule", None, "refused by the test")
+    monkeypatch.setattr(ops, "schedule", refuse)
+    b = Builder()
+    x = b.input((3, 23), name="x")          # a shape no other test builds (no cache hit)
+    b.output(b.op("softmax", b.op("mul", x, b.scalar(3.0)), axis=-1))
+    cg = compile_graph(b.graph)
+    assert cg.report.notes and "refused by the test" in cg.report.notes[0]
+    xa = rand(rng, 3, 23)
+    close(cg(xa)[0], torch.softmax(t(xa) * 3, -1))
