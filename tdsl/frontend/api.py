@@ -44,6 +44,8 @@ def compile(model: Any, example_inputs: Any, dynamic: Any = None,
     example_inputs = tuple(example_inputs)
     module = model if isinstance(model, torch.nn.Module) else _FunctionModule(model)
     dynamic_shapes, names = _dynamic_shapes(dynamic, example_inputs)
+    if isinstance(module, _FunctionModule) and isinstance(dynamic_shapes, tuple):
+        dynamic_shapes = (dynamic_shapes,)      # forward(*args): one entry, the args tuple
     try:
         with torch.no_grad():
             ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)

@@ -48,8 +48,8 @@ def _is_weight(node: torch.fx.Node, example: Any) -> bool:
         return True
     ga = node.meta.get("grapharg")
     src = getattr(ga, "source", None)
-    name = src.name() if src is not None and hasattr(src, "name") else ""
-    name = name if isinstance(name, str) else str(src)
+    name = getattr(src, "name", "") if src is not None else ""
+    name = name() if callable(name) else str(name)
     return "._buffers[" in name or "._parameters[" in name
 
 
@@ -71,6 +71,7 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Optional[d
     def fw_compiler(agm: torch.fx.GraphModule, fake_inputs: list) -> Callable:
         from torch._functorch.aot_autograd import make_boxed_func
         from torch._guards import TracingContext
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
         from . import opset_supports
         from .importer import import_fx
         from .module import compile_imported
@@ -85,8 +86,9 @@ def _compile(gm: torch.fx.GraphModule, example_inputs: list, options: Optional[d
                        if getattr(info, "mutates_data", False)
                        or getattr(info, "mutates_metadata", False)}
             constants = {i: example_inputs[i] for i in weights - mutated}
-            imported = import_fx(agm, constants, opset_supports())
-            compiled = compile_imported(imported, options)
+            with unset_fake_temporarily():    # constants and builds are real tensors
+                imported = import_fx(agm, constants, opset_supports())
+                compiled = compile_imported(imported, options)
         except (_Eager, TDSLError) as e:
             report.eager.append(f"{type(e).__name__}: {e}")
             return make_boxed_func(agm)
