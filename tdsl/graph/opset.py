@@ -120,7 +120,8 @@ for _n, (_f, _np) in _UNARY.items():
         (lambda f: lambda xs, a: f(xs[0]))(_np))
 
 _op("gelu", Kind.ELEMWISE, lambda xs, a: ops.gelu(xs[0], a.get("approximate", "none")),
-    lambda xs, a: _np_gelu(xs[0], a.get("approximate", "none")))
+    lambda xs, a: _np_gelu(xs[0], a.get("approximate", "none")), cheap=False)
+OPS["erf"] = OpDef("erf", Kind.ELEMWISE, OPS["erf"].build, OPS["erf"].np_eval, cheap=False)
 
 
 def _clamp(xs: list, a: dict) -> Tensor:

@@ -156,3 +156,43 @@ def test_batched_matmul_flattened_to_3d(rng):
     e = qa @ np.swapaxes(ka, -1, -2)
     e = np.exp(e - e.max(-1, keepdims=True))
     close(compile_graph(b.graph)(qa, ka)[0], e / e.sum(-1, keepdims=True))
+
+
+def test_constant_folding_without_a_numpy_form_runs_a_kernel(rng):
+    import torch
+    b = Builder()
+    x = b.input((2, 5), name="x")
+    w = rand(rng, 3, 5)
+    sw = b.op("softmax", b.const(w), axis=-1)                # folded by a tdsl kernel
+    b.output(b.op("dense", x, sw))
+    g, st = optimize(b.graph)
+    assert [n.op for n in g.nodes] == ["dense"] and st.folded_constants == 1
+    xa = rand(rng, 2, 5)
+    close(compile_graph(b.graph)(xa)[0], xa @ torch.softmax(torch.from_numpy(w), -1).numpy().T)
+
+
+def test_cheap_elementwise_read_by_several_kernels_is_recomputed(rng):
+    b = Builder()
+    x = b.input((6, 20), name="x")
+    r = b.op("relu", x)                                      # read by a softmax and a sum
+    s = b.op("softmax", r, axis=-1)
+    m = b.op("sum", r, axes=(1,), keepdims=True)
+    d = b.op("dense", r, b.const(rand(rng, 4, 20)))          # an anchor: keeps its input
+    b.output(s, m)
+    g, st = optimize(b.graph)
+    assert st.recomputed == 2                                # (the dense is dead)
+    b.output(d)
+    g, st = optimize(b.graph)
+    assert st.recomputed == 0                                # an anchor reads it: materialize
+    b2 = Builder()
+    x = b2.input((6, 20), name="x")
+    r = b2.op("relu", x)
+    b2.output(b2.op("softmax", r, axis=-1), b2.op("sum", r, axes=(1,), keepdims=True))
+    cg = compile_graph(b2.graph)
+    assert cg.report.passes.recomputed == 2
+    assert [ops for _, ops in cg.report.fused] == [["relu", "softmax"], ["relu", "sum"]]
+    xa = rand(rng, 6, 20)
+    s1, m1 = cg(xa)
+    e = np.exp(np.maximum(xa, 0) - np.maximum(xa, 0).max(-1, keepdims=True))
+    close(s1, e / e.sum(-1, keepdims=True))
+    close(m1, np.maximum(xa, 0).sum(1, keepdims=True))

@@ -13,6 +13,7 @@ from .decompose import decompose
 from .flatten import flatten_anchors, merge_reshapes, sink_reshapes
 from .fold import fold_batch_norm, fold_constants
 from .fusion import Alias, Fallback, Group, fuse
+from .recompute import recompute_cheap
 from .rewrite import clone
 
 __all__ = ["optimize", "PassStats", "fold_constants", "fold_batch_norm", "eliminate_dead_code",
@@ -31,6 +32,7 @@ class PassStats:
     decomposed: int = 0
     flattened: int = 0
     sunk_reshapes: int = 0
+    recomputed: int = 0
 
 
 def optimize(graph: Graph) -> tuple[Graph, PassStats]:
@@ -51,5 +53,6 @@ def optimize(graph: Graph) -> tuple[Graph, PassStats]:
     st.folded_constants += fold_constants(g)
     st.merged_common += eliminate_common_subexpressions(g)
     st.removed_dead += eliminate_dead_code(g)
+    st.recomputed += recompute_cheap(g)
     g.verify()
     return g, st

@@ -39,8 +39,11 @@ def _evaluate(node: Node) -> "np.ndarray | None":
     if node.op == "batch_norm":
         return _np_batch_norm([v.const for v in node.inputs], node.attrs)
     d = opset.OPS.get(node.op)
-    if d is None or d.np_eval is None:
+    if d is None:
         return None
+    if d.np_eval is None:   # no NumPy form (conv2d, softmax, ...): one tdsl kernel run
+        from ..kernels import evaluate
+        return evaluate(node)
     with np.errstate(all="ignore"):
         return np.asarray(d.np_eval([v.const for v in node.inputs], node.attrs))
 
