@@ -8,6 +8,8 @@ Shapes are never stated twice: ``infer`` builds the op on placeholders and reads
 
 Ops added here beyond MODEL.md's table (graph-internal, made by passes):
 
+* ``dense`` takes ``weight_layout``: "NK" (PyTorch's (out, in), the default) or "KN" (the
+  weight pre-transposed at compile time by ``passes.prepack``: the GEMM reads it in rows);
 * ``causal_mask`` (x; offset): ``x`` where ``col <= row + offset`` on the last two axes,
   else -inf -- the causal attention mask as an elementwise op (fuses into softmax).
 
@@ -162,18 +164,29 @@ _op("causal_mask", Kind.ELEMWISE, _causal_mask)
 
 
 # ---- anchors --------------------------------------------------------------------------------------
+def _dense2d(x: Tensor, w: Tensor, b: "Tensor | None", layout: str) -> Tensor:
+    if layout == "NK":
+        return ops.dense(x, w, b)
+    if layout != "KN":
+        raise ShapeError(f"graph dense: weight_layout must be 'NK' or 'KN', got {layout!r}")
+    y = ops.matmul(x, w, name="T_dense")        # a pre-transposed (K, N) weight
+    return y if b is None else ops.add(y, b)
+
+
 def _dense(xs: list, a: dict) -> Tensor:
     x, w = xs[0], xs[1]
     b = xs[2] if len(xs) > 2 else None
+    layout = a.get("weight_layout", "NK")
     if x.ndim == 2:
-        return ops.dense(x, w, b)
+        return _dense2d(x, w, b, layout)
     lead = x.shape[:-1]
-    y = ops.dense(ops.reshape(x, (simplify(prod(lead)), x.shape[-1])), w, b)
-    return ops.reshape(y, (*lead, w.shape[0]))
+    y = _dense2d(ops.reshape(x, (simplify(prod(lead)), x.shape[-1])), w, b, layout)
+    return ops.reshape(y, (*lead, y.shape[1]))
 
 
 def _np_dense(xs: list, a: dict) -> np.ndarray:
-    y = xs[0] @ xs[1].T
+    w = xs[1] if a.get("weight_layout", "NK") == "KN" else xs[1].T
+    y = xs[0] @ w
     return y + xs[2] if len(xs) > 2 else y
 
 

@@ -63,6 +63,9 @@ def test_constant_folding_of_a_weight_transpose(rng):
     assert st.folded_constants == 3
     assert [n.op for n in g.nodes] == ["dense"]
     assert g.nodes[0].inputs[1].is_const
+    # pre-packed: the (9, 6) weight PyTorch-style is stored as (6, 9), read in rows
+    assert g.nodes[0].attrs["weight_layout"] == "KN" and st.prepacked == 1
+    np.testing.assert_array_equal(g.nodes[0].inputs[1].const, 2 * w)
     cg = compile_graph(b.graph)
     xa = rand(rng, 5, 6)
     close(cg(xa)[0], xa @ (2 * w))

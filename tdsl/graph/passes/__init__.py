@@ -13,6 +13,7 @@ from .decompose import decompose
 from .flatten import flatten_anchors, merge_reshapes, sink_reshapes
 from .fold import fold_batch_norm, fold_constants
 from .fusion import Alias, Fallback, Group, fuse
+from .prepack import prepack_weights
 from .recompute import recompute_cheap
 from .rewrite import clone
 
@@ -33,6 +34,7 @@ class PassStats:
     flattened: int = 0
     sunk_reshapes: int = 0
     recomputed: int = 0
+    prepacked: int = 0
 
 
 def optimize(graph: Graph) -> tuple[Graph, PassStats]:
@@ -47,6 +49,7 @@ def optimize(graph: Graph) -> tuple[Graph, PassStats]:
     st.folded_batch_norms += fold_batch_norm(g)
     st.folded_constants += fold_constants(g)
     st.merged_common += eliminate_common_subexpressions(g)
+    st.prepacked += prepack_weights(g)
     st.flattened += flatten_anchors(g)
     st.sunk_reshapes += sink_reshapes(g)
     merge_reshapes(g)
