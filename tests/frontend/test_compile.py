@@ -125,3 +125,14 @@ def test_bad_arguments():
     bn = torch.nn.Sequential(torch.nn.BatchNorm2d(3)).train()
     with pytest.raises(FrontendError, match="eval"):
         tdsl.compile(bn, torch.randn(2, 3, 4, 4))
+
+
+def test_fallback_with_symbolic_arguments():
+    """arange(seq) over a symbolic seq runs in PyTorch with seq bound from the input."""
+    def f(x):
+        return x * torch.arange(x.shape[1], dtype=torch.float32) + 1.0
+    c = tdsl.compile(f, torch.randn(2, 5), dynamic={1: "seq"})
+    for s in (5, 3, 9):
+        x = torch.randn(2, s)
+        assert rel_err(c(x), f(x)) <= TOL, s
+    assert list(c.report.fallbacks) == ["aten.arange.start_step"]
