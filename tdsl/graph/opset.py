@@ -99,6 +99,18 @@ for _n, (_f, _np) in _BINARY.items():
         (lambda f: lambda xs, a: f(xs[0], xs[1]))(_np))
 
 
+def _true_divide(xs: list, a: dict) -> Tensor:
+    """PyTorch's ``/``: integer operands divide as float32."""
+    x, y = (ops.cast(v, "float32") if isinstance(v, Tensor) and not v.dtype.is_float else
+            float(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in xs)
+    return ops.divide(*_promote(x, y))
+
+
+_op("div", Kind.ELEMWISE, _true_divide,
+    lambda xs, a: np.true_divide(xs[0], xs[1]).astype(
+        np.result_type(xs[0], xs[1], np.float32)))
+
+
 def _np_erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[x.dtype])(x)
 

@@ -199,3 +199,21 @@ def test_cheap_elementwise_read_by_several_kernels_is_recomputed(rng):
     e = np.exp(np.maximum(xa, 0) - np.maximum(xa, 0).max(-1, keepdims=True))
     close(s1, e / e.sum(-1, keepdims=True))
     close(m1, np.maximum(xa, 0).sum(1, keepdims=True))
+
+
+def test_scalar_constants_stay_0d_and_are_immediates(rng):
+    from tdsl.graph import constant
+    assert constant(np.float32(2.0)).shape == () and constant(np.array(3)).ndim == 0
+    b = Builder()
+    x = b.input((4, 5), "int64", name="x")
+    y = b.op("mul", x, b.scalar(2.5))                  # int tensor * float: float32
+    z = b.op("div", x, b.const(np.array(4, np.int64)))  # true division of ints
+    b.output(y, z)
+    cg = compile_graph(b.graph)
+    k = next(iter(cg.kernels.values()))
+    assert len(k.inputs) == 1                          # the scalar is not an argument
+    xa = rng.integers(-9, 9, (4, 5))
+    y1, z1 = cg(xa)
+    assert y1.dtype == np.float32 and z1.dtype == np.float32
+    close(y1, xa * 2.5)
+    close(z1, xa / 4)
