@@ -13,6 +13,7 @@ of spinning (``rest_pool``): they would otherwise take the cores PyTorch's own t
 from __future__ import annotations
 
 import contextvars
+from collections import OrderedDict
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ import numpy as np
 
 from tdsl.errors import DTypeError, ShapeError
 from tdsl.expr import Expr, Var
+from tdsl.lru import env_entries
 from tdsl.runtime.shape_eval import eval_shape_expr
 from tdsl.runtime.threads import available_cpus
 
@@ -246,6 +248,11 @@ class Executable:
         return outs
 
 
+#: How many memory plans (distinct size bindings) a CompiledGraph keeps; each holds its
+#: intermediate buffers, so the least recently used go beyond it.
+PLANS_ENV_VAR = "TDSL_GRAPH_PLANS"
+
+
 class CompiledGraph:
     """A graph compiled to tdsl kernels: ``cg(*inputs) -> [np.ndarray]``."""
 
@@ -280,7 +287,8 @@ class CompiledGraph:
         self.report.kernels = len(self.kernels)
         self.graph = KernelGraph(self.optimized, self.steps, self.kernels)
         self._vars = self._input_vars()
-        self._plans: dict[tuple, Executable] = {}
+        # plans hold their intermediate buffers: keep the most recently used bindings only
+        self._plans: "OrderedDict[tuple, Executable]" = OrderedDict()
         self.report.compile_s = time.perf_counter() - t0
 
     def _build_all(self, threads: Optional[int]) -> None:
@@ -364,6 +372,10 @@ class CompiledGraph:
             ex = Executable(self, make_plan(self.steps, self.optimized.inputs,
                                             self.optimized.outputs, env))
             self._plans[key] = ex
+            while len(self._plans) > max(1, env_entries(PLANS_ENV_VAR, 16)):
+                self._plans.popitem(last=False)   # its buffers go with it
+        else:
+            self._plans.move_to_end(key)
         return ex
 
     def __call__(self, *inputs: Any) -> list:

@@ -111,3 +111,16 @@ def test_a_kernel_whose_default_schedule_fails_is_built_plainly(rng, monkeypatch
     assert cg.report.notes and "refused by the test" in cg.report.notes[0]
     xa = rand(rng, 3, 23)
     close(cg(xa)[0], torch.softmax(t(xa) * 3, -1))
+
+
+def test_plans_are_kept_for_the_most_recent_bindings_only(rng, monkeypatch):
+    monkeypatch.setenv("TDSL_GRAPH_PLANS", "2")
+    n = td.var("n")
+    b = Builder()
+    x = b.input((n, 6), name="x")
+    b.output(b.op("softmax", b.op("exp", x), axis=-1))
+    cg = compile_graph(b.graph)
+    for batch in (1, 2, 3, 1):
+        xa = rand(rng, batch, 6)
+        close(cg(xa)[0], torch.softmax(torch.exp(t(xa)), -1))
+    assert [k for k in cg._plans] == [(3,), (1,)]
