@@ -190,6 +190,7 @@ def import_fx(gm: torch.fx.GraphModule, constants: dict, supports: Optional[Call
             ctx.env[n] = _constant_value(constants[pos], n.name)
             input_index.append(None)
         elif isinstance(val, torch.Tensor):
+            _check_dtype(val.dtype, f"input {n.name}")
             shape = val.shape
             for d, s in enumerate(shape):
                 if names and (pos, d) in names and isinstance(sym_expr(s), object) \
@@ -233,6 +234,14 @@ def import_fx(gm: torch.fx.GraphModule, constants: dict, supports: Optional[Call
         raise ImportFailure(f"symbolic sizes {unbound} are no input tensor's dimension")
     graph.verify()
     return Imported(graph, input_index, outputs, spec, symbols, report)
+
+
+def _check_dtype(dt: torch.dtype, what: str) -> None:
+    """Tensors between graph nodes are NumPy arrays: a dtype NumPy lacks (bfloat16, complex
+    ...) cannot flow through the graph, so the whole graph is refused (Dynamo then runs it
+    eagerly)."""
+    if dt not in _NP_DTYPES:
+        raise ImportFailure(f"{what} is {dt}, which cannot flow through a tdsl graph")
 
 
 def _ident(name: str) -> str:
@@ -343,6 +352,9 @@ def _emit_fallback(ctx: Context, n: torch.fx.Node, reason: str, report: ImportRe
         target = _SymbolicCall(n.target, sym, order, [d for _, d in srcs])
         args = (tuple(v for v, _ in srcs), args, kwargs)
         kwargs = {}
+    for t in (val if isinstance(val, (tuple, list)) else [val]):
+        if isinstance(t, torch.Tensor):
+            _check_dtype(t.dtype, f"the result of {name}")
     if isinstance(val, torch.Tensor):
         outs = [Value(ctx.symbols.shape(val.shape), dtype_name(val.dtype))]
         result: Any = outs[0]

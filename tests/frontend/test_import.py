@@ -150,3 +150,11 @@ def test_symbol_not_an_input_dimension_is_refused():
     table = SymbolTable()
     table.var(sympy.Symbol("u0"))
     assert table.unbound()
+
+
+def test_dtype_numpy_lacks_refuses_the_graph():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return (x.to(torch.bfloat16) * 2).float()
+    with pytest.raises(ImportFailure, match="bfloat16"):
+        imp(M(), (torch.randn(3, 4),))
