@@ -91,14 +91,17 @@ def mixed(blocks: int, repeat: int) -> None:
     on, off = build(True), build(False)
     xa = rng.standard_normal((64, d)).astype(np.float32)
     np.testing.assert_allclose(on(xa)[0], off(xa)[0], rtol=1e-5, atol=1e-5)
-    t_on, t_off = [], []
-    for _ in range(repeat):
-        t_on.append(_median_us(lambda: on(xa), 1, 5))
-        t_off.append(_median_us(lambda: off(xa), 1, 5))
+    t_on, t_off, ratio = [], [], []
+    for r in range(repeat):    # interleaved rounds, alternating which goes first
+        pair = [(on, t_on), (off, t_off)]
+        for cg, acc in (pair if r % 2 == 0 else pair[::-1]):
+            acc.append(_median_us(lambda: cg(xa), 1, 3))
+        ratio.append(t_on[-1] / t_off[-1])
     print(f"mixed: {blocks} x (tdsl dense+tanh -> torch.matmul), 64x{d}, torch threads "
-          f"{torch.get_num_threads()}")
+          f"{torch.get_num_threads()}, {repeat} interleaved rounds")
     print(f"  rest_pool=True  (workers sleep before fallbacks) {statistics.median(t_on):9.1f} us")
     print(f"  rest_pool=False (workers keep spinning)          {statistics.median(t_off):9.1f} us")
+    print(f"  median per-round ratio True/False: {statistics.median(ratio):.3f}")
 
 
 def main() -> None:
