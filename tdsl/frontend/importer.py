@@ -193,8 +193,7 @@ def import_fx(gm: torch.fx.GraphModule, constants: dict, supports: Optional[Call
             _check_dtype(val.dtype, f"input {n.name}")
             shape = val.shape
             for d, s in enumerate(shape):
-                if names and (pos, d) in names and isinstance(sym_expr(s), object) \
-                        and is_symbolic(s):
+                if names and (pos, d) in names and is_symbolic(s):
                     symbols.name(sym_expr(s), names[(pos, d)])
             symbols.note_input(len(graph.inputs), shape)
             v = Value(symbols.shape(shape), dtype_name(val.dtype), name=_ident(n.name))

@@ -136,3 +136,13 @@ def test_fallback_with_symbolic_arguments():
         x = torch.randn(2, s)
         assert rel_err(c(x), f(x)) <= TOL, s
     assert list(c.report.fallbacks) == ["aten.arange.start_step"]
+
+
+def test_export_dim_objects_name_the_symbol():
+    def f(x):
+        return torch.tanh(x) * 3.0
+    c = tdsl.compile(f, torch.randn(4, 3), dynamic={0: torch.export.Dim("rows")})
+    assert "rows" in str(c.graph)
+    for n in (4, 2, 9):
+        x = torch.randn(n, 3)
+        assert rel_err(c(x), f(x)) <= TOL
