@@ -29,7 +29,7 @@ import tdsl.intrin as _i
 from tdsl import ops
 from tdsl.dtype import INDEX, as_dtype
 from tdsl.errors import ShapeError, TDSLError
-from tdsl.expr import Const, Expr, Select, convert
+from tdsl.expr import Expr, Select, convert
 from tdsl.ops._util import const_value, prod, simplify
 from tdsl.ops.tags import OpKind
 from tdsl.reduction import sum as _rsum
@@ -175,7 +175,7 @@ def _causal_mask(xs: list, a: dict) -> Tensor:
 _op("causal_mask", Kind.ELEMWISE, _causal_mask)
 
 
-# ---- anchors --------------------------------------------------------------------------------------
+# ---- anchors ---------------------------------------------------------------------------------
 def _dense2d(x: Tensor, w: Tensor, b: "Tensor | None", layout: str) -> Tensor:
     if layout == "NK":
         return ops.dense(x, w, b)

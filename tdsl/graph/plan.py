@@ -18,7 +18,7 @@ import numpy as np
 from tdsl.expr import Expr, Var
 from tdsl.runtime.shape_eval import eval_shape_expr
 
-from .passes.fusion import Alias, Fallback, Group
+from .passes.fusion import Alias, Group
 
 #: Buffers are aligned to this many bytes (a cache line; vector loads never straddle it).
 ALIGN = 64

@@ -13,9 +13,9 @@ of spinning (``rest_pool``): they would otherwise take the cores PyTorch's own t
 from __future__ import annotations
 
 import contextvars
-from collections import OrderedDict
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
