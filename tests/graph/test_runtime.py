@@ -124,3 +124,17 @@ def test_plans_are_kept_for_the_most_recent_bindings_only(rng, monkeypatch):
         xa = rand(rng, batch, 6)
         close(cg(xa)[0], torch.softmax(torch.exp(t(xa)), -1))
     assert [k for k in cg._plans] == [(3,), (1,)]
+
+
+def test_thread_counts_share_kernels_and_agree(rng):
+    b = Builder()
+    x = b.input((37, 50), name="x")
+    w = rand(rng, 45, 50)
+    b.output(b.op("relu", b.op("dense", x, b.const(w))))
+    one = compile_graph(b.graph, num_threads=1)
+    two = compile_graph(b.graph, num_threads=2)
+    assert two.report.built == 0                        # the same kernel, from the cache
+    xa = rand(rng, 37, 50)
+    for _ in range(2):                                  # alternate: each sets its count
+        close(one(xa)[0], np.maximum(xa @ w.T, 0))
+        close(two(xa)[0], np.maximum(xa @ w.T, 0))
