@@ -26,6 +26,7 @@ from tdsl.lru import LRU, env_entries
 from tdsl.schedule import create_schedule
 from tdsl.structural import structural_hash
 from tdsl.tensor import Tensor
+from tdsl.visitor import free_vars
 
 from . import opset
 from .ir import GraphError, Node, Value
@@ -59,11 +60,17 @@ class Kernel:
 
 
 def _dim_vars(shapes: Sequence[tuple]) -> dict:
-    """Derived (non-Var, non-constant) dimensions -> one fresh size variable each."""
+    """Derived (non-Var, non-constant) dimensions that the kernel could not bind (some
+    variable of theirs is no plain dimension of any input) -> one fresh size variable
+    each.  The others stay as they are, so that they still equal the same expressions
+    computed inside the kernel (a reshape's ``n * 4``)."""
+    plain = {id(d) for shape in shapes for d in shape if isinstance(d, Var)}
     fresh: dict[str, Var] = {}
     for shape in shapes:
         for d in shape:
             if isinstance(d, Expr) and not isinstance(d, (Var, Const)):
+                if all(id(v) in plain for v in free_vars(d)):
+                    continue
                 key = str(d)
                 if key not in fresh:
                     fresh[key] = td.var(f"d{len(fresh)}")

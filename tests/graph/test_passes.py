@@ -217,3 +217,27 @@ def test_scalar_constants_stay_0d_and_are_immediates(rng):
     assert y1.dtype == np.float32 and z1.dtype == np.float32
     close(y1, xa * 2.5)
     close(z1, xa / 4)
+
+
+def test_layout_only_matmul_operands_are_read_in_place(rng):
+    n, s = td.var("n"), td.var("s")
+    b = Builder()
+    q = b.input((n, s, 3, 8), name="q")                      # (batch, seq, heads, dim)
+    k = b.input((n, s, 3, 8), name="k")
+    qh = b.op("transpose", q, axes=(0, 2, 1, 3))
+    kh = b.op("transpose", k, axes=(0, 2, 1, 3))
+    e = b.op("exp", k)                                       # not layout-only: its own kernel
+    y = b.op("matmul", qh, kh, transpose_b=True)
+    b.output(y, b.op("matmul", b.op("transpose", e, axes=(0, 2, 1, 3)), qh, transpose_a=True))
+    cg = compile_graph(b.graph)
+    fused = [ops for _, ops in cg.report.fused]
+    # k's permute is read in place by its one matmul; q's (two readers) and the permute of
+    # exp(k) (not layout-only) are materialized
+    assert fused == [["transpose", "reshape"], ["transpose", "reshape", "matmul"],
+                     ["exp", "transpose", "reshape"], ["matmul"]]
+    for seq in (1, 6):
+        qa, ka = rand(rng, 2, seq, 3, 8), rand(rng, 2, seq, 3, 8)
+        y1, y2 = cg(qa, ka)
+        qt, kt = qa.transpose(0, 2, 1, 3), ka.transpose(0, 2, 1, 3)
+        close(y1, qt @ np.swapaxes(kt, -1, -2))
+        close(y2, np.swapaxes(np.exp(kt), -1, -2) @ qt)

@@ -19,7 +19,11 @@ The rules (TVM's and Inductor's, on the graph ops' ``opset.Kind``):
 3. elementwise and injective nodes join the group of the value they extend when it has no
    other reader; otherwise they start an elementwise group, which later becomes a prologue
    (rule 2) or stays a kernel of its own;
-4. a value read by several steps, or a graph output, is materialized (ends its group).
+4. a value read by several steps, or a graph output, is materialized (ends its group);
+5. a ``matmul`` operand computed only by layout ops (transpose, reshape: attention's
+   heads-first permutes) is read through them, not materialized: the GEMM packs its
+   operand panels anyway.  (Not for dense/conv2d, whose inner loops would pay the
+   index arithmetic of a transposed view on every load.)
 """
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ from typing import Union
 
 from ..ir import Graph, Node, Value
 from ..opset import Kind, kind
+
+
+#: Ops that only move data (rule 5).
+LAYOUT_OPS = frozenset({"transpose", "reshape"})
 
 
 @dataclass(eq=False)
@@ -147,6 +155,12 @@ def fuse(graph: Graph) -> list[Step]:
             continue
         g = Group(k)
         steps.append(g)
+        if n.op == "matmul":   # rule 5: layout-only operands are read in place
+            for v in n.inputs:
+                pg = open_group(v)
+                if (pg is not None and pg.kind is Kind.ELEMWISE and only_reader(v, n)
+                        and all(m.op in LAYOUT_OPS for m in pg.nodes)):
+                    absorb(g, pg)
         if k in (Kind.ROW, Kind.REDUCE):
             for v in n.inputs:
                 pg = open_group(v)
