@@ -10,7 +10,7 @@ from typing import Any, Optional
 import torch
 
 from ..graph import Value
-from .aten_ops import F32, _norm_dim, _operand, _reg, _static, aten
+from .aten_ops import F32, _norm_dim, _only_first_output, _operand, _reg, _static, aten
 from .errors import Unsupported
 from .importer import Context, _constant_value
 from .symbols import is_symbolic

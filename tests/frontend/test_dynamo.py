@@ -10,7 +10,7 @@ import torch._dynamo  # noqa: E402
 
 from tdsl.frontend import Backend  # noqa: E402
 
-from ._models import MLP, SmallCNN, WithCumprod, randomize_bn, rel_err  # noqa: E402
+from ._models import MLP, Block, SmallCNN, WithCumprod, randomize_bn, rel_err  # noqa: E402
 
 TOL = 1e-4
 
@@ -112,3 +112,17 @@ def test_options_reach_compile_graph(monkeypatch, tmp_path):
     with torch.no_grad():
         assert rel_err(f(x), model(x)) <= TOL
     assert seen == {"db": db, "num_threads": 1}
+
+
+def test_transformer_block_attention_kept_whole():
+    """Under aot_autograd sdpa arrives as _scaled_dot_product_flash_attention_for_cpu: one
+    graph 'attention' node, not a fallback."""
+    model = Block().eval()
+    be = Backend()
+    f = torch.compile(model, backend=be)
+    ids = torch.randint(0, 40, (2, 6))
+    with torch.no_grad():
+        assert rel_err(f(ids), model(ids)) <= TOL
+    rep = be.compiles[-1]
+    assert not rep.eager and rep.fallbacks == {}, str(rep)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in rep.imported.mapped
