@@ -13,6 +13,7 @@ of spinning (``rest_pool``): they would otherwise take the cores PyTorch's own t
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import threading
 import time
 from collections import OrderedDict
@@ -104,6 +105,14 @@ def _pool_rest() -> tuple[Callable[[], None], Callable[[], None]]:
     return sleep, wake
 
 
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous array (``ctypes.c_char.from_buffer`` where the
+    array is writable: several times cheaper than ``a.ctypes.data``)."""
+    if a.flags.writeable and a.nbytes:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    return a.ctypes.data
+
+
 class Executable:
     """One memory plan with each kernel's native function and argument list ready."""
 
@@ -120,11 +129,15 @@ class Executable:
         self.arrays: dict = {}     # per call: ("input"/"output", i) -> array
         self._keep: list = []
         self._lock = threading.Lock()
+        generic = False
         for s in cg.steps:
             if isinstance(s, Group):
-                self._kernel(cg.kernels[id(s)], cg.num_threads, raise_status)
+                generic |= self._kernel(cg.kernels[id(s)], cg.num_threads, raise_status)
             elif isinstance(s, Fallback):
                 self._fallback(s, cg.rest_pool)
+        # the per-call arrays by root: for fallbacks, generic launches and copied outputs
+        self.needs_arrays = generic or bool(self.copy_out) or any(
+            isinstance(s, Fallback) for s in cg.steps)
 
     # -- arrays of values ---------------------------------------------------------------------
     def _static(self, v: Value) -> "np.ndarray | None":
@@ -142,7 +155,8 @@ class Executable:
             return a
         return self.arrays[(r.kind, r.index)].reshape(self.plan.shapes[id(v)])
 
-    def _kernel(self, k: Kernel, num_threads: Optional[int], raise_status: Any) -> None:
+    def _kernel(self, k: Kernel, num_threads: Optional[int], raise_status: Any) -> bool:
+        """Prepare ``k``'s launch; True when it takes the generic (per-call array) path."""
         mod = k.module
         vals = list(k.inputs) + [k.output]
         arrays = []
@@ -162,7 +176,7 @@ class Executable:
             def run(mod=mod, vals=vals) -> None:   # generic path (externs, other targets)
                 mod(*[self._dynamic(v) for v in vals])
             self.runs.append(run)
-            return
+            return True
         fn = mod._cfunc()
         c = mod.compiled
         entry = k.name
@@ -173,7 +187,6 @@ class Executable:
                 if st:
                     raise_status(st, entry)
         else:
-            import ctypes
             from tdsl.runtime.threads import note_thread_pool_use, thread_pool_usable
             from tdsl.backends.llvm.parallel import thread_count_symbol
             n = (num_threads or mod.num_threads) if thread_pool_usable() else 1
@@ -189,6 +202,7 @@ class Executable:
                 if st:
                     raise_status(st, entry)
         self.runs.append(run)
+        return False
 
     def _fallback(self, s: Fallback, rest_pool: bool) -> None:
         import torch
@@ -230,12 +244,13 @@ class Executable:
     def _run(self, inputs: list) -> list:
         arrays = self.arrays
         outs = [np.empty(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
-        ptr_in = [a.ctypes.data for a in inputs]
-        ptr_out = [o.ctypes.data for o in outs]
-        for i, a in enumerate(inputs):
-            arrays[("input", i)] = a
-        for i, o in enumerate(outs):
-            arrays[("output", i)] = o
+        ptr_in = [_address(a) for a in inputs]
+        ptr_out = [_address(o) for o in outs]
+        if self.needs_arrays:
+            for i, a in enumerate(inputs):
+                arrays[("input", i)] = a
+            for i, o in enumerate(outs):
+                arrays[("output", i)] = o
         for args, pos, kind, idx in self.patches:
             args[pos] = ptr_in[idx] if kind == "input" else ptr_out[idx]
         try:
@@ -289,6 +304,8 @@ class CompiledGraph:
         self._vars = self._input_vars()
         # plans hold their intermediate buffers: keep the most recently used bindings only
         self._plans: "OrderedDict[tuple, Executable]" = OrderedDict()
+        self._by_shape: dict = {}     # input shapes -> plan (checked once, then trusted)
+        self._dtypes = [np.dtype(v.dtype) for v in self.optimized.inputs]
         self.report.compile_s = time.perf_counter() - t0
 
     def _build_all(self, threads: Optional[int]) -> None:
@@ -354,10 +371,13 @@ class CompiledGraph:
         for i, a in enumerate(args):
             if not isinstance(a, np.ndarray):
                 if hasattr(a, "detach") and hasattr(a, "numpy"):
-                    if a.device.type != "cpu":
-                        raise DTypeError(f"compiled graph: input {i} is on {a.device}; "
-                                         f"pass a CPU tensor")
-                    a = a.detach().numpy()
+                    try:
+                        a = a.numpy()               # zero-copy; the common case first
+                    except (RuntimeError, TypeError):
+                        if a.device.type != "cpu":
+                            raise DTypeError(f"compiled graph: input {i} is on {a.device}; "
+                                             f"pass a CPU tensor") from None
+                        a = a.detach().resolve_conj().resolve_neg().numpy()
                 else:
                     a = np.asarray(a)
             if not a.flags.c_contiguous:
@@ -374,14 +394,19 @@ class CompiledGraph:
             self._plans[key] = ex
             while len(self._plans) > max(1, env_entries(PLANS_ENV_VAR, 16)):
                 self._plans.popitem(last=False)   # its buffers go with it
+                self._by_shape.clear()
         else:
             self._plans.move_to_end(key)
         return ex
 
     def __call__(self, *inputs: Any) -> list:
         arrays = self._inputs(inputs)
-        env = self._bind(arrays)
-        return self.plan(env)(arrays)
+        key = tuple(a.shape for a in arrays)
+        ex = self._by_shape.get(key)
+        if ex is None or any(a.dtype != d for a, d in zip(arrays, self._dtypes)):
+            ex = self.plan(self._bind(arrays))     # the full check, then the fast path
+            self._by_shape[key] = ex
+        return ex(arrays)
 
     def tasks(self) -> list:
         """``[(kernel name, [placeholders..., output], weight)]``: the distinct kernels (by
