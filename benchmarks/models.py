@@ -276,7 +276,7 @@ def profile_eager(name: str, threads: int, batch: int, size: str, top: int = 8) 
 def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
                  top: int = 10) -> str:
     """Where a tdsl-compiled model's time goes: each kernel's (and fallback's) own time, the
-    median over ``calls`` calls, the ``top`` ones as markdown lines, and the runtime's overhead (the
+    median over ``calls`` calls (thread CPU time at one thread), the ``top`` ones as markdown lines, and the runtime's overhead (the
     whole call less the sum of its steps).  Reaches into ``tdsl.graph.runtime`` (an
     Executable's ``runs``, one per kernel or fallback step); says so when that changed."""
     import torch
@@ -306,12 +306,15 @@ def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
         else:
             labels.append(f"fallback {st.node.attrs.get('name', 'op')}")
     spent: list[list[float]] = [[] for _ in steps]
+    # One thread: CPU time of this thread, which a busy machine's preemptions do not inflate
+    # (a whole call of 100 ms is preempted often, a 1 ms kernel seldom); else wall time.
+    clock = time.thread_time if threads == 1 else time.perf_counter
 
     def timed(i: int, run: Callable[[], None]) -> Callable[[], None]:
         def go() -> None:
-            t = time.perf_counter()
+            t = clock()
             run()
-            spent[i].append(time.perf_counter() - t)
+            spent[i].append(clock() - t)
         return go
 
     plain = list(exe.runs)
@@ -319,9 +322,9 @@ def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
     with torch.no_grad():
         compiled(*inputs)
         for _ in range(calls):
-            t = time.perf_counter()
+            t = clock()
             compiled(*inputs)
-            wholes.append(time.perf_counter() - t)
+            wholes.append(clock() - t)
         exe.runs[:] = [timed(i, r) for i, r in enumerate(plain)]
         try:
             for _ in range(calls):
@@ -331,7 +334,8 @@ def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
     whole = statistics.median(wholes)   # medians: a shared machine preempts now and then
     per = [statistics.median(x) for x in spent]
     total = sum(per) or 1e-12
-    lines = [f"{name} thr={threads} batch={batch}: tdsl {whole * 1e3:.2f} ms per call "
+    what = "CPU" if threads == 1 else "wall"
+    lines = [f"{name} thr={threads} batch={batch}: tdsl {whole * 1e3:.2f} ms {what} per call "
              f"(compile {compile_s:.1f} s), {len(steps)} steps, kernels+fallbacks "
              f"{total * 1e3:.2f} ms, runtime overhead {(whole - total) * 1e6 / len(steps):.1f}"
              f" us per step"]
