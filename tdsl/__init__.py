@@ -34,10 +34,14 @@ _LAZY_MODULES = ("interpreter", "autotune", "ops", "integrations", "backends", "
 
 
 def __getattr__(name: str):
-    """Lazy attributes: ``tdsl.to_torch`` and the modules in ``_LAZY_MODULES``."""
+    """Lazy attributes: ``tdsl.to_torch``, ``tdsl.compile`` (a PyTorch model as tdsl kernels,
+    ``tdsl.frontend.api.compile``) and the modules in ``_LAZY_MODULES``."""
     if name == "to_torch":
         from tdsl.integrations.torch import to_torch
         return to_torch
+    if name == "compile":
+        from tdsl.frontend.api import compile
+        return compile
     if name in _LAZY_MODULES:
         import importlib
         try:
@@ -49,4 +53,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY_MODULES) | {"to_torch"})
+    return sorted(set(globals()) | set(_LAZY_MODULES) | {"to_torch", "compile"})

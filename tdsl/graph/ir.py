@@ -97,8 +97,10 @@ class Node:
 
 
 def constant(array: Any, name: str = "") -> Value:
-    """A constant Value (a weight): its data is kept and may be folded or pre-packed."""
-    a = np.ascontiguousarray(array)
+    """A constant Value (a weight): its data is kept and may be folded or pre-packed.
+    A 0-d array or NumPy scalar stays 0-d: a scalar, an immediate in the kernels."""
+    a = np.asarray(array)
+    a = np.ascontiguousarray(a) if a.ndim else a.copy()
     return Value(a.shape, str(a.dtype), name=name, const=a)
 
 

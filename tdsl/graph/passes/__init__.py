@@ -1,0 +1,61 @@
+"""Graph passes: constant folding, batch-norm folding, dead code, common subexpressions,
+decompositions (attention) and fusion into kernels (``fusion.fuse``).
+
+``optimize(graph)`` runs them in order on a copy and returns it with what each did.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import Graph
+from .cleanup import eliminate_common_subexpressions, eliminate_dead_code
+from .decompose import decompose
+from .flatten import flatten_anchors, merge_reshapes, sink_reshapes
+from .fold import fold_batch_norm, fold_constants
+from .fusion import Alias, Fallback, Group, fuse
+from .prepack import prepack_weights
+from .recompute import recompute_cheap
+from .rewrite import clone
+
+__all__ = ["optimize", "PassStats", "fold_constants", "fold_batch_norm", "eliminate_dead_code",
+           "eliminate_common_subexpressions", "decompose", "fuse", "Group", "Alias",
+           "Fallback", "clone"]
+
+
+@dataclass
+class PassStats:
+    """What the passes changed (printed in the compile report)."""
+
+    folded_constants: int = 0
+    folded_batch_norms: int = 0
+    merged_common: int = 0
+    removed_dead: int = 0
+    decomposed: int = 0
+    flattened: int = 0
+    sunk_reshapes: int = 0
+    recomputed: int = 0
+    prepacked: int = 0
+
+
+def optimize(graph: Graph) -> tuple[Graph, PassStats]:
+    """A rewritten copy of ``graph`` (the input is left unchanged) and the pass statistics."""
+    g = clone(graph)
+    g.verify()
+    st = PassStats()
+    st.removed_dead += eliminate_dead_code(g)
+    st.decomposed += decompose(g)
+    st.folded_constants += fold_constants(g)
+    st.merged_common += eliminate_common_subexpressions(g)
+    st.folded_batch_norms += fold_batch_norm(g)
+    st.folded_constants += fold_constants(g)
+    st.merged_common += eliminate_common_subexpressions(g)
+    st.prepacked += prepack_weights(g)
+    st.flattened += flatten_anchors(g)
+    st.sunk_reshapes += sink_reshapes(g)
+    merge_reshapes(g)
+    st.folded_constants += fold_constants(g)
+    st.merged_common += eliminate_common_subexpressions(g)
+    st.removed_dead += eliminate_dead_code(g)
+    st.recomputed += recompute_cheap(g)
+    g.verify()
+    return g, st
