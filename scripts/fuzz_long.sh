@@ -6,8 +6,8 @@
 # JSON-replayed under 4 PYTHONHASHSEEDs, test_fuzz_replay_seeds.py).  Prints how many
 # schedules ran, were refused and passed (the "tdsl schedule fuzzer" section), then
 # hypothesis's per-family statistics.
-# Shapes that reach bugs being fixed elsewhere are off: tests/fuzz/test_fuzz_dtypes.py's
-# OPTIONS (tests/fuzz/dtype_exprs.py says what each switches on).
+# Every generator shape is on (tests/fuzz/test_fuzz_dtypes.py's OPTIONS; tests/fuzz/dtype_exprs.py
+# says what each switches on).
 # A family stops generating at its first failure (hypothesis then shrinks it), so on a
 # tree with bugs fewer schedules run; the counts say how many.
 # Extra arguments go to pytest (e.g. -k symbolic, --hypothesis-seed=1).

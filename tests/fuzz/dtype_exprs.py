@@ -125,7 +125,7 @@ def _cast_np(x: np.ndarray, dt: str) -> np.ndarray:
         return x != 0
     if x.dtype == np.bool_:
         return x.astype(np_dtype(dt))
-    if dt in INTS and x.dtype.kind == "f":
+    if dt in INTS and str(x.dtype) in FLOATS:   # bfloat16's NumPy kind is "V", not "f"
         return _float_to_int(x, dt)
     return x.astype(np_dtype(dt))      # integers wrap (C casts), floats round to nearest
 

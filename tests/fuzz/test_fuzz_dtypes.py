@@ -7,8 +7,8 @@ an intermediate stage may be an argument of the built function.  A random schedu
 and by LLVM, compared exactly with an independent NumPy evaluation, and its trace
 replayed (tests/fuzz/check_dtypes.py).
 
-``OPTIONS`` leaves off the generator shapes that reach bugs tracked separately (see
-tests/fuzz/dtype_exprs.py): switch them on once those are fixed.
+``OPTIONS`` switches on every generator shape (tests/fuzz/dtype_exprs.py), including those
+that reached r26-r29 before they were fixed.
 """
 import pytest
 from hypothesis import HealthCheck, Phase, given, note, settings
@@ -23,9 +23,9 @@ from tests.fuzz.stats import COUNTS
 
 EXAMPLES = settings.default.max_examples
 #: r26 (reductions in if_then_else), r27 (k.astype), r28 (float16<->bfloat16 on LLVM) and
-#: r29 (float->int of NaN/inf/out of range) are being fixed in other branches
-OPTIONS = Options(reduce_in_select=False, reduce_axis_astype=False, f16_bf16_casts=False,
-                  saturating_casts=False)
+#: r29 (float->int of NaN/inf/out of range): fixed, so generated too
+OPTIONS = Options(reduce_in_select=True, reduce_axis_astype=True, f16_bf16_casts=True,
+                  saturating_casts=True)
 FAMILIES = {"mixed_dtypes": dict(symbolic=False), "mixed_dtypes_symbolic": dict(symbolic=True)}
 
 
