@@ -160,6 +160,9 @@ class JobResult:
     #: each task's roofline floor (seconds; 0: none known) at the end: how far its best is
     #: from what its memory traffic and FLOPs allow (the scheduler's reason to stop)
     floors: list[float] = field(default_factory=list)
+    #: after each round: (elapsed s, trials measured, the task, its best record then) --
+    #: what a benchmark re-times to draw the job's curve with comparable figures
+    best_at: list = field(default_factory=list)
 
     @property
     def weighted_latency(self) -> float:
@@ -268,6 +271,9 @@ def stream_bandwidth(nbytes: int, threads: int = 1) -> float:
     return 4 * c.nbytes * reps / best
 
 
+#: how ``TaskScheduler`` shares the trials among the tasks
+STRATEGIES = ("gradient", "round-robin", "sequential")
+
 #: a dtype's share of the float32 peak (vector lanes of that width); others: no compute floor
 _PEAK_SHARE = {"float32": 1.0, "float64": 0.5}
 
@@ -304,7 +310,10 @@ class TaskScheduler:
     ``weights``: how often each task's kernel runs (default 1 each);
     ``batch_size``: candidates measured per round; ``tuner``: ``"xgb"`` or
     ``"random"``; ``alpha``, ``beta``, ``backward_window``, ``eps_greedy``: the
-    gradient's parameters; ``strategy``: ``"gradient"`` or ``"round-robin"``;
+    gradient's parameters; ``strategy``: ``"gradient"``, ``"round-robin"`` or
+    ``"sequential"`` (after the warm-up, each task in turn until it has had its equal share of
+    the trials and of the time: tuning the tasks one after another, the baseline a scheduler
+    must beat);
     ``early_stopping``: a task stops after that many trials without a better one;
     ``callbacks``: ``cb(scheduler, task_index, inputs, results)`` after each round;
     ``memory_bandwidth``, ``cache_bandwidth`` (bytes/s) and ``peak_flops`` (the float32
@@ -334,8 +343,8 @@ class TaskScheduler:
                 any(not (w > 0 and math.isfinite(w)) for w in self.weights):
             raise TuningError(f"TaskScheduler: weights must be one finite positive number per "
                               f"task ({len(self.tasks)}), got {list(self.weights)}")
-        if strategy not in ("gradient", "round-robin"):
-            raise TuningError(f"TaskScheduler: strategy must be 'gradient' or 'round-robin', "
+        if strategy not in STRATEGIES:
+            raise TuningError(f"TaskScheduler: strategy must be one of {STRATEGIES}, "
                               f"got {strategy!r}")
         if tuner not in ("xgb", "random"):
             raise TuningError(f"TaskScheduler: tuner must be 'xgb' or 'random', got {tuner!r}")
@@ -366,6 +375,10 @@ class TaskScheduler:
         self.cache_bytes = last_level_cache_bytes()
         #: each live task's gradient at the last choice by gradient (for ``callbacks``)
         self.gradients: dict[int, float] = {}
+        #: "sequential": each task's share of the trials and seconds, and its seconds so far
+        self.share_trials: float = math.inf
+        self.share_time: float = math.inf
+        self.spent = [0.0] * len(self.tasks)
 
     def _tuner(self, i: int) -> Any:
         from .tuner import RandomTuner, XGBTuner
@@ -402,6 +415,9 @@ class TaskScheduler:
         rounds = [0] * n
         alive = [True] * n
         bar = _Bar(trials, time_budget, progress)
+        self.share_trials = budget / n if trials is not None else math.inf
+        self.share_time = time_budget / n if time_budget is not None else math.inf
+        self.spent = [0.0] * n
 
         def over() -> bool:
             job_done = sum(s.done for s in sessions)
@@ -417,6 +433,7 @@ class TaskScheduler:
                 if not alive[i]:
                     continue
                 before = sessions[i].res.trials
+                started = time.perf_counter()
                 # a warm-up round measures just the untuned programs: a baseline for every
                 # task at little cost, before the budget goes where it gains the most
                 size = len(sessions[i].defaults) if not rounds[i] and sessions[i].defaults \
@@ -425,12 +442,15 @@ class TaskScheduler:
                     alive[i] = False
                     continue
                 rounds[i] += 1
+                self.spent[i] += time.perf_counter() - started
                 history[i].append(sessions[i].best_cost)
                 result.rounds.append(i)
                 result.trials[i] = sessions[i].res.trials
                 result.best[i] = tuners[i].best_record
                 wl = weighted_latency(result.best, self.weights)
                 result.curve.append((time.perf_counter() - t0, sum(result.trials), wl))
+                result.best_at.append((time.perf_counter() - t0, sum(result.trials), i,
+                                       result.best[i]))
                 bar.update(sessions[i].res.trials - before, self.tasks[i].name, wl,
                            time.perf_counter() - t0)
             if remeasure_top > 0 and remeasure_rounds > 0:
@@ -494,7 +514,12 @@ class TaskScheduler:
                 rounds: Sequence[int], alive: Sequence[bool]) -> int:
         """The task of the next round (see the module docstring)."""
         live = [i for i in range(len(sessions)) if alive[i]]
-        if self.strategy == "round-robin":
+        if self.strategy == "sequential":
+            for i in live:
+                if sessions[i].done < self.share_trials and self.spent[i] < self.share_time:
+                    return i
+            # every share used up (a task ended early, or rounding): the rest round-robin
+        if self.strategy != "gradient":
             return min(live, key=lambda i: (rounds[i], i))
         if self.rng.random() < self.eps_greedy:
             return self.rng.choice(live)
