@@ -316,6 +316,8 @@ class TaskScheduler:
     must beat);
     ``early_stopping``: a task stops after that many trials without a better one;
     ``callbacks``: ``cb(scheduler, task_index, inputs, results)`` after each round;
+    ``transfer``: each task's model also trains on the other tasks' records of the job;
+    ``pretrained``: the tuners' pre-trained cost model (``XGBTuner``; default ``"auto"``);
     ``memory_bandwidth``, ``cache_bandwidth`` (bytes/s) and ``peak_flops`` (the float32
     FLOP/s of the kernels' threads): the roofs of the tasks' floors (None: measured when
     tuning starts; 0: no floor of that kind; for a runner on other machines, give theirs).
@@ -329,7 +331,7 @@ class TaskScheduler:
                  backward_window: int = 3, eps_greedy: float = 0.05,
                  strategy: str = "gradient", early_stopping: "int | None" = None,
                  callbacks: Sequence[Callable] = (), transfer: bool = False,
-                 memory_bandwidth: "float | None" = None,
+                 pretrained: Any = "auto", memory_bandwidth: "float | None" = None,
                  cache_bandwidth: "float | None" = None, peak_flops: "float | None" = None):
         self.tasks = list(tasks)
         if not self.tasks:
@@ -362,6 +364,7 @@ class TaskScheduler:
         self.early_stopping = early_stopping
         self.callbacks = list(callbacks)
         self.transfer = transfer
+        self.pretrained = pretrained
         self.rng = random.Random(seed)
         self.similar = _similar(self.tasks)
         self.bytes = [_bytes(t, written_twice=True) for t in self.tasks]   # memory traffic
@@ -386,7 +389,8 @@ class TaskScheduler:
         if self.tuner_kind == "random":
             return RandomTuner(task, seed=self.seed + i)
         return XGBTuner(task, seed=self.seed + i,
-                        transfer_from=self.database if self.transfer else None)
+                        transfer_from=self.database if self.transfer else None,
+                        pretrained=self.pretrained)
 
     def tune(self, trials: "int | None" = None, time_budget: "float | None" = None,
              remeasure_top: int = 3, remeasure_rounds: int = 3,
@@ -593,10 +597,12 @@ def tune_tasks(tasks: Sequence[Task], trials: "int | None" = None,
                tuner: str = "xgb", seed: int = 0, strategy: str = "gradient",
                early_stopping: "int | None" = None, remeasure_top: int = 3,
                remeasure_rounds: int = 3, progress: bool = True,
-               callbacks: Sequence[Callable] = (), transfer: bool = False) -> JobResult:
+               callbacks: Sequence[Callable] = (), transfer: bool = False,
+               pretrained: Any = "auto") -> JobResult:
     """Tune ``tasks`` together under one budget (``trials`` in total and/or
     ``time_budget`` seconds), all records into ``db``; see ``TaskScheduler``."""
     sched = TaskScheduler(tasks, weights, db, measure_option, tuner=tuner, seed=seed,
                           batch_size=batch_size, strategy=strategy,
-                          early_stopping=early_stopping, callbacks=callbacks, transfer=transfer)
+                          early_stopping=early_stopping, callbacks=callbacks, transfer=transfer,
+                          pretrained=pretrained)
     return sched.tune(trials, time_budget, remeasure_top, remeasure_rounds, progress)

@@ -523,7 +523,11 @@ class XGBTuner(Tuner):
     ``epsilon``: share of each batch drawn at random (exploration);
     ``objective``: one of ``cost_model.OBJECTIVES`` (default ``DEFAULT_OBJECTIVE``);
     ``transfer_from``: a database (or records) whose records of *other* tasks
-    with the same target pre-train the model.
+    with the same target pre-train the model;
+    ``pretrained``: a cost model pre-trained on this CPU (``autotune.pretrain``) to start
+    from and fine-tune on the task's records: ``"auto"`` (default: this CPU's model when
+    ``python -m tdsl.autotune.pretrain`` has made one, else none), ``"off"``/None, a file,
+    or a ``PretrainedModel``; one made on another CPU is ignored with a warning.
 
     Online adaptation: the model is retrained after every batch on all records so
     far, each weighted by its age — a record's weight halves every ``half_life``
@@ -535,7 +539,7 @@ class XGBTuner(Tuner):
                  seed: int = 0, search: "EvolutionarySearch | None" = None,
                  transfer_from: "Database | str | Iterable[Record] | None" = None,
                  num_rounds: "int | None" = None, nthread: int = 1,
-                 half_life: float = 2.0):
+                 half_life: float = 2.0, pretrained: Any = "auto"):
         super().__init__(task, seed)
         kwargs: dict = {"nthread": nthread, "seed": seed}
         if num_rounds is not None:
@@ -543,6 +547,10 @@ class XGBTuner(Tuner):
         if objective:
             kwargs["objective"] = objective
         self.model = XGBoostCostModel(**kwargs)
+        from .pretrain import resolve
+        self.pretrained = resolve(pretrained, self.model.objective)
+        if self.pretrained is not None:
+            self.model.base = self.pretrained.booster()
         self.epsilon = epsilon
         self.half_life = half_life
         self.search = search or EvolutionarySearch()
@@ -610,8 +618,10 @@ class XGBTuner(Tuner):
         if not self.model.trained:
             return self.pool.random_valid(n, self.rng, self.measured)
         own = sum(1 for g in self.groups if g == self.task.key)
-        # a model trained only on other tasks (transfer) gets more exploration at first
-        eps = self.epsilon if own >= n else max(self.epsilon, 0.5)
+        # a model trained only on other tasks (transfer) gets more exploration at first; a
+        # pre-trained one was trained on many operators of this CPU: a little less
+        eps = self.epsilon if own >= n else \
+            max(self.epsilon, 0.25 if self.pretrained is not None else 0.5)
         n_random = max(0, int(round(n * eps)))
         seeds = [p for _, p in sorted(self.top_points)[:32]]
         out = self.search.propose(self.pool, self.model, n - n_random, self.measured, seeds,
@@ -632,7 +642,8 @@ class XGBTuner(Tuner):
         self._retrain()
 
     def _retrain(self, force: bool = False) -> None:
-        if len(self.X) >= 8 or (force and len(self.X) >= 2):
+        # a pre-trained model is fine-tuned from the first records on
+        if len(self.X) >= 8 or ((force or self.model.base is not None) and len(self.X) >= 2):
             with self.phases("train"):
                 self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups),
                                weights=self.weights())
