@@ -40,6 +40,12 @@ import numpy as np
 
 for _k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_k, None)
+# The build cache off: every run builds its own candidates (the runs measure the same seeded
+# random candidates, so with the cache on the runs after the first found their builds done
+# and looked faster per trial -- in the first quick run the first run's curve started ~70 s
+# after the others').  --build-cache keeps it.
+if "--build-cache" not in sys.argv:
+    os.environ["TDSL_CACHE_DIR"] = "off"
 
 import tdsl as td  # noqa: E402
 from tdsl import autotune  # noqa: E402
@@ -144,6 +150,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="threads of every kernel, tuned and re-timed (default: all CPUs; 1 "
                         "gives steadier figures on a loaded machine)")
+    p.add_argument("--build-cache", action="store_true",
+                   help="keep the LLVM build cache on (default off: runs after the first "
+                        "would find the same seeded candidates built)")
     p.add_argument("--plot", default=None,
                    help="PNG of the curves (default benchmarks/results/jobs_<suite>.png)")
     ns = p.parse_args()
