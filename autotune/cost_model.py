@@ -32,8 +32,8 @@ up: online adaptation).  A model may start from a pre-trained booster (``base``,
 ``autotune.pretrain``: trees fitted on records of many operators on this CPU): it ranks
 before any record of the task is measured, and ``fit`` fine-tunes it -- adds
 ``finetune_rounds`` trees fitted to the job's own records on top of the base's
-predictions (the base itself is never changed).  ``RandomModel`` is the baseline.  XGBoost runs with one
-thread by default: two threads contend with measurement on a small machine.
+predictions (the base itself is never changed).  ``RandomModel`` is the baseline.
+XGBoost runs with one thread by default: two threads contend with measurement on a small machine.
 """
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ def _records(n_tasks=4, per=40, seed=0, sign=1.0):
 
 def _saved(tmp_path, key=None, name="m.json"):
     X, y, g = _records()
-    model = pretrain.train(X, y, g, rounds=30)
+    model = pretrain.train(X, y, g, rounds=15)
     return pretrain.save(model, tmp_path / name, key=key), model
 
 
