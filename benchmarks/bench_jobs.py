@@ -64,13 +64,13 @@ def option(timeout: float) -> autotune.MeasureOption:
         n_threads=int(threads) if threads else None))
 
 
-def run_job(tasks, weights, strategy, trials, budget, batch, db, timeout):
+def run_job(tasks, weights, strategy, trials, budget, batch, db, timeout, pretrained="off"):
     """``tune_tasks`` with ``strategy``; returns the JobResult and the wall seconds."""
     t0 = time.perf_counter()
     job = autotune.tune_tasks(tasks, trials=trials, time_budget=budget, db=db, weights=weights,
                               measure_option=option(timeout), batch_size=batch,
                               strategy=strategy, remeasure_top=3, remeasure_rounds=2,
-                              progress=True)
+                              progress=True, pretrained=pretrained)
     return job, time.perf_counter() - t0
 
 
@@ -145,6 +145,13 @@ def main() -> None:
                         "tdsl.ops calls (default) or by hand, or a model's tasks")
     p.add_argument("--strategies", default="gradient,round-robin,sequential",
                    help="comma-separated allocations to compare (task_scheduler.STRATEGIES)")
+    p.add_argument("--pretrained", default="off",
+                   help="the tuners' pre-trained cost model: off (default), auto (this CPU's, "
+                        "python -m tdsl.autotune.pretrain) or a file; --compare-pretrained "
+                        "adds a gradient run with it")
+    p.add_argument("--compare-pretrained", default=None, metavar="MODEL",
+                   help="also run the gradient scheduler starting from this pre-trained model "
+                        "(a file or auto)")
     p.add_argument("--half", action="store_true",
                    help="also run the gradient scheduler with half the trials and time")
     p.add_argument("--threads", type=int, default=None,
@@ -170,9 +177,11 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="bench-jobs-")
     print(f"{ns.suite}: {len(tasks)} tasks, {trials} trials and {budget:.0f} s per run, batch "
           f"{ns.batch}, threads {ns.threads or 'all'}; databases in {tmp}", flush=True)
-    plan = [(st, st, trials, budget) for st in strategies]
+    plan = [(st, st, trials, budget, ns.pretrained) for st in strategies]
     if ns.half:
-        plan.append(("gradient/2", "gradient", trials // 2, budget / 2))
+        plan.append(("gradient/2", "gradient", trials // 2, budget / 2, ns.pretrained))
+    if ns.compare_pretrained:
+        plan.append(("gradient+pre", "gradient", trials, budget, ns.compare_pretrained))
     # One-off costs out of the first run's clock: each task's reference output (computed
     # once, cached on disk) and the process's first builds -- in the first quick run the
     # first run (gradient) took 225 s for 44 trials, the same trials sequentially 64 s.
@@ -182,9 +191,9 @@ def main() -> None:
                         remeasure_top=0, progress=False, pretrained="off")
     print(f"warm-up (references, first builds): {time.perf_counter() - t0:.0f} s", flush=True)
     runs = []                      # (column, db, JobResult)
-    for name, strategy, n, secs in plan:
-        db = os.path.join(tmp, name.replace("/", "_half") + ".db")
-        job, took = run_job(tasks, weights, strategy, n, secs, ns.batch, db, ns.run_timeout)
+    for name, strategy, n, secs, pre in plan:
+        db = os.path.join(tmp, name.replace("/", "_half").replace("+", "_") + ".db")
+        job, took = run_job(tasks, weights, strategy, n, secs, ns.batch, db, ns.run_timeout, pre)
         print(f"{name}: {took:.0f} s, {sum(job.trials)} trials, per task {job.trials}",
               flush=True)
         runs.append((name, db, job))
