@@ -28,14 +28,18 @@ The script prints the comparison for every objective.
 
 ``benchmarks/eval_cost_model.py`` compares them on held-out records of several
 operators.  ``fit`` takes per-record ``weights`` (the tuner weights recent batches
-up: online adaptation).  ``RandomModel`` is the baseline.  XGBoost runs with one
-thread by default: two threads contend with measurement on a small machine.
+up: online adaptation).  A model may start from a pre-trained booster (``base``, from
+``autotune.pretrain``: trees fitted on records of many operators on this CPU): it ranks
+before any record of the task is measured, and ``fit`` fine-tunes it -- adds
+``finetune_rounds`` trees fitted to the job's own records on top of the base's
+predictions (the base itself is never changed).  ``RandomModel`` is the baseline.
+XGBoost runs with one thread by default: two threads contend with measurement on a small machine.
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
@@ -93,16 +97,23 @@ class XGBoostCostModel:
     eta: float = 0.2
     nthread: int = 1
     seed: int = 0
+    #: a pre-trained ``xgboost.Booster`` to start from (same objective, ``pretrain``)
+    base: Any = None
+    #: trees added on top of ``base`` by each ``fit``
+    finetune_rounds: int = 20
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise TuningError(f"cost model objective must be one of {OBJECTIVES}, got "
                               f"{self.objective!r}")
+        if self.base is not None and self.packed:
+            raise TuningError("a pre-trained base model needs the 'reg' or 'rank' objective "
+                              f"(it scores the packed vector), not {self.objective!r}")
         self._booster = None
 
     @property
     def trained(self) -> bool:
-        return self._booster is not None
+        return self._booster is not None or self.base is not None
 
     @property
     def packed(self) -> bool:
@@ -155,20 +166,25 @@ class XGBoostCostModel:
             dm = xgb.DMatrix(X, label=label, qid=gid)
         else:
             dm = xgb.DMatrix(X, label=label, weight=w)
+        if self.base is not None:       # fine-tune: more trees on top of the base's scores
+            self._booster = xgb.train(self.params(), dm, num_boost_round=self.finetune_rounds,
+                                      xgb_model=self.base)
+            return
         self._booster = xgb.train(self.params(), dm, num_boost_round=self.num_rounds)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float32)
-        if self._booster is None:
+        booster = self._booster if self._booster is not None else self.base
+        if booster is None:
             return np.zeros(len(X))
         import xgboost as xgb
         if self.packed:
             from .features import unpack
             rows, prog = unpack(X)
-            p = self._booster.predict(xgb.DMatrix(rows), output_margin=True)
+            p = booster.predict(xgb.DMatrix(rows), output_margin=True)
             total = np.bincount(prog, weights=p, minlength=len(X))
             return -total if self.objective == "pack-sum" else total
-        return self._booster.predict(xgb.DMatrix(X))
+        return booster.predict(xgb.DMatrix(X))
 
 
 class RandomModel:

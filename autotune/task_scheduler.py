@@ -163,6 +163,9 @@ class JobResult:
     #: each task's roofline floor (seconds; 0: none known) at the end: how far its best is
     #: from what its memory traffic and FLOPs allow (the scheduler's reason to stop)
     floors: list[float] = field(default_factory=list)
+    #: after each round: (elapsed s, trials measured, the task, its best record then) --
+    #: what a benchmark re-times to draw the job's curve with comparable figures
+    best_at: list = field(default_factory=list)
 
     @property
     def weighted_latency(self) -> float:
@@ -273,6 +276,9 @@ def stream_bandwidth(nbytes: int, threads: int = 1,
     return 4 * c.nbytes * reps / best
 
 
+#: how ``TaskScheduler`` shares the trials among the tasks
+STRATEGIES = ("gradient", "round-robin", "sequential")
+
 #: a dtype's share of the float32 peak (vector lanes of that width); others: no compute floor
 _PEAK_SHARE = {"float32": 1.0, "float64": 0.5}
 
@@ -309,9 +315,14 @@ class TaskScheduler:
     ``weights``: how often each task's kernel runs (default 1 each);
     ``batch_size``: candidates measured per round; ``tuner``: ``"xgb"`` or
     ``"random"``; ``alpha``, ``beta``, ``backward_window``, ``eps_greedy``: the
-    gradient's parameters; ``strategy``: ``"gradient"`` or ``"round-robin"``;
+    gradient's parameters; ``strategy``: ``"gradient"``, ``"round-robin"`` or
+    ``"sequential"`` (after the warm-up, each task in turn until it has had its equal share of
+    the trials and of the time: tuning the tasks one after another, the baseline a scheduler
+    must beat);
     ``early_stopping``: a task stops after that many trials without a better one;
     ``callbacks``: ``cb(scheduler, task_index, inputs, results)`` after each round;
+    ``transfer``: each task's model also trains on the other tasks' records of the job;
+    ``pretrained``: the tuners' pre-trained cost model (``XGBTuner``; default ``"auto"``);
     ``memory_bandwidth``, ``cache_bandwidth`` (bytes/s) and ``peak_flops`` (the float32
     FLOP/s of the kernels' threads): the roofs of the tasks' floors (None: measured when
     tuning starts; 0: no floor of that kind; for a runner on other machines, give theirs).
@@ -325,7 +336,7 @@ class TaskScheduler:
                  backward_window: int = 3, eps_greedy: float = 0.05,
                  strategy: str = "gradient", early_stopping: "int | None" = None,
                  callbacks: Sequence[Callable] = (), transfer: bool = False,
-                 memory_bandwidth: "float | None" = None,
+                 pretrained: Any = "auto", memory_bandwidth: "float | None" = None,
                  cache_bandwidth: "float | None" = None, peak_flops: "float | None" = None):
         self.tasks = list(tasks)
         if not self.tasks:
@@ -339,8 +350,8 @@ class TaskScheduler:
                 any(not (w > 0 and math.isfinite(w)) for w in self.weights):
             raise TuningError(f"TaskScheduler: weights must be one finite positive number per "
                               f"task ({len(self.tasks)}), got {list(self.weights)}")
-        if strategy not in ("gradient", "round-robin"):
-            raise TuningError(f"TaskScheduler: strategy must be 'gradient' or 'round-robin', "
+        if strategy not in STRATEGIES:
+            raise TuningError(f"TaskScheduler: strategy must be one of {STRATEGIES}, "
                               f"got {strategy!r}")
         if tuner not in ("xgb", "random"):
             raise TuningError(f"TaskScheduler: tuner must be 'xgb' or 'random', got {tuner!r}")
@@ -358,6 +369,7 @@ class TaskScheduler:
         self.early_stopping = early_stopping
         self.callbacks = list(callbacks)
         self.transfer = transfer
+        self.pretrained = pretrained
         self.rng = random.Random(seed)
         self.similar = _similar(self.tasks)
         self.bytes = [_bytes(t, written_twice=True) for t in self.tasks]   # memory traffic
@@ -371,6 +383,10 @@ class TaskScheduler:
         self.cache_bytes = last_level_cache_bytes()
         #: each live task's gradient at the last choice by gradient (for ``callbacks``)
         self.gradients: dict[int, float] = {}
+        #: "sequential": each task's share of the trials and seconds, and its seconds so far
+        self.share_trials: float = math.inf
+        self.share_time: float = math.inf
+        self.spent = [0.0] * len(self.tasks)
 
     def _tuner(self, i: int) -> Any:
         from .tuner import RandomTuner, XGBTuner
@@ -378,7 +394,8 @@ class TaskScheduler:
         if self.tuner_kind == "random":
             return RandomTuner(task, seed=self.seed + i)
         return XGBTuner(task, seed=self.seed + i,
-                        transfer_from=self.database if self.transfer else None)
+                        transfer_from=self.database if self.transfer else None,
+                        pretrained=self.pretrained)
 
     def tune(self, trials: "int | None" = None, time_budget: "float | None" = None,
              remeasure_top: int = 3, remeasure_rounds: int = 3,
@@ -407,6 +424,9 @@ class TaskScheduler:
         rounds = [0] * n
         alive = [True] * n
         bar = _Bar(trials, time_budget, progress)
+        self.share_trials = budget / n if trials is not None else math.inf
+        self.share_time = time_budget / n if time_budget is not None else math.inf
+        self.spent = [0.0] * n
 
         def over() -> bool:
             job_done = sum(s.done for s in sessions)
@@ -422,6 +442,7 @@ class TaskScheduler:
                 if not alive[i]:
                     continue
                 before = sessions[i].res.trials
+                started = time.perf_counter()
                 # a warm-up round measures just the untuned programs: a baseline for every
                 # task at little cost, before the budget goes where it gains the most
                 size = len(sessions[i].defaults) if not rounds[i] and sessions[i].defaults \
@@ -430,12 +451,15 @@ class TaskScheduler:
                     alive[i] = False
                     continue
                 rounds[i] += 1
+                self.spent[i] += time.perf_counter() - started
                 history[i].append(sessions[i].best_cost)
                 result.rounds.append(i)
                 result.trials[i] = sessions[i].res.trials
                 result.best[i] = tuners[i].best_record
                 wl = weighted_latency(result.best, self.weights)
                 result.curve.append((time.perf_counter() - t0, sum(result.trials), wl))
+                result.best_at.append((time.perf_counter() - t0, sum(result.trials), i,
+                                       result.best[i]))
                 bar.update(sessions[i].res.trials - before, self.tasks[i].name, wl,
                            time.perf_counter() - t0)
             if remeasure_top > 0 and remeasure_rounds > 0:
@@ -499,7 +523,12 @@ class TaskScheduler:
                 rounds: Sequence[int], alive: Sequence[bool]) -> int:
         """The task of the next round (see the module docstring)."""
         live = [i for i in range(len(sessions)) if alive[i]]
-        if self.strategy == "round-robin":
+        if self.strategy == "sequential":
+            for i in live:
+                if sessions[i].done < self.share_trials and self.spent[i] < self.share_time:
+                    return i
+            # every share used up (a task ended early, or rounding): the rest round-robin
+        if self.strategy != "gradient":
             return min(live, key=lambda i: (rounds[i], i))
         if self.rng.random() < self.eps_greedy:
             return self.rng.choice(live)
@@ -573,10 +602,12 @@ def tune_tasks(tasks: Sequence[Task], trials: "int | None" = None,
                tuner: str = "xgb", seed: int = 0, strategy: str = "gradient",
                early_stopping: "int | None" = None, remeasure_top: int = 3,
                remeasure_rounds: int = 3, progress: bool = True,
-               callbacks: Sequence[Callable] = (), transfer: bool = False) -> JobResult:
+               callbacks: Sequence[Callable] = (), transfer: bool = False,
+               pretrained: Any = "auto") -> JobResult:
     """Tune ``tasks`` together under one budget (``trials`` in total and/or
     ``time_budget`` seconds), all records into ``db``; see ``TaskScheduler``."""
     sched = TaskScheduler(tasks, weights, db, measure_option, tuner=tuner, seed=seed,
                           batch_size=batch_size, strategy=strategy,
-                          early_stopping=early_stopping, callbacks=callbacks, transfer=transfer)
+                          early_stopping=early_stopping, callbacks=callbacks, transfer=transfer,
+                          pretrained=pretrained)
     return sched.tune(trials, time_budget, remeasure_top, remeasure_rounds, progress)

@@ -37,7 +37,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -46,10 +46,9 @@ from tdsl.errors import TDSLError, TuningError
 from tdsl.keywords import check_keywords
 
 from .codesize import emitted_nodes
-from .cost_model import XGBoostCostModel
 from .database import RETIME_PASS, Database, Record, best_records, claim_owner, open_database
 from .lease import TimingLease
-from .features import FEATURE_LEN, FEATURE_VERSION, extract_features
+from .features import FEATURE_VERSION, extract_features
 from .measure import MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult, measure_option
 from .phases import PhaseTimes, format_breakdown
 
@@ -58,7 +57,7 @@ DEFAULT_KEY = "__default__"
 #: The final re-measurement re-times an untuned program only when its search figure is
 #: within this factor of the best one's.
 REMEASURE_DEFAULT_WITHIN = 2.0
-from .search import CandidatePool, EvolutionarySearch
+from .search import CandidatePool
 from .task import Candidate, Task
 
 
@@ -517,122 +516,4 @@ class GridSearchTuner(Tuner):
         return out
 
 
-class XGBTuner(Tuner):
-    """Model-based tuner: an XGBoost cost model ranks candidates found by evolutionary search.
-
-    ``epsilon``: share of each batch drawn at random (exploration);
-    ``objective``: one of ``cost_model.OBJECTIVES`` (default ``DEFAULT_OBJECTIVE``);
-    ``transfer_from``: a database (or records) whose records of *other* tasks
-    with the same target pre-train the model.
-
-    Online adaptation: the model is retrained after every batch on all records so
-    far, each weighted by its age — a record's weight halves every ``half_life``
-    batches (records of earlier runs and of other tasks count as the oldest), so
-    the model follows the region the search is in now.
-    """
-
-    def __init__(self, task: Task, objective: "str | None" = None, epsilon: float = 0.1,
-                 seed: int = 0, search: "EvolutionarySearch | None" = None,
-                 transfer_from: "Database | str | Iterable[Record] | None" = None,
-                 num_rounds: "int | None" = None, nthread: int = 1,
-                 half_life: float = 2.0):
-        super().__init__(task, seed)
-        kwargs: dict = {"nthread": nthread, "seed": seed}
-        if num_rounds is not None:
-            kwargs["num_rounds"] = num_rounds
-        if objective:
-            kwargs["objective"] = objective
-        self.model = XGBoostCostModel(**kwargs)
-        self.epsilon = epsilon
-        self.half_life = half_life
-        self.search = search or EvolutionarySearch()
-        self.X: list[np.ndarray] = []
-        self.y: list[float] = []
-        self.groups: list[str] = []
-        self.batch_of: list[int] = []    # the batch a record came in (0: history, transfer)
-        self.batches = 0
-        self.top_points: list[tuple[float, tuple]] = []
-        if transfer_from is not None:
-            self._transfer(transfer_from)
-
-    def _transfer(self, src: Any) -> None:
-        if isinstance(src, (Database, str)):
-            db = open_database(src, create=False)
-            recs = db.records(target=str(self.task.target))
-        else:
-            recs = list(src)
-        n = 0
-        for r in recs:
-            if r.task_key == self.task.key or r.features is None or \
-                    r.feature_version != FEATURE_VERSION or len(r.features) != FEATURE_LEN:
-                continue
-            self._add(r.features, r, r.task_key)
-            n += 1
-        if n:
-            self._retrain(force=True)
-
-    def _add(self, feats: np.ndarray, r: Any, group: str) -> None:
-        self.X.append(np.asarray(feats, dtype=np.float32))
-        cost = r.cost if isinstance(r, Record) else r.median
-        self.y.append(1.0 / cost if r.valid and math.isfinite(cost) and cost > 0 else 0.0)
-        self.groups.append(group)
-        self.batch_of.append(self.batches)
-
-    def weights(self) -> np.ndarray:
-        """Per record: ``0.5 ** (age in batches / half_life)``."""
-        age = self.batches - np.asarray(self.batch_of, dtype=np.float64)
-        if not self.half_life or not math.isfinite(self.half_life):
-            return np.ones(len(age))
-        return 0.5 ** (age / self.half_life)
-
-    def load_history(self, records: Iterable[Record]) -> None:
-        for r in records:
-            if r.error_no is MeasureErrorNo.INSTANTIATION_ERROR:
-                continue
-            feats = r.features
-            point = None
-            if feats is None or r.feature_version != FEATURE_VERSION or \
-                    len(feats) != FEATURE_LEN:
-                c = self.task.lower_trace(r.trace)
-                if not c.valid:
-                    continue
-                feats = extract_features(c.func, self.task.sizes)
-            try:
-                point = self.task.space.point_of(r.config)
-            except TuningError:  # a record made with another space (an older template)
-                point = None
-            self._add(feats, r, self.task.key)
-            if point is not None and r.valid:
-                self.top_points.append((r.cost, point))
-        self._retrain()
-
-    def next_batch(self, n: int) -> list[Candidate]:
-        if not self.model.trained:
-            return self.pool.random_valid(n, self.rng, self.measured)
-        own = sum(1 for g in self.groups if g == self.task.key)
-        # a model trained only on other tasks (transfer) gets more exploration at first
-        eps = self.epsilon if own >= n else max(self.epsilon, 0.5)
-        n_random = max(0, int(round(n * eps)))
-        seeds = [p for _, p in sorted(self.top_points)[:32]]
-        out = self.search.propose(self.pool, self.model, n - n_random, self.measured, seeds,
-                                  self.rng)
-        taken = self.measured | {c.prog_hash for c in out}
-        out += self.pool.random_valid(n - len(out), self.rng, taken)
-        return out
-
-    def update(self, cands: Sequence[Candidate], results: Sequence[MeasureResult]) -> None:
-        self.batches += 1
-        for c, r in zip(cands, results):
-            f = self._features(c)
-            if f is None:
-                continue
-            self._add(f, r, self.task.key)
-            if r.valid and DEFAULT_KEY not in c.config:
-                self.top_points.append((r.median, c.point))
-        self._retrain()
-
-    def _retrain(self, force: bool = False) -> None:
-        if len(self.X) >= 8 or (force and len(self.X) >= 2):
-            with self.phases("train"):
-                self.model.fit(np.stack(self.X), np.asarray(self.y), np.asarray(self.groups),
-                               weights=self.weights())
+from .xgb_tuner import XGBTuner  # noqa: E402  (the model-based tuner, its own module)

@@ -1,29 +1,36 @@
-"""Tuning jobs: the task scheduler vs tuning the tasks one after another, same budget.
+"""Tuning jobs: time to quality of the task scheduler's allocations, same budget.
 
-    python benchmarks/bench_jobs.py [--budget 1200] [--trials 384] [--quick] [--batch 8]
-                                    [--threads N] [--suite ops|handwritten] [--half]
+    python benchmarks/bench_jobs.py [--suite ops|handwritten|resnet18-ops|...] [--quick]
+        [--budget 1200] [--trials N] [--batch 8] [--threads 1] [--half]
+        [--strategies gradient,round-robin,sequential] [--plot out.png]
 
-A 12-task job (the operator suite of the search benchmark, each with a weight = how
-many times a model of them runs the kernel; ``--suite handwritten``: the same operators
-written by hand with ``td.compute``, see ``job_suites.py``) is tuned twice, each time into
-a fresh database, under the same time budget and the same total trials:
+A job (``job_suites.py``: the 12-operator suite as ``tdsl.ops`` calls or written by hand;
+``model_jobs.py``: the tasks of ResNet-18, a BERT-base layer, MobileNetV2, each as ops or
+hand-written ``td.compute``; weights = how many times the model runs each kernel) is tuned
+once per allocation strategy (``autotune.tune_tasks(strategy=...)``), each time into a fresh
+database, under the same time budget and the same total trials:
 
-* ``scheduler``: ``autotune.tune_tasks`` (gradient-based allocation, one budget);
-* ``sequential``: each task in turn, with an equal share of the trials and of the time;
-* with ``--half``, a third run: the scheduler with half the trials and half the time.
+* ``gradient``: Ansor's gradient allocation;
+* ``round-robin``: one batch per task in turn;
+* ``sequential``: after the baselines, each task in turn up to its equal share of the
+  trials and of the time (tuning the tasks one after another);
+* with ``--half``: the gradient scheduler with half the trials and half the time.
 
-Both end as a tuning job does, re-timing each task's 3 fastest programs (2 interleaved
-rounds) before choosing its best.
-
-Then the best kernel of every task from each run is built and timed again in this
-process, the runs' kernels interleaved (medians over ``--rounds`` rounds), and
-the weighted latency ``sum(weight * seconds)`` of each run is printed side by side
-with its ratio (target: the scheduler's at least 20% lower).  ``--quick``: six tasks
-at smaller sizes and a short budget (a check that it works, not a figure to report).
+Each ends as a tuning job does, re-timing each task's 3 fastest programs (2 interleaved
+rounds) before choosing its best.  Then every program that was ever a task's best in any
+run (after any round) is built and timed again in this process, all runs' programs
+interleaved (medians over ``--rounds`` rounds), and each run's weighted latency
+``sum(weight * seconds)`` is redrawn with those figures against its tuning time and trials
+(``time_to_quality.py``): printed per task, plotted (``--plot``, default
+``benchmarks/results/jobs_<suite>.png``), and reported as the trials and seconds each run
+needed to reach sequential tuning's final weighted latency and to get within 5% of the best
+any run reached.  ``--quick``: at most six smaller tasks, 8 trials each, a short budget
+(a check that it works, not a figure to report).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -33,13 +40,21 @@ import numpy as np
 
 for _k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_k, None)
+# The build cache off: every run builds its own candidates (the runs measure the same seeded
+# random candidates, so with the cache on the runs after the first found their builds done
+# and looked faster per trial -- in the first quick run the first run's curve started ~70 s
+# after the others').  --build-cache keeps it.
+if "--build-cache" not in sys.argv:
+    os.environ["TDSL_CACHE_DIR"] = "off"
 
 import tdsl as td  # noqa: E402
 from tdsl import autotune  # noqa: E402
 from tdsl.autotune.dispatch import best_record, schedule_from_record  # noqa: E402
 from tdsl.autotune.measure_jobs import random_arrays  # noqa: E402
 
+import time_to_quality as ttq  # noqa: E402
 from job_suites import SUITES  # noqa: E402
+from tdsl.autotune.task_scheduler import STRATEGIES  # noqa: E402
 
 
 def option(timeout: float) -> autotune.MeasureOption:
@@ -49,29 +64,14 @@ def option(timeout: float) -> autotune.MeasureOption:
         n_threads=int(threads) if threads else None))
 
 
-def run_scheduler(tasks, weights, trials, budget, batch, db, timeout):
+def run_job(tasks, weights, strategy, trials, budget, batch, db, timeout, pretrained="off"):
+    """``tune_tasks`` with ``strategy``; returns the JobResult and the wall seconds."""
     t0 = time.perf_counter()
     job = autotune.tune_tasks(tasks, trials=trials, time_budget=budget, db=db, weights=weights,
                               measure_option=option(timeout), batch_size=batch,
-                              remeasure_top=3, remeasure_rounds=2, progress=True)
-    return time.perf_counter() - t0, job.trials
-
-
-def run_sequential(tasks, trials, budget, batch, db, timeout):
-    t0 = time.perf_counter()
-    share_trials = max(1, trials // len(tasks))
-    share_time = budget / len(tasks)
-    mopt = option(timeout)
-    done = []
-    try:
-        for task in tasks:
-            res = autotune.XGBTuner(task).tune(share_trials, mopt, db=db, batch_size=batch,
-                                              timeout=share_time, remeasure_top=3,
-                                              remeasure_rounds=2)
-            done.append(res.trials)
-    finally:
-        mopt.close()
-    return time.perf_counter() - t0, done
+                              strategy=strategy, remeasure_top=3, remeasure_rounds=2,
+                              progress=True, pretrained=pretrained)
+    return job, time.perf_counter() - t0
 
 
 def _is_baseline(rec) -> bool:
@@ -79,104 +79,157 @@ def _is_baseline(rec) -> bool:
     return "__default__" in (rec.config or {})
 
 
-def retime(tasks, dbs, rounds: int) -> list[list[float]]:
-    """Median seconds of each db's best kernel of each task, the dbs interleaved; a last
-    column: the best baseline program (default or ``ops.schedule``) of either db, i.e.
-    what the job gets without any search."""
+def programs(tasks, jobs, dbs) -> tuple[list[dict], list]:
+    """Per task, every record that was ever a run's best (``best_at``, the final bests),
+    by program hash; and per task the best baseline record of any run's database."""
+    progs: list[dict] = [{} for _ in tasks]
+    for job in jobs:
+        for _, _, i, rec in job.best_at:
+            if rec is not None:
+                progs[i].setdefault(rec.prog_hash, rec)
+        for i, rec in enumerate(job.best):
+            if rec is not None:
+                progs[i].setdefault(rec.prog_hash, rec)
+    baselines = []
+    for i, task in enumerate(tasks):
+        recs = [r for db in dbs for r in autotune.Database(db, create=False).records(task.key)]
+        base = best_record([r for r in recs if _is_baseline(r)])
+        baselines.append(base)
+        if base is not None:
+            progs[i].setdefault(base.prog_hash, base)
+    return progs, baselines
+
+
+def retime(tasks, progs: list[dict], rounds: int) -> list[dict]:
+    """Median seconds of each program of ``progs`` (per task: hash -> record), all built in
+    this process and timed round-robin over ``rounds`` rounds (every run's programs
+    interleaved: comparable figures on a machine whose speed drifts)."""
     mods = []
-    for task in tasks:
-        row = []
+    for task, recs in zip(tasks, progs):
         arrays = random_arrays(task.args, task.sizes, 0)
-        records = [autotune.Database(db, create=False).records(task.key) for db in dbs]
-        picks = [best_record(r) for r in records]
-        picks.append(best_record([r for rs in records for r in rs if _is_baseline(r)]))
-        for rec in picks:
-            if rec is None:
-                row.append(None)
-                continue
-            sch = schedule_from_record(rec, task.outputs)
-            row.append(td.build(sch, task.args, target="llvm"))
-        mods.append((row, arrays))
-    samples = [[[] for _ in range(len(dbs) + 1)] for _ in tasks]
+        built = {h: td.build(schedule_from_record(r, task.outputs), task.args, target="llvm")
+                 for h, r in recs.items()}
+        mods.append((built, arrays))
+    samples: list[dict] = [{h: [] for h in recs} for recs in progs]
     for _ in range(rounds):
-        for ti, (row, arrays) in enumerate(mods):
-            for di, m in enumerate(row):
-                if m is not None:
-                    r = m.time_evaluator(number=1, repeat=1, min_repeat_ms=10)(*arrays)
-                    samples[ti][di].append(r.results[0])
-    return [[float(np.median(s)) if s else float("inf") for s in row] for row in samples]
+        for ti, (built, arrays) in enumerate(mods):
+            for h, m in built.items():
+                r = m.time_evaluator(number=1, repeat=1, min_repeat_ms=10)(*arrays)
+                samples[ti][h].append(r.results[0])
+    return [{h: float(np.median(v)) for h, v in row.items()} for row in samples]
+
+
+def load_spec(suite: str, quick: bool):
+    if suite == "handwritten":
+        if quick:
+            raise SystemExit("--quick: not with the 12-task handwritten suite (use a model "
+                             "suite, e.g. --suite resnet18-handwritten)")
+        return SUITES[suite]()
+    return SUITES[suite](quick)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--budget", type=float, default=None,
-                   help="seconds of tuning per run (default 1200; 180 with --quick)")
+                   help="seconds of tuning per run (default 1200; 150 with --quick)")
     p.add_argument("--trials", type=int, default=None,
-                   help="trials per run in total (default 16 per task: a budget that does not "
-                        "tune every task to its end, where sharing it well matters)")
+                   help="trials per run in total (default 16 per task, 8 with --quick: a "
+                        "budget that does not tune every task to its end)")
     p.add_argument("--batch", type=int, default=8, help="candidates per round")
     p.add_argument("--rounds", type=int, default=15, help="interleaved re-timing rounds")
     p.add_argument("--run-timeout", type=float, default=10.0, help="seconds per candidate")
-    p.add_argument("--quick", action="store_true", help="six smaller tasks, short budget")
-    p.add_argument("--suite", choices=list(SUITES), default="ops",
-                   help="the operators as tdsl.ops calls (default) or written by hand with "
-                        "td.compute (job_suites.py)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller tasks (at most six), short budget: a check that it works")
+    p.add_argument("--suite", choices=sorted(SUITES), default="ops",
+                   help="the job (job_suites.py, model_jobs.py): the 12-operator suite as "
+                        "tdsl.ops calls (default) or by hand, or a model's tasks")
+    p.add_argument("--strategies", default="gradient,round-robin,sequential",
+                   help="comma-separated allocations to compare (task_scheduler.STRATEGIES)")
+    p.add_argument("--pretrained", default="off",
+                   help="the tuners' pre-trained cost model: off (default), auto (this CPU's, "
+                        "python -m tdsl.autotune.pretrain) or a file; --compare-pretrained "
+                        "adds a gradient run with it")
+    p.add_argument("--compare-pretrained", default=None, metavar="MODEL",
+                   help="also run the gradient scheduler starting from this pre-trained model "
+                        "(a file or auto)")
     p.add_argument("--half", action="store_true",
-                   help="also run the scheduler with half the trials and time: how much of "
-                        "the budget it needs to match sequential tuning")
+                   help="also run the gradient scheduler with half the trials and time")
     p.add_argument("--threads", type=int, default=None,
                    help="threads of every kernel, tuned and re-timed (default: all CPUs; 1 "
                         "gives steadier figures on a loaded machine)")
+    p.add_argument("--build-cache", action="store_true",
+                   help="keep the LLVM build cache on (default off: runs after the first "
+                        "would find the same seeded candidates built)")
+    p.add_argument("--plot", default=None,
+                   help="PNG of the curves (default benchmarks/results/jobs_<suite>.png)")
     ns = p.parse_args()
     if ns.threads:
         os.environ["TDSL_NUM_THREADS"] = str(ns.threads)
-    if ns.quick and ns.suite != "ops":
-        p.error("--quick has the ops suite only")
-    spec = SUITES[ns.suite](ns.quick) if ns.suite == "ops" else SUITES[ns.suite]()
-    budget = ns.budget or (180.0 if ns.quick else 1200.0)
-    trials = ns.trials or 16 * len(spec)
+    strategies = [x.strip() for x in ns.strategies.split(",") if x.strip()]
+    bad = [x for x in strategies if x not in STRATEGIES]
+    if bad:
+        p.error(f"unknown strategies {bad}; choose from {STRATEGIES}")
+    spec = load_spec(ns.suite, ns.quick)
+    budget = ns.budget or (150.0 if ns.quick else 1200.0)
+    trials = ns.trials or (8 if ns.quick else 16) * len(spec)
     tasks = [autotune.create_auto_task(outs, "llvm", name=name) for name, outs, _ in spec]
     weights = [w for _, _, w in spec]
     tmp = tempfile.mkdtemp(prefix="bench-jobs-")
-    print(f"{len(tasks)} tasks, {trials} trials and {budget:.0f} s per run, batch {ns.batch}; "
-          f"databases in {tmp}", flush=True)
-    # (column, db, seconds, trials per task) of each run
-    runs = []
-    plan = [("sched", trials, budget), ("seq", trials, budget)]
+    print(f"{ns.suite}: {len(tasks)} tasks, {trials} trials and {budget:.0f} s per run, batch "
+          f"{ns.batch}, threads {ns.threads or 'all'}; databases in {tmp}", flush=True)
+    plan = [(st, st, trials, budget, ns.pretrained) for st in strategies]
     if ns.half:
-        plan.append(("sched/2", trials // 2, budget / 2))
-    for name, n, secs in plan:
-        db = os.path.join(tmp, name.replace("/", "_half") + ".db")
-        if name == "seq":
-            took, per = run_sequential(tasks, n, secs, ns.batch, db, ns.run_timeout)
-        else:
-            took, per = run_scheduler(tasks, weights, n, secs, ns.batch, db, ns.run_timeout)
-        print(f"{name}: {took:.0f} s, {n} trials, per task {per}", flush=True)
-        runs.append((name, db, took, per))
-    times = retime(tasks, [db for _, db, _, _ in runs], ns.rounds)
+        plan.append(("gradient/2", "gradient", trials // 2, budget / 2, ns.pretrained))
+    if ns.compare_pretrained:
+        plan.append(("gradient+pre", "gradient", trials, budget, ns.compare_pretrained))
+    # One-off costs out of the first run's clock: each task's reference output (computed
+    # once, cached on disk) and the process's first builds -- in the first quick run the
+    # first run (gradient) took 225 s for 44 trials, the same trials sequentially 64 s.
+    t0 = time.perf_counter()
+    autotune.tune_tasks(tasks, trials=2 * len(tasks), db=os.path.join(tmp, "warmup.db"),
+                        measure_option=option(ns.run_timeout), strategy="round-robin",
+                        remeasure_top=0, progress=False, pretrained="off")
+    print(f"warm-up (references, first builds): {time.perf_counter() - t0:.0f} s", flush=True)
+    runs = []                      # (column, db, JobResult)
+    for name, strategy, n, secs, pre in plan:
+        db = os.path.join(tmp, name.replace("/", "_half").replace("+", "_") + ".db")
+        job, took = run_job(tasks, weights, strategy, n, secs, ns.batch, db, ns.run_timeout, pre)
+        print(f"{name}: {took:.0f} s, {sum(job.trials)} trials, per task {job.trials}",
+              flush=True)
+        runs.append((name, db, job))
+    progs, baselines = programs(tasks, [j for *_, j in runs], [db for _, db, _ in runs])
+    print(f"re-timing {sum(len(x) for x in progs)} programs, {ns.rounds} interleaved rounds",
+          flush=True)
+    secs = retime(tasks, progs, ns.rounds)
+    curves = {name: ttq.curve(job.best_at, weights, secs,
+                              final=(job.seconds, sum(job.trials), job.best))
+              for name, _, job in runs}
     names = [name for name, *_ in runs]
-    print(f"\n{'task':<14} {'weight':>6} " + " ".join(f"{nm + ' tr':>10}" for nm in names) +
-          " " + " ".join(f"{nm + ' ms':>10}" for nm in names) + f" {'baseline ms':>11}")
+
+    def ms(i, rec):
+        return secs[i][rec.prog_hash] * 1e3 if rec is not None else math.inf
+    print(f"\n{'task':<34} {'weight':>6} " + " ".join(f"{nm[:10] + ' tr':>13}" for nm in names) +
+          " " + " ".join(f"{nm[:10] + ' ms':>13}" for nm in names) + f" {'baseline ms':>11}")
     for k, (t, w) in enumerate(zip(tasks, weights)):
-        print(f"{t.name:<14} {w:>6} " + " ".join(f"{r[3][k]:>10}" for r in runs) + " " +
-              " ".join(f"{x * 1e3:>10.4f}" for x in times[k]))
-    wl = {nm: sum(w * row[i] for w, row in zip(weights, times)) for i, nm in
-          enumerate(names + ["baseline"])}
-    best = sum(w * min(row) for w, row in zip(weights, times))
-    print(f"\nweighted latency: scheduler {wl['sched'] * 1e3:.3f} ms, sequential "
-          f"{wl['seq'] * 1e3:.3f} ms; scheduler is {100 * (1 - wl['sched'] / wl['seq']):.1f}% "
-          f"lower (target >= 20%)")
-    if ns.half:
-        print(f"scheduler with half the trials and time: {wl['sched/2'] * 1e3:.3f} ms, "
-              f"{100 * (1 - wl['sched/2'] / wl['seq']):.1f}% lower than sequential with all of "
-              f"them")
-    # What any allocation of trials could gain: the baselines are measured in every task's
-    # first batch, so no job ends above them, and none ends below the best program any run
-    # found (per task, the fastest column).
-    print(f"baselines only (default / ops.schedule, no search): {wl['baseline'] * 1e3:.3f} ms; "
-          f"best program of any run per task: {best * 1e3:.3f} ms -- searching can lower the "
-          f"baselines' weighted latency by {100 * (1 - best / wl['baseline']):.1f}% in this "
-          f"job, and sequential tuning's by {100 * (1 - best / wl['seq']):.1f}%")
+        print(f"{t.name[:34]:<34} {w:>6} " +
+              " ".join(f"{job.trials[k]:>13}" for *_, job in runs) + " " +
+              " ".join(f"{ms(k, job.best[k]):>13.4f}" for *_, job in runs) +
+              f" {ms(k, baselines[k]):>11.4f}")
+    base = sum(w * ms(k, b) / 1e3 for k, (w, b) in enumerate(zip(weights, baselines)))
+    per_task_best = sum(w * min(row.values()) for w, row in zip(weights, secs))
+    print("\n" + "\n".join(ttq.report(curves, reference="sequential")))
+    print(f"baselines only (default / ops.schedule, no search): {base * 1e3:.4f} ms; the best "
+          f"program of any run per task: {per_task_best * 1e3:.4f} ms")
+    out = ns.plot or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                  f"jobs_{ns.suite}{'_quick' if ns.quick else ''}.png")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    try:
+        ttq.plot(curves, out, f"{ns.suite}: {len(tasks)} tasks, {trials} trials, "
+                              f"{budget:.0f} s per run")
+        print(f"curves: {out}")
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)")
+
 
 if __name__ == "__main__":
     sys.exit(main())

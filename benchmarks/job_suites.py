@@ -131,3 +131,8 @@ def handwritten_suite() -> Spec:
 
 
 SUITES = {"ops": ops_suite, "handwritten": handwritten_suite}
+
+from model_jobs import suites as _model_suites  # noqa: E402
+
+#: the model jobs (``model_jobs.py``): "resnet18-ops", "bert-handwritten", ...
+SUITES.update(_model_suites())

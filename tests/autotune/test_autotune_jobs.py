@@ -341,3 +341,36 @@ def test_a_task_near_its_floor_expects_less_with_each_round():
         grads.append(sched.gradients[0])
     assert grads[0] == pytest.approx(-0.8 * (c - floor))
     assert grads[1] == pytest.approx(grads[0] / 2) and grads[2] == pytest.approx(grads[0] / 4)
+
+
+class _Done:
+    def __init__(self, done):
+        self.done, self.best_cost = done, 1e-3
+
+
+def test_sequential_tunes_each_task_to_its_share_in_turn():
+    sched = TaskScheduler(_scheduler([1, 1, 1]).tasks, strategy="sequential", eps_greedy=0.0)
+    sched.share_trials = 10
+    sessions = [_Done(12), _Done(4), _Done(0)]
+    assert sched._choose(sessions, [[1e-3]] * 3, [3, 1, 1], [True] * 3) == 1
+    sched.spent = [0.0, 5.0, 0.0]
+    sched.share_time = 5.0                             # task 1 has had its share of the time
+    assert sched._choose(sessions, [[1e-3]] * 3, [3, 1, 1], [True] * 3) == 2
+    # every share used up: round-robin over what is left
+    assert sched._choose([_Done(12)] * 3, [[1e-3]] * 3, [3, 2, 2], [True] * 3) == 1
+    with pytest.raises(TuningError, match="strategy must be one of"):
+        TaskScheduler(sched.tasks, strategy="seq")
+
+
+def test_a_sequential_job_records_each_rounds_best(tmp_path):
+    _, (h1, h2, y) = _mlp()
+    tasks, weights = autotune.extract_tasks([h1, y])
+    job = autotune.tune_tasks(tasks, trials=12, db=str(tmp_path / "s.db"), weights=weights,
+                              tuner="random", measure_option=fast_option(), batch_size=2,
+                              strategy="sequential", remeasure_top=0, progress=False)
+    after_warmup = job.rounds[len(tasks):]
+    assert after_warmup == sorted(after_warmup)        # one task after the other
+    assert sum(job.trials) == 12 and job.trials[0] >= 6
+    assert len(job.best_at) == len(job.rounds) == len(job.curve)
+    elapsed, trials, i, rec = job.best_at[-1]
+    assert trials == 12 and rec is not None and rec.task_key == tasks[i].key

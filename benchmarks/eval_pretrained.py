@@ -1,0 +1,159 @@
+"""The pre-trained cost model on held-out operators: ranking, and trials to a good program.
+
+    python -m tdsl.autotune.pretrain --records benchmarks/.cache/pretrain.db \\
+        --out benchmarks/.cache/pretrained.json --trials 32        # records (resumes)
+    python benchmarks/eval_pretrained.py [--db benchmarks/.cache/pretrain.db] [--batch 8]
+                                         [--seeds 10] [--rounds 100]
+
+For each workload of ``autotune.pretrain_workloads`` in the database (leave one out): a
+model is pre-trained as ``pretrain`` does on the records of all the *other* workloads, and
+compared on the held-out one with an untrained model (what every tuning job starts with
+today), both fed the held-out workload's records the way a tuner is:
+
+* ``cold``: the pre-trained model ranks all the held-out records before any is measured
+  (an untrained model cannot: 0.5);
+* ``online``: records in measurement order, batches of ``--batch``; before each batch the
+  model (untrained: trained on the earlier batches only, once it has 8; pre-trained:
+  fine-tuned on them, ``XGBoostCostModel.fit``) ranks the next batch;
+* ``trials to 5%``: a search replayed on the stored records (no timing): each step
+  measures ``--batch`` of the held-out records -- the model's top ones (an untrained model:
+  at random until it has 8 records; a share at random, as ``XGBTuner`` explores) -- and
+  refits; the trials until one within 5% of the best record is found, mean over
+  ``--seeds`` seeds.  The untuned programs (default, ``ops.schedule``) are left out of the
+  pool: what is measured is how fast the *search* finds a good program.
+
+Per cell: pairwise accuracy (pairs of different throughput ordered right) and top-5 recall
+(best throughput among the model's top 5 / best held out).  A check on small pools (32
+records per workload by default), on a shared machine: the records' timings are noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+
+import numpy as np
+
+from tdsl.autotune import pretrain
+from tdsl.autotune.auto_schedule import create_auto_task
+from tdsl.autotune.cost_model import XGBoostCostModel, pairwise_accuracy, top_k_recall
+from tdsl.autotune.database import open_database
+from tdsl.autotune.pretrain_workloads import WORKLOADS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load(db_path: str) -> dict[str, dict]:
+    """Per workload with records: features, throughputs, which are untuned programs."""
+    db = open_database(db_path, create=False)
+    out = {}
+    for name, make in WORKLOADS.items():
+        recs = sorted(db.records(create_auto_task(make(), "llvm").key), key=lambda r: r.id)
+        recs = [r for r in recs if r.valid]
+        X, y, _ = pretrain.dataset(recs)
+        if len(y) < 8:
+            continue
+        default = np.asarray(["__default__" in (r.config or {}) for r in recs
+                              if r.features is not None])
+        out[name] = {"X": X, "y": y, "default": default}
+    return out
+
+
+def base_for(data: dict, held: str, rounds: int) -> XGBoostCostModel:
+    """A model pre-trained on every workload but ``held``."""
+    others = [n for n in data if n != held]
+    X = np.concatenate([data[n]["X"] for n in others])
+    y = np.concatenate([data[n]["y"] for n in others])
+    g = np.concatenate([np.full(len(data[n]["y"]), n, dtype=object) for n in others])
+    return pretrain.train(X, y, g, rounds)
+
+
+def _model(base: "XGBoostCostModel | None") -> XGBoostCostModel:
+    return XGBoostCostModel("reg", base=base._booster) if base is not None else \
+        XGBoostCostModel("reg")
+
+
+def online(base, X, y, batch: int) -> tuple[float, float]:
+    accs, recs = [], []
+    b_of = np.arange(len(X)) // batch
+    for b in range(1, b_of.max() + 1):
+        tr, te = b_of < b, b_of == b
+        if te.sum() < 2 or (base is None and tr.sum() < 8):
+            continue
+        m = _model(base)
+        m.fit(X[tr], y[tr], np.zeros(tr.sum(), dtype=int))
+        s = m.predict(X[te])
+        accs.append(pairwise_accuracy(s, y[te]))
+        recs.append(top_k_recall(s, y[te], 5))
+    return (float(np.mean(accs)), float(np.mean(recs))) if accs else (float("nan"),) * 2
+
+
+def trials_to(base, X, y, batch: int, seed: int, within: float = 0.05) -> int:
+    """Trials a search replayed on these records needs to measure one within ``within`` of
+    the best (see the module docstring)."""
+    rng = random.Random(seed)
+    target = (1 - within) * y.max()
+    left = list(range(len(y)))
+    measured: list[int] = []
+    model = _model(base) if base is not None else None
+    while left:
+        trained = model is not None and (base is not None or len(measured) >= 8)
+        eps = 0.1 if len(measured) >= batch else (0.25 if base is not None else 0.5)
+        n_random = batch if not trained else int(round(batch * eps))
+        if trained:
+            s = model.predict(X[left])
+            order = [left[i] for i in np.argsort(-s, kind="stable")]
+            pick = order[:batch - n_random]
+        else:
+            pick = []
+        rest = [i for i in left if i not in pick]
+        pick += rng.sample(rest, min(len(rest), batch - len(pick)))
+        for i in pick:
+            measured.append(i)
+            left.remove(i)
+            if y[i] >= target:
+                return len(measured)
+        if model is None:
+            model = _model(None)
+        model.fit(X[measured], y[measured], np.zeros(len(measured), dtype=int))
+    return len(measured)
+
+
+def main(argv: "list[str] | None" = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", default=os.path.join(HERE, ".cache", "pretrain.db"))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=pretrain.ROUNDS)
+    a = ap.parse_args(argv)
+    data = load(a.db)
+    if len(data) < 3:
+        sys.exit(f"{a.db}: records of {len(data)} workloads; make them first (see --help)")
+    head = (f"{'held-out workload':<22} {'n':>4} {'cold pw':>8} {'top5':>5} "
+            f"{'online pw untr/pre':>19} {'top5 untr/pre':>14} {'trials to 5% untr/pre':>22}")
+    print(head)
+    rows = []
+    for name, d in data.items():
+        base = base_for(data, name, a.rounds)
+        X, y = d["X"], d["y"]
+        cold = base.predict(X)
+        c = (pairwise_accuracy(cold, y), top_k_recall(cold, y, 5))
+        ou, op = online(None, X, y, a.batch), online(base, X, y, a.batch)
+        pool = ~d["default"] if d["default"].any() and (~d["default"]).sum() >= 8 else \
+            np.ones(len(y), bool)
+        tu = np.mean([trials_to(None, X[pool], y[pool], a.batch, s) for s in range(a.seeds)])
+        tp = np.mean([trials_to(base, X[pool], y[pool], a.batch, s) for s in range(a.seeds)])
+        rows.append((c[0], c[1], ou[0], op[0], ou[1], op[1], tu, tp))
+        print(f"{name:<22} {len(y):>4} {c[0]:>8.3f} {c[1]:>5.2f} {ou[0]:>9.3f}/{op[0]:<9.3f} "
+              f"{ou[1]:>6.2f}/{op[1]:<7.2f} {tu:>10.1f}/{tp:<11.1f}", flush=True)
+    m = np.nanmean(np.asarray(rows, dtype=float), axis=0)
+    print(f"{'mean':<22} {'':>4} {m[0]:>8.3f} {m[1]:>5.2f} {m[2]:>9.3f}/{m[3]:<9.3f} "
+          f"{m[4]:>6.2f}/{m[5]:<7.2f} {m[6]:>10.1f}/{m[7]:<11.1f}")
+    print(f"(pre-trained on the other {len(data) - 1} workloads' records; untrained online "
+          f"ranks only once it has 8 records; trials to 5%: mean over {a.seeds} seeds, "
+          f"batches of {a.batch}, untuned programs left out of the pool)")
+
+
+if __name__ == "__main__":
+    main()
