@@ -8,7 +8,7 @@ from types import MappingProxyType
 
 from tdsl.dtype import DType
 from tdsl.errors import TDSLError
-from tdsl.schedule import Stage
+from tdsl.schedule import Schedule, Stage
 from tdsl.target import Target, cpu_facts
 from tdsl.tensor import IterVar
 
@@ -107,3 +107,13 @@ def vector_tile(n: "int | None", lanes: int, max_vectors: int) -> int:
             best = (cost, w)
     assert best is not None
     return best[1]
+
+
+def accumulate_locally(s: Schedule, anchor: Stage, out: "Stage | None") -> tuple[Stage, Stage]:
+    """(the stage that accumulates in registers, the stage that writes the result): a local
+    cache of ``anchor`` written back by it, or, when an epilogue stage ``out`` writes the
+    result, ``anchor`` itself moved to local scope."""
+    if out is None:
+        return s[s.cache_write(anchor.op.outputs[0], "local")], anchor
+    anchor.set_scope("local")
+    return anchor, out

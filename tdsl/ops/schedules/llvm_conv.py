@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from tdsl.schedule import Schedule, Stage
 
 from ..tags import OpKind
-from .cpu import CPU, _ext, _fuse, _out_dtype, _vector_split, vector_tile
+from .cpu import CPU, _ext, _fuse, _out_dtype, _vector_split, accumulate_locally, vector_tile
 from .graph import effective_loads, permuted_access
 from .llvm_matmul import _producer_of_kind
 
@@ -88,12 +88,7 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     pad = _producer_of_kind(s, anchor, OpKind.PAD)
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
     perm = _anchor_perm(s, anchor, out) if out is not None else [0, 1, 2, 3]
-    if out is None:
-        cc = s.cache_write(anchor.op.outputs[0], "local")
-        comp, write = s[cc], anchor
-    else:
-        comp, write = anchor, out
-        comp.set_scope("local")
+    comp, write = accumulate_locally(s, anchor, out)
     roles = _ROLES[comp_layout]
     c_axes = list(comp.op.axis)
     cn, cco, coh, cow = (c_axes[r] for r in roles)

@@ -9,7 +9,8 @@ from tdsl.schedule.rfactor import first_output as _first
 from tdsl.tensor import Tensor
 
 from ..tags import OpKind
-from .cpu import CPU, _ext, _fuse, _out_dtype, _pow2_floor, _vector_split, vector_tile
+from .cpu import (CPU, _ext, _fuse, _out_dtype, _pow2_floor, _vector_split, accumulate_locally,
+                  vector_tile)
 from .graph import stage_kind
 
 
@@ -168,12 +169,7 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
     if pack is not None:
         pack.compute_inline()
     M = _ext(anchor.op.axis[0])
-    if out is None:
-        cc = s.cache_write(anchor.op.outputs[0], "local")
-        comp, write = s[cc], anchor
-    else:
-        comp, write = anchor, out
-        comp.set_scope("local")
+    comp, write = accumulate_locally(s, anchor, out)
     wi, wj = write.op.axis[-2], write.op.axis[-1]
     N = _ext(wj)
     rows_bound = SKINNY_M if M is None else M     # symbolic M: at most SKINNY_M (run-time test)
@@ -240,12 +236,7 @@ def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
     if pack is None and panel_of is not None:
         pack = s[s.cache_read(panel_of, "global", [anchor.op.outputs[0]])]
-    if out is None:
-        cc = s.cache_write(anchor.op.outputs[0], "local")
-        comp, write = s[cc], anchor
-    else:
-        comp, write = anchor, out
-        comp.set_scope("local")
+    comp, write = accumulate_locally(s, anchor, out)
     axes = list(write.op.axis)
     batch = axes[:-2]
     i, j = axes[-2], axes[-1]
