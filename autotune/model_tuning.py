@@ -11,9 +11,10 @@ same workload key.  Records are written as they are measured: a killed job resum
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
-from tdsl.errors import TuningError
+from tdsl.errors import TDSLError, TuningError
 
 from .database import Database
 from .task import Task
@@ -24,7 +25,8 @@ def model_tasks(model: Any, example_inputs: Any, target: Any = "llvm",
                 dynamic: Any = None) -> tuple[list[Task], list[int]]:
     """The tuning tasks of ``model`` for ``example_inputs`` and their weights (how many
     kernels of the compiled model each stands for).  Symbolic dimensions (``dynamic``)
-    are tuned at the sizes of ``example_inputs``."""
+    are tuned at the sizes of ``example_inputs``.  A kernel that cannot be made a task is
+    left out with a warning (it keeps its default schedule)."""
     import torch
 
     from tdsl.frontend.api import compile as compile_model
@@ -42,6 +44,7 @@ def model_tasks(model: Any, example_inputs: Any, target: Any = "llvm",
         first.setdefault(k.key, k)
         weights[k.key] = weights.get(k.key, 0) + 1
     tasks: list[Task] = []
+    kept: list = []
     for key, k in first.items():
         sizes: dict[str, int] = {}
         for ph, v in zip(k.tensors[:-1], k.inputs):
@@ -50,10 +53,15 @@ def model_tasks(model: Any, example_inputs: Any, target: Any = "llvm",
                     sizes[d.name] = int(eval_shape_expr(vd, env))
         try:
             tasks.append(create_auto_task(k.tensors, target, sizes=sizes, name=k.name))
-        except TuningError as e:
-            raise TuningError(f"tune_model: kernel {k.name} ({', '.join(k.ops)}) cannot be "
-                              f"tuned: {e}") from e
-    return tasks, [weights[key] for key in first]
+        except TDSLError as e:
+            # one kernel the sketch rules cannot handle keeps its default schedule; the
+            # rest of the model is still worth tuning
+            warnings.warn(f"tune_model: kernel {k.name} ({', '.join(k.ops)}) is not tuned "
+                          f"({type(e).__name__}: {e}); it keeps its default schedule",
+                          stacklevel=2)
+            continue
+        kept.append(key)
+    return tasks, [weights[key] for key in kept]
 
 
 def _size_env(exported: Any, example_inputs: Sequence[Any]) -> dict:
@@ -79,7 +87,8 @@ def tune_model(model: Any, example_inputs: Any, trials: "int | None" = None,
         raise TuningError("tune_model: give trials= and/or time_budget= (seconds)")
     tasks, weights = model_tasks(model, example_inputs, target, dynamic)
     if not tasks:
-        raise TuningError("tune_model: the model compiles to no tdsl kernel (every op falls "
-                          "back to PyTorch, or it only reshapes its inputs)")
+        raise TuningError("tune_model: the model has no kernel to tune (every op falls back "
+                          "to PyTorch, it only reshapes its inputs, or no kernel could be "
+                          "made a task)")
     return tune_tasks(tasks, trials=trials, time_budget=time_budget, db=db, weights=weights,
                       **tune_kwargs)

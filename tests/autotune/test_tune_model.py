@@ -89,6 +89,27 @@ def test_needs_a_budget():
         autotune.tune_model(model, inputs, db=":memory:")
 
 
+def test_untunable_kernel_left_out_with_a_warning(monkeypatch):
+    import importlib
+    auto_schedule = importlib.import_module("tdsl.autotune.auto_schedule")
+    real = auto_schedule.create_auto_task
+
+    def fake(args, target="llvm", sizes=None, name=None, **kw):
+        if name.startswith("k0_"):
+            raise TuningError("no sketch for this kernel")
+        return real(args, target, sizes=sizes, name=name, **kw)
+
+    monkeypatch.setattr(auto_schedule, "create_auto_task", fake)
+    model, inputs = factory()
+    with pytest.warns(UserWarning, match="k0_dense.*not tuned.*no sketch"):
+        tasks, weights = autotune.model_tasks(model, inputs)
+    assert [t.name for t in tasks] == ["k1_dense", "k3_dense"] and weights == [2, 1]
+    monkeypatch.setattr(auto_schedule, "create_auto_task",
+                        lambda *a, **k: (_ for _ in ()).throw(TuningError("none")))
+    with pytest.warns(UserWarning), pytest.raises(TuningError, match="no kernel to tune"):
+        autotune.tune_model(model, inputs, trials=2, db=":memory:")
+
+
 def test_cli_tune_model(tmp_path):
     db = str(tmp_path / "cli.db")
     r = subprocess.run([sys.executable, "-m", "tdsl.cli", "tune-model",
