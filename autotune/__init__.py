@@ -14,7 +14,8 @@ makes ``td.build`` use the best one.  Modules: ``space`` (knobs), ``template``,
 ``task``, ``features``, ``cost_model``, ``search``, ``tuner``, ``measure`` (+
 ``measure_jobs``, ``workers``), ``database``, ``sketch`` and ``auto_schedule``,
 ``dispatch``, ``dynamic``, ``distributed``, ``progress``, ``plot``, ``task_scheduler``
-(``extract_tasks``, ``tune_tasks``: jobs of many tasks under one budget), ``lease``
+(``extract_tasks``, ``tune_tasks``: jobs of many tasks under one budget), ``model_tuning``
+(``tune_model``: every kernel of a PyTorch model), ``lease``
 (the timing lease tuners sharing a database hold while measuring).
 """
 from .cost_model import RandomModel, XGBoostCostModel, pairwise_accuracy
@@ -30,6 +31,7 @@ from .auto_schedule import auto_schedule, create_auto_task, verify_candidates
 from .dynamic import DispatchModule, build_dynamic, tune_dynamic
 from .task_scheduler import JobResult, TaskScheduler, extract_tasks, tune_tasks
 from .lease import TimingLease
+from .model_tuning import model_tasks, tune_model
 from .progress import progress_bar
 from .plot import plot_tuning_curve
 
@@ -43,7 +45,7 @@ __all__ = [
     "Database", "Record", "open_database", "apply_history_best", "ApplyHistoryBest",
     "auto_schedule", "create_auto_task", "verify_candidates", "tune_dynamic", "build_dynamic", "DispatchModule",
     "progress_bar", "plot_tuning_curve", "DaskRunner",
-    "extract_tasks", "tune_tasks", "TaskScheduler", "JobResult", "TimingLease",
+    "extract_tasks", "tune_tasks", "tune_model", "model_tasks", "TaskScheduler", "JobResult", "TimingLease",
 ]
 
 

@@ -5,6 +5,7 @@
     tdsl tune ops.py:matmul --target llvm --trials 500 --db tune.db
     tdsl tune mypkg.ops:conv --trials 200 --db tune.db --scheduler-address tcp://10.0.0.5:8786
     tdsl tune my_ops.py --all --trials 400 --timeout 1800 --db model.db
+    tdsl tune-model my_model.py:factory --trials 400 --db model.db
     tdsl records show tune.db [--task KEY] [--limit 20] [--json]
     tdsl records best tune.db [--json]
     tdsl records export tune.db records.jsonl      (no file: JSON lines to stdout)
@@ -26,6 +27,11 @@ latency most): each ``@autotune.template`` and each public function defined ther
 (not imported) that takes no required argument and returns tensors as above.
 Duplicates (the same computation and sizes) are one task.  ``--weights
 name=3,other=1`` says how often each kernel runs (default 1).
+
+``tune-model`` calls the factory with no arguments; it returns ``(model, example_inputs)``
+(a PyTorch module or function of tensors, and a tensor or tuple of them), and every kernel
+of the compiled model is tuned as one job (``autotune.tune_model``); then
+``tdsl.compile(model, inputs, options={"db": "model.db"})`` uses the records.
 """
 from __future__ import annotations
 
@@ -220,6 +226,22 @@ def _tune_all(ns: argparse.Namespace, args: list, sizes: dict) -> int:
     return 0 if all(b is not None for b in job.best) else 1
 
 
+def cmd_tune_model(ns: argparse.Namespace) -> int:
+    """``tdsl tune-model FILE:factory``: every kernel of the factory's model, one job."""
+    from tdsl import autotune
+    made = _load(ns.factory)()
+    if not (isinstance(made, (tuple, list)) and len(made) == 2):
+        raise SystemExit(f"tdsl tune-model: {ns.factory} must return (model, example_inputs), "
+                         f"got {type(made).__name__}")
+    model, inputs = made
+    job = autotune.tune_model(model, inputs, trials=ns.trials, time_budget=ns.timeout,
+                              db=ns.db, target=ns.target, measure_option=_option(ns),
+                              batch_size=ns.batch_size, tuner=ns.tuner, seed=ns.seed,
+                              progress=not ns.no_progress_bar)
+    print(job.summary())
+    return 0 if all(b is not None for b in job.best) else 1
+
+
 def _fmt(r: Any) -> str:
     cost = f"{r.cost * 1e3:10.4f} ms {r.gflops:8.1f} GFLOP/s" if r.valid else \
         f"{'':>10}    {r.error_no.name}"
@@ -405,6 +427,30 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0, help="random seed of the search")
     t.add_argument("--no-progress-bar", action="store_true", help="no progress bar on stderr")
     t.set_defaults(run=cmd_tune)
+    m = sub.add_parser("tune-model", help="tune every kernel of a PyTorch model",
+                       formatter_class=fmt)
+    m.add_argument("factory", help="<file.py|module>:<function> returning (model, "
+                   "example_inputs)")
+    m.add_argument("--target", default="llvm", help="target to tune for")
+    m.add_argument("--trials", type=int, default=None, help="candidates to measure in all "
+                   "(default: no limit; give --trials and/or --timeout)")
+    m.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    m.add_argument("--db", default=DEFAULT_DB, help="SQLite database the records go to "
+                   "(a killed job resumes from it)")
+    m.add_argument("--tuner", choices=["xgb", "random"], default="xgb",
+                   help="search: XGBoost cost model or random")
+    m.add_argument("--batch-size", type=int, default=8, help="candidates measured per round")
+    m.add_argument("--run-timeout", type=float, default=10.0, help="seconds per candidate")
+    m.add_argument("--repeat", type=int, default=3, help="timed repeats per candidate")
+    m.add_argument("--min-repeat-ms", type=float, default=25.0,
+                   help="each repeat runs the kernel at least this long")
+    m.add_argument("--build-workers", type=int, default=None,
+                   help="parallel compile processes (default: one per CPU)")
+    m.add_argument("--scheduler-address", default=None,
+                   help="Dask scheduler (tcp://host:port) to measure on its workers")
+    m.add_argument("--seed", type=int, default=0, help="random seed of the search")
+    m.add_argument("--no-progress-bar", action="store_true", help="no progress bar on stderr")
+    m.set_defaults(run=cmd_tune_model)
     r = sub.add_parser("records", help="inspect tuning records", formatter_class=fmt)
     rsub = r.add_subparsers(dest="action", required=True)
     for action, text in (("show", "list the records of each task"),

@@ -113,22 +113,25 @@ def declare(nodes: Sequence[Node], inputs: Sequence[Value], output: Value
 
 
 def declare_kernel(name: str, nodes: Sequence[Node], inputs: Sequence[Value],
-                   output: Value, target: Any = "llvm") -> Kernel:
+                   output: Value, target: Any = "llvm", cache: bool = True) -> Kernel:
     """The group's Kernel with its compute declared and its cache key; the module is set
-    when a kernel of the same structure was built before (``compile_kernel`` builds it)."""
+    when a kernel of the same structure was built before (``compile_kernel`` builds it).
+    ``cache=False``: never take a module from ``KERNEL_CACHE`` (a build under tuning
+    records must not reuse a kernel built with the default schedule)."""
     args = [v for v in inputs if not opset.is_scalar(v)]
     phs, out = declare(nodes, inputs, output)
     key = (structural_hash([*phs, out]), str(target))
     k = Kernel(name, list(nodes), args, output, key=key, tensors=[*phs, out])
-    mod = KERNEL_CACHE.get(key)
+    mod = KERNEL_CACHE.get(key) if cache else None
     if mod is not None:
         k.module, k.cached = mod, True
     return k
 
 
-def compile_kernel(k: Kernel, target: Any = "llvm") -> Kernel:
+def compile_kernel(k: Kernel, target: Any = "llvm", cache: bool = True) -> Kernel:
     """Schedule (``ops.schedule``) and build ``k`` (thread-safe: LLVM's code generation
-    runs outside the GIL, so kernels may be built on several threads)."""
+    runs outside the GIL, so kernels may be built on several threads).  ``cache=False``:
+    keep the module out of ``KERNEL_CACHE`` (it was built under tuning records)."""
     if k.module is not None:
         return k
     t0 = time.perf_counter()
@@ -144,7 +147,8 @@ def compile_kernel(k: Kernel, target: Any = "llvm") -> Kernel:
         k.module = td.build(s, [*phs, out], target=target, name=_c_name(k.name))
         k.note = f"default schedule failed ({type(e).__name__}: {e}); built unscheduled"
     k.build_s = time.perf_counter() - t0
-    KERNEL_CACHE.put(k.key, k.module)
+    if cache:
+        KERNEL_CACHE.put(k.key, k.module)
     return k
 
 

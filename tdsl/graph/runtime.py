@@ -51,6 +51,9 @@ class CompileReport:
     compile_s: float = 0.0
     build_s: float = 0.0
     notes: list = field(default_factory=list)        # kernels not built as scheduled, why
+    #: kernels built from a tuning record of ``db`` (their output stage names); empty
+    #: without ``db``
+    tuned: list = field(default_factory=list)
 
 
 class KernelGraph:
@@ -287,14 +290,19 @@ class CompiledGraph:
         for s in self.steps:
             if isinstance(s, Group):
                 name = f"k{len(self.kernels)}_{s.anchor.op}"
-                self.kernels[id(s)] = declare_kernel(name, s.nodes, s.inputs, s.output, target)
+                # with tuning records, no kernel of the process-wide cache (it may have been
+                # built with the default schedule, or under other records)
+                self.kernels[id(s)] = declare_kernel(name, s.nodes, s.inputs, s.output, target,
+                                                     cache=db is None)
             elif isinstance(s, Fallback):
                 nm = s.node.attrs.get("name", "op")
                 self.report.fallbacks[nm] = self.report.fallbacks.get(nm, 0) + 1
             else:
                 self.report.aliases += 1
-        with _apply_db(db):
+        with _apply_db(db) as records:
             self._build_all(build_threads)
+        if records is not None:
+            self.report.tuned = list(records.hits)
         for k in self.kernels.values():
             self.report.fused.append((k.name, k.ops))
             if k.note:
@@ -320,12 +328,12 @@ class CompiledGraph:
             # each task in a copy of this context: apply_history_best is a context variable
             with ThreadPoolExecutor(n) as pool:
                 futs = [pool.submit(contextvars.copy_context().run, compile_kernel, k,
-                                    self.target) for k in todo]
+                                    self.target, self.db is None) for k in todo]
                 for f in futs:
                     f.result()
         else:
             for k in todo:
-                compile_kernel(k, self.target)
+                compile_kernel(k, self.target, self.db is None)
         for k in self.kernels.values():
             if k.module is None:
                 k.module, k.cached = first[k.key].module, True
