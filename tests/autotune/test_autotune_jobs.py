@@ -42,13 +42,14 @@ def test_extract_tasks_cuts_at_listed_tensors_and_dedups():
     assert [t.name for t in tasks] == [h1.name, y.name]
     # the softmax kernel reads the previous layer's output as an input, not its computation
     names = [a.name for a in tasks[1].args]
-    assert h2.name in names and "x" not in names and "w1" not in names
+    # in the order the tensors were created: w3 was declared before h2 was computed
+    assert names[:-1] == ["w3", h2.name] and "x" not in names and "w1" not in names
     rng = np.random.default_rng(0)
-    for task, ref in ((tasks[0], lambda a: np.maximum(a[0] @ a[1].T + a[2], 0)),
-                      (tasks[1], lambda a: _softmax(a[0] @ a[1].T))):
+    for task, ref in ((tasks[0], lambda a: np.maximum(a["x"] @ a["w1"].T + a["b1"], 0)),
+                      (tasks[1], lambda a: _softmax(a[h2.name] @ a["w3"].T))):
         arrays = [rng.uniform(-1, 1, [int(s) for s in t.shape]).astype("float32")
                   for t in task.args]
-        expect = ref(arrays[:-1])
+        expect = ref({t.name: a for t, a in zip(task.args, arrays)})
         s = td.create_schedule([t.op for t in task.args[-1:]])
         interp = [a.copy() for a in arrays]
         td.interpreter.run(td.lower(s, task.args), *interp)

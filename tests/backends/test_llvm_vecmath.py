@@ -123,7 +123,9 @@ def test_special_values_match_numpy_float32(name):
         ref = REF64[name](x.astype(np.float64)).astype(np.float32)
     exact = ~np.isfinite(ref) | (ref == 0) | ~np.isfinite(x) | (x == 0)
     np.testing.assert_array_equal(y[exact], ref[exact])
-    assert (np.signbit(y[exact]) == np.signbit(ref[exact])).all()
+    # a NaN's sign is unspecified (NumPy's own differs between its SIMD paths and CPUs)
+    signed = exact & ~np.isnan(ref)
+    assert (np.signbit(y[signed]) == np.signbit(ref[signed])).all()
 
 
 POW_SPECIALS = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 0.5,
@@ -138,7 +140,9 @@ def test_pow_special_cases_are_numpys(kind):
     out = np.empty_like(xs)
     kernel("pow", kind, nin=2)(xs, ys, out)
     with np.errstate(all="ignore"):
-        ref = np.power(xs, ys)
+        # rounded from float64: NumPy's own float32 pow differs by an ulp between CPUs (its
+        # AVX-512 loops give 9.999999e-31 for 1e30 ** -1)
+        ref = np.power(xs.astype(np.float64), ys.astype(np.float64)).astype(np.float32)
     same = ((out == ref) & (np.signbit(out) == np.signbit(ref))) | (np.isnan(out) & np.isnan(ref))
     bad = [(xs[i], ys[i], out[i], ref[i]) for i in np.nonzero(~same)[0][:8]]
     assert not bad, bad
