@@ -8,9 +8,9 @@ import pytest
 
 import tdsl as td
 from tdsl.expr import Cast, Var
-from tdsl.interpreter import run
 from tdsl.visitor import post_order_visit
 from tests.workloads import random_array
+from tests.tdsl.test_compute_body import both
 
 N, M = 5, 7
 
@@ -33,18 +33,6 @@ _WEIGHTS = {
     "select": (lambda k: td.if_then_else(k >= 2, k, 7).astype("float32"),
                lambda ks: np.where(ks >= 2, ks, 7).astype("float32")),
 }
-
-
-def both(s, args, arrays, out_index):
-    res = []
-    for mode in ("interp", "llvm"):
-        arrs = [a.copy() for a in arrays]
-        if mode == "interp":
-            run(td.lower(s, args), *arrs)
-        else:
-            td.build(s, args, target="llvm")(*arrs)
-        res.append(arrs[out_index])
-    return res
 
 
 def _no_itervar_in_body(op) -> None:

@@ -9,19 +9,7 @@ import tdsl as td
 from tdsl.interpreter import run
 from tests.guard_pages import guarded_copy
 from tests.workloads import random_array
-
-
-def both(s, args, arrays, out_index):
-    """The output ``out_index`` through the interpreter and through LLVM."""
-    res = []
-    for mode in ("interp", "llvm"):
-        arrs = [a.copy() for a in arrays]
-        if mode == "interp":
-            run(td.lower(s, args), *arrs)
-        else:
-            td.build(s, args, target="llvm")(*arrs)
-        res.append(arrs[out_index])
-    return res
+from tests.tdsl.test_compute_body import both
 
 
 @pytest.mark.parametrize("shape", [(3, 4), (5, 7)])
