@@ -12,6 +12,7 @@ mode: a model that updates its buffers (BatchNorm in training mode) is refused.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -47,7 +48,10 @@ def compile(model: Any, example_inputs: Any, dynamic: Any = None,
     if isinstance(module, _FunctionModule) and isinstance(dynamic_shapes, tuple):
         dynamic_shapes = (dynamic_shapes,)      # forward(*args): one entry, the args tuple
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch's own run_decompositions deep-copies a pytree spec that warns about its
+            # own deprecated API (torch 2.10+): nothing a user of tdsl can act on
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             ep = torch.export.export(module, example_inputs, dynamic_shapes=dynamic_shapes)
             ep = ep.run_decompositions(export_table())
     except Exception as e:    # torch.export's own errors: a model it cannot trace

@@ -55,6 +55,21 @@ class CompileReport:
     #: without ``db``
     tuned: list = field(default_factory=list)
 
+    def __str__(self) -> str:
+        changed = ", ".join(f"{k.replace('_', ' ')} {v}"
+                            for k, v in vars(self.passes).items() if v)
+        lines = [f"kernels: {self.kernels} ({self.built} built now, "
+                 f"{self.kernels - self.built} from the cache), {self.aliases} views; "
+                 f"build {self.build_s:.2f} s of {self.compile_s:.2f} s",
+                 f"passes: {changed or 'nothing changed'}"]
+        if self.fallbacks:
+            lines.append("run by PyTorch: " + ", ".join(f"{k} x{n}"
+                                                       for k, n in self.fallbacks.items()))
+        if self.tuned:
+            lines.append(f"built from tuning records: {len(self.tuned)} kernels")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
 
 class KernelGraph:
     """The kernel-level graph: steps in order (what ``print(cg.graph)`` shows)."""

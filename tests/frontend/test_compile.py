@@ -91,6 +91,22 @@ def test_unmapped_op_falls_back_right_answer():
             assert rel_err(c(x), model(x)) <= TOL
     assert c.report.fallbacks == {"aten.cumprod.default": 1}
     assert "cumprod" in str(c.report) and "cumprod" in str(c.graph)
+    text = str(c.report.graph)          # the graph's report reads as text, not a repr
+    assert "CompileReport(" not in text and "aten.cumprod.default x1" in text
+    assert f"kernels: {c.report.graph.kernels} " in text
+
+
+def test_compile_passes_under_warnings_as_errors():
+    """torch's run_decompositions warns about its own deprecated pytree API; a user who runs
+    with -W error (or a notebook that shows every warning) must not see it through tdsl."""
+    import warnings
+    model = MLP((4, 3)).eval()
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        c = tdsl.compile(model, x)
+    with torch.no_grad():
+        assert rel_err(c(x), model(x)) <= TOL
 
 
 def test_weights_are_snapshotted():
