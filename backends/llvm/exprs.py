@@ -28,7 +28,7 @@ from tdsl.expr import (EQ, GE, GT, LE, LT, NE, Add, And, BinaryOp, BufferLoad, C
                        Select, Sub, Var)
 from tdsl.visitor import children
 
-from .intrinsics import call_llvm, emit_math
+from .intrinsics import call_llvm, emit_math, fcmp
 from .lanes import RAMP, UNIFORM, VECTOR, VVal, is_zero, materialize, splat, uniform
 from .lltypes import I32, I64, const, value_type, wrap_int
 
@@ -171,9 +171,9 @@ class ExprEmitter:
                 return self.fbin("fsub", x, self.fbin("fmul", q, y, dt, exact=True), dt,
                                  exact=True)
             if op is Min:
-                return b.select(b.fcmp_ordered("<", x, y), x, y)
+                return b.select(fcmp(self, "<", x, y, dt, lanes), x, y)
             if op is Max:
-                return b.select(b.fcmp_ordered(">", x, y), x, y)
+                return b.select(fcmp(self, ">", x, y, dt, lanes), x, y)
         elif dt.is_int:
             if op is Add:
                 return b.add(x, y)
@@ -237,7 +237,7 @@ class ExprEmitter:
         sym = _CMP[type(e)]
         b = self.b
         if dt.is_float:
-            r = b.fcmp_unordered(sym, x, y) if sym == "!=" else b.fcmp_ordered(sym, x, y)
+            r = fcmp(self, sym, x, y, dt, lanes)
         elif dt.is_signed:
             r = b.icmp_signed(sym, x, y)
         else:
@@ -352,7 +352,7 @@ class ExprEmitter:
         t = value_type(dst, lanes)
         if dst.is_bool:
             zero = const(src, 0, lanes)
-            return (b.fcmp_unordered("!=", x, zero) if src.is_float
+            return (fcmp(self, "!=", x, zero, src, lanes) if src.is_float
                     else b.icmp_unsigned("!=", x, zero))
         if src.is_bool:
             return b.uitofp(x, t) if dst.is_float else b.zext(x, t)

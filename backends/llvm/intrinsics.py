@@ -78,6 +78,23 @@ def call_llvm(cg: "CodeGen", name: str, args: list[ir.Value]) -> ir.Value:
     return cg.b.call(fn, args)
 
 
+def fcmp(cg: "CodeGen", sym: str, x: ir.Value, y: ir.Value, dtype: DType,
+         lanes: int) -> ir.Value:
+    """``x <sym> y`` on floats of ``dtype`` (``"!="`` and ``"uno"`` unordered, the others
+    ordered).  16-bit floats are widened to float32 (exact) behind an arithmetic fence:
+    LLVM 22's x86 backend aborts in instruction selection ("Cannot select X86ISD::CMPP
+    v16f32") on a 16-lane bfloat compare beside a saturating conversion, and without the
+    fence InstCombine narrows a compare of widened values back to bfloat."""
+    if dtype in (DType.FLOAT16, DType.BFLOAT16):
+        t = value_type(DType.FLOAT32, lanes)
+        wide = [call_llvm(cg, "arithmetic.fence", [cg.b.fpext(v, t)]) for v in
+                ((x,) if y is x else (x, y))]
+        x, y = wide[0], wide[-1]
+    if sym in ("!=", "uno"):
+        return cg.b.fcmp_unordered(sym, x, y)
+    return cg.b.fcmp_ordered(sym, x, y)
+
+
 def _scalarized_note(cg: "CodeGen", func: Intrinsic, dtype: DType) -> None:
     """Record in ``module.notes`` that a vectorized loop calls libm once per lane."""
     loop, stage = cg.st.vector_loop or "?", cg.st.store_name or "?"
@@ -98,7 +115,7 @@ def emit_math(cg: "CodeGen", func: Intrinsic, dtype: DType, args: list[ir.Value]
     b = cg.b
     x = args[0]
     if func is Intrinsic.ISNAN:
-        return b.fcmp_unordered("uno", x, x)
+        return fcmp(cg, "uno", x, x, dtype, lanes)
     if func is Intrinsic.ABS:
         if dtype.is_float:
             return call_llvm(cg, "fabs", [x])
