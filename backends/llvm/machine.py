@@ -237,7 +237,11 @@ _DIAGNOSTIC = re.compile(r"^(remark|warning|note|error): |<unknown>:\d+:\d+: ")
 def llvm_diagnostics(sink: "list[str] | None" = None) -> Iterator[None]:
     """Capture what LLVM prints to the process's stderr (file descriptor 2) meanwhile --
     its remarks, such as "loop not vectorized: ..." -- into ``sink`` instead of the
-    terminal; any other line written meanwhile is passed on to stderr unchanged."""
+    terminal; any other line written meanwhile is passed on to stderr unchanged.
+
+    The capture is a named file, ``<tmpdir>/tdsl-llvm-stderr-<pid>-*.log``, removed when
+    the block ends: if LLVM aborts the process meanwhile ("LLVM ERROR: ..."), its message
+    stays there (docs/dsl.md, "If a build kills the process")."""
     try:
         sys.stderr.flush()
     except (AttributeError, ValueError):
@@ -247,7 +251,8 @@ def llvm_diagnostics(sink: "list[str] | None" = None) -> Iterator[None]:
     except OSError:  # no stderr descriptor at all: nothing to protect
         yield
         return
-    with tempfile.TemporaryFile() as tmp:
+    fd, path = tempfile.mkstemp(prefix=f"tdsl-llvm-stderr-{os.getpid()}-", suffix=".log")
+    with os.fdopen(fd, "w+b") as tmp:
         os.dup2(tmp.fileno(), 2)
         try:
             yield
@@ -256,6 +261,10 @@ def llvm_diagnostics(sink: "list[str] | None" = None) -> Iterator[None]:
             os.close(saved)
             tmp.seek(0)
             text = tmp.read().decode(errors="replace")
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
     kept = []
     for line in text.split("\n"):     # not splitlines(): a progress bar's "\r" stays put
         if _DIAGNOSTIC.search(line):

@@ -2,6 +2,7 @@
 module's notes; they never reach the terminal (where they flooded tuning runs)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -75,3 +76,22 @@ def test_compiled_notes_keep_remarks(monkeypatch):
     assert "llvm: remark: <unknown>:0:0: loop not vectorized: test" in f.notes
     a = np.arange(8, dtype="float32")
     np.testing.assert_allclose(f(a), a * 3)
+
+
+def test_llvm_abort_message_survives_in_the_capture_file(tmp_path):
+    """An LLVM abort inside the capture leaves its message in a file (docs/dsl.md, "If a
+    build kills the process"); a block that ends normally leaves no file."""
+    child = ("import os\n"
+             "from tdsl.backends.llvm.machine import llvm_diagnostics\n"
+             "with llvm_diagnostics([]):\n"
+             "    os.write(2, b'remark: fine\\n')\n"
+             "with llvm_diagnostics([]):\n"
+             "    os.write(2, b'LLVM ERROR: Cannot select: t1\\n')\n"
+             "    os.abort()\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True,
+                       timeout=120)
+    assert r.returncode != 0
+    logs = list(tmp_path.glob("tdsl-llvm-stderr-*.log"))
+    assert len(logs) == 1, logs
+    assert logs[0].read_text() == "LLVM ERROR: Cannot select: t1\n"
