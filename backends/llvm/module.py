@@ -74,27 +74,7 @@ class LLVMModule(Module):
 
     def _launcher(self, arrays: list[np.ndarray], sizes: dict[Var, int],
                   pointers: list[int]) -> Callable[[], None]:
-        fn = self._cfunc()
-        args = pointers + [int(sizes[v]) for v in self.func.size_vars]
-        c, entry = self.compiled, self.entry_name
-        if not c.uses_parallel:
-            def run() -> None:
-                status = fn(*args)
-                if status:
-                    raise_status(status, entry)
-        else:
-            n = self.num_threads if thread_pool_usable() else 1
-            if n > 1:
-                note_thread_pool_use()
-            cell = c.library.cell(thread_count_symbol(c.entry), ctypes.c_int32)
-
-            def run() -> None:
-                if c.threads_written != n:
-                    cell.value = n
-                    c.threads_written = n
-                status = fn(*args)
-                if status:
-                    raise_status(status, entry)
+        run = self.native_launcher(pointers + [int(sizes[v]) for v in self.func.size_vars])
         if self._calls_extern:
             inner = run
 
@@ -104,6 +84,37 @@ class LLVMModule(Module):
                 raise_pending()   # what a packed function raised during the call
         run.arrays = arrays  # type: ignore[attr-defined]  # keeps the memory alive
         return run
+
+    def native_launcher(self, args: list, num_threads: "int | None" = None,
+                        on_status: Callable[[int, str], None] = raise_status
+                        ) -> Callable[[], None]:
+        """A no-argument call of the native entry on ``args`` (buffer pointers, then the
+        size variables' values), read at each call: a caller may patch the list in place
+        (the model runtime does, for buffers bound per call).  Parallel loops use
+        ``num_threads`` (default: this module's count; 1 where the pool is unusable).  A
+        nonzero status goes to ``on_status(status, entry)``.  No argument checks: the caller
+        checked the arrays once (``bind``); externs' pending errors are not raised."""
+        fn = self._cfunc()
+        c, entry = self.compiled, self.entry_name
+        if not c.uses_parallel:
+            def run() -> None:
+                status = fn(*args)
+                if status:
+                    on_status(status, entry)
+            return run
+        n = (num_threads or self.num_threads) if thread_pool_usable() else 1
+        if n > 1:
+            note_thread_pool_use()
+        cell = c.library.cell(thread_count_symbol(c.entry), ctypes.c_int32)
+
+        def run_parallel() -> None:
+            if c.threads_written != n:
+                cell.value = n
+                c.threads_written = n
+            status = fn(*args)
+            if status:
+                on_status(status, entry)
+        return run_parallel
 
     # ---- inspection ------------------------------------------------------------------------------
     def get_source(self, fmt: str = "ll") -> str:

@@ -190,36 +190,15 @@ class Executable:
         args = list(ptrs) + [int(sizes[sv]) for sv in mod.func.size_vars]
         for pos, kind, idx in dyn:
             self.patches.append((args, pos, kind, idx))
-        if getattr(mod, "_calls_extern", False) or not hasattr(mod, "_cfunc"):
+        if getattr(mod, "_calls_extern", False) or not hasattr(mod, "native_launcher"):
             def run(mod=mod, vals=vals) -> None:   # generic path (externs, other targets)
                 mod(*[self._dynamic(v) for v in vals])
             self.runs.append(run)
             return True
-        fn = mod._cfunc()
-        c = mod.compiled
-        entry = k.name
         self._keep.append(arrs)
-        if not c.uses_parallel:
-            def run(fn=fn, args=args) -> None:
-                st = fn(*args)
-                if st:
-                    raise_status(st, entry)
-        else:
-            from tdsl.runtime.threads import note_thread_pool_use, thread_pool_usable
-            from tdsl.backends.llvm.parallel import thread_count_symbol
-            n = (num_threads or mod.num_threads) if thread_pool_usable() else 1
-            if n > 1:
-                note_thread_pool_use()
-            cell = c.library.cell(thread_count_symbol(c.entry), ctypes.c_int32)
-
-            def run(fn=fn, args=args, c=c, cell=cell, n=n) -> None:
-                if c.threads_written != n:
-                    cell.value = n
-                    c.threads_written = n
-                st = fn(*args)
-                if st:
-                    raise_status(st, entry)
-        self.runs.append(run)
+        entry = k.name
+        self.runs.append(mod.native_launcher(
+            args, num_threads, lambda st, _: raise_status(st, entry)))
         return False
 
     def _fallback(self, s: Fallback, rest_pool: bool) -> None:
