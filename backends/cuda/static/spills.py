@@ -7,6 +7,8 @@ kernel that spills says so (kernel name and bytes) instead of running slowly in 
 """
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import Any, Mapping
 
@@ -34,4 +36,19 @@ def warn_spills(reports: Mapping[str, Any], arch: str) -> None:
     for f in spill_findings(reports):
         warnings.warn(f"tdsl: CUDA kernel '{f.kernel}' spills registers on {arch}: "
                       f"{f.detail}; fewer outputs per thread, or fewer threads per block "
-                      f"(more registers each), avoid it", CUDASpillWarning, stacklevel=5)  # the td.build call
+                      f"(more registers each), avoid it", CUDASpillWarning,
+                      stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The stack level of the first frame outside tdsl (the user's build call)."""
+    import tdsl
+    roots = {os.path.dirname(os.path.abspath(p)) for p in tdsl.__path__}
+    roots = {os.path.join(r, d) + os.sep for r in roots
+             for d in ("tdsl", "backends", "schedule", "autotune")}
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and any(os.path.abspath(frame.f_code.co_filename).startswith(r)
+                                    for r in roots):
+        level += 1
+        frame = frame.f_back
+    return level
