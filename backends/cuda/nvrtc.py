@@ -49,8 +49,15 @@ def _load_library() -> None:
         return
     for root in getattr(nvidia, "__path__", []):
         for sub in ("cuda_nvrtc", "cu13"):
-            for lib in sorted(glob.glob(os.path.join(root, sub, "lib", "libnvrtc.so.*"))):
-                if ".alt." in lib or "builtins" in lib:
+            folder = os.path.join(root, sub, "lib")
+            # the builtins first: CUDA 13's libnvrtc does not look beside itself for them
+            for lib in sorted(glob.glob(os.path.join(folder, "libnvrtc-builtins.so.*"))):
+                try:
+                    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                except OSError:
+                    pass
+            for lib in sorted(glob.glob(os.path.join(folder, "libnvrtc.so.*"))):
+                if ".alt." in lib:
                     continue
                 try:
                     ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)

@@ -61,3 +61,35 @@ def test_tdsl_imports_from_the_checkout_without_an_install():
     r = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "backends")],
                        capture_output=True, text=True, timeout=120, env=env, cwd="/")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_tdsl_runs_without_ml_dtypes_and_says_what_bf16_needs():
+    """The lent GPU machines have no ml_dtypes: tdsl imports and runs float32 kernels; a
+    bfloat16 NumPy dtype is a DTypeError naming the package."""
+    code = ("import sys, importlib.abc\n"
+            "class Block(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'ml_dtypes':\n"
+            "            raise ModuleNotFoundError('blocked', name=name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import numpy as np\n"
+            "import tdsl as td\n"
+            "from tdsl import DType\n"
+            "from tdsl.errors import DTypeError\n"
+            "from tdsl.interpreter import run\n"
+            "A = td.placeholder((5,), name='A')\n"
+            "B = td.compute((5,), lambda i: A[i] * 2.0, name='B')\n"
+            "f = td.lower(td.create_schedule(B.op), [A, B])\n"
+            "a = np.arange(5, dtype='float32'); b = np.zeros(5, 'float32')\n"
+            "run(f, a, b)\n"
+            "assert (b == a * 2).all()\n"
+            "try:\n"
+            "    DType.BFLOAT16.numpy\n"
+            "except DTypeError as e:\n"
+            "    assert 'ml_dtypes' in str(e)\n"
+            "else:\n"
+            "    raise SystemExit('no error')\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd="/")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
