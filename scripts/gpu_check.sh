@@ -13,7 +13,8 @@
 # Usage: bash scripts/gpu_check.sh   (PYTHON=... picks the interpreter; default python3)
 # Exit: 0 all passed, 1 a step failed, 2 no GPU here.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$SELF")/.."
 PY=${PYTHON:-python3}
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -134,8 +135,8 @@ if [ "$GPU" -eq 0 ]; then
   summary 2 "no GPU (dry run)"
 fi
 
-run_step benchmark 200 "$PY" benchmarks/cuda_vs_torch.py --quick
-run_step gpu-tests 120 bash "$0" --step gpu-tests
+run_step benchmark 190 "$PY" benchmarks/cuda_vs_torch.py --quick
+run_step gpu-tests 110 bash "$SELF" --step gpu-tests
 SAN=$(find_sanitizer)
 if [ -z "$SAN" ]; then
   echo "== compute-sanitizer: not found (PATH, /usr/local/cuda*/bin, pip nvidia packages)"
@@ -144,10 +145,10 @@ if [ -z "$SAN" ]; then
 else
   echo "compute-sanitizer: $SAN"
   for tool in racecheck memcheck synccheck; do
-    run_step "$tool" 40 bash "$0" --step sanitize "$tool" "$SAN"
+    run_step "$tool" 35 bash "$SELF" --step sanitize "$tool" "$SAN"
   done
 fi
-run_step static 60 "$PY" benchmarks/cuda_static.py
+run_step static 45 "$PY" benchmarks/cuda_static.py
 if [ "$FAILED" -eq 0 ]; then
   summary 0 "all passed"
 fi
