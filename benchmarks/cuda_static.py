@@ -117,6 +117,10 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
         g, b = td.placeholder((1024,), name="g"), td.placeholder((1024,), name="b")
         return [X, g, b], ops.layernorm(X, g, b)
 
+    def attention():            # causal, 12 heads x 1024 x 64: a thread per query
+        Q, K, V = (td.placeholder((1, 12, 1024, 64), name=n) for n in "QKV")
+        return [Q, K, V], ops.attention(Q, K, V, causal=True)
+
     def elementwise():
         X, Y = td.placeholder((4096, 1024), name="X"), td.placeholder((4096, 1024), name="Y")
         return [X, Y], ops.gelu(ops.add(X, Y))
@@ -125,7 +129,8 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
             "batch_matmul": batch_matmul, "conv2d": conv2d,
             "conv2d_s2": conv2d_s2, "matmul_tail": matmul_tail, "matmul_odd": matmul_odd,
             "dense_small_m": dense_small_m, "conv2d_tail": conv2d_tail, "conv2d_late": conv2d_late,
-            "softmax": softmax, "layernorm": layernorm, "elementwise": elementwise}
+            "softmax": softmax, "layernorm": layernorm, "attention": attention,
+            "elementwise": elementwise}
 
 
 def _count(node: Any, weight: int, acc: dict) -> None:

@@ -60,7 +60,8 @@ summary() {   # summary EXIT_CODE HEADLINE
 find_sanitizer() {
   local cand
   cand=$(command -v compute-sanitizer 2>/dev/null) && { echo "$cand"; return; }
-  for cand in /usr/local/cuda*/bin/compute-sanitizer /usr/local/cuda*/compute-sanitizer/compute-sanitizer; do
+  for cand in /usr/local/cuda*/bin/compute-sanitizer \
+              /usr/local/cuda*/compute-sanitizer/compute-sanitizer; do
     [ -x "$cand" ] && { echo "$cand"; return; }
   done
   local roots
