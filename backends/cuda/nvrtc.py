@@ -25,8 +25,9 @@ def _nvrtc() -> Any:
             from cuda import nvrtc  # type: ignore[no-redef]  # cuda-python < 12.6
         except ImportError:
             raise NVRTCError("NVRTC is not installed: install tdsl's CUDA extra "
-                             "(pip install 'cuda-python>=12,<13' nvidia-cuda-nvrtc-cu12) to "
-                             "compile CUDA kernels to PTX") from None
+                             "(pip install 'cuda-python>=12,<13' nvidia-cuda-nvrtc-cu12; or "
+                             "cuda-bindings 13 with nvidia-cuda-nvrtc) to compile CUDA kernels "
+                             "to PTX") from None
     _load_library()
     return nvrtc
 
