@@ -281,3 +281,25 @@ def test_default_kernels_within_ceilings(default_rows, name):
         bad = [f for f in r.findings or [] if f.startswith(("occupancy", "instructions"))]
         assert bad == [], r.kernel
         assert r.blocks_sm80 >= 1 and r.blocks_sm90 >= 1
+
+
+def test_sass_listing_is_split_per_function_and_read(tmp_path, monkeypatch):
+    """cuobjdump's SASS (where it is installed): functions split by their header, HMMA /
+    LDGSTS / LDSM found; an expected instruction in the SASS only counts as found."""
+    from types import SimpleNamespace
+
+    from tdsl.backends.cuda.static.instructions import instruction_findings, sass_functions
+    listing = ("\n\tcode for sm_90\n\t\tFunction : k_one\n\t/*0000*/ LDGSTS.E.BYPASS.128 [R1], "
+               "desc[UR4][R2.64] ;\n\t/*0010*/ LDSM.16.M88.4 R4, [R5] ;\n"
+               "\t\tFunction : k_two\n\t/*0000*/ HMMA.16816.F32 R0, R4, R8, R0 ;\n")
+    tool = tmp_path / "cuobjdump"
+    tool.write_text("#!/bin/sh\ncat <<'EOF'\n" + listing + "EOF\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    got = sass_functions(b"\x7fELF not read by the fake")
+    assert set(got) == {"k_one", "k_two"} and "LDSM" in got["k_one"] and "HMMA" in got["k_two"]
+    from tdsl.stmt import SeqStmt
+    kernel = SimpleNamespace(name="k_two", source="wmma::mma_sync(c, a, b, c);",
+                             root=SeqStmt([]))
+    assert instruction_findings(kernel, 90, "", got["k_two"])[2] == []
+    assert len(instruction_findings(kernel, 90, "", got["k_one"])[2]) == 1
