@@ -1,23 +1,111 @@
 """tdsl's default CUDA kernels against PyTorch (cuBLAS / cuDNN) on the GPU at hand.
 
-    python benchmarks/cuda_vs_torch.py [--quick]
+    python benchmarks/cuda_vs_torch.py [--quick] [--only SUBSTRING] [--sizes 1024 2048 ...]
 
-Cases: matmul 1024 and 4096 fp32 (TF32 off on both sides), matmul 4096 fp16 (PyTorch on
-tensor cores; tdsl's default), softmax 4096 x 1024, conv2d 1x64x56x56 3x3.  Each case is
-checked against PyTorch first; the contenders are timed interleaved (CUDA events around a
-loop of launches: tdsl's time_evaluator replays a captured CUDA graph) and the medians
-compared.  Prints time per call and tdsl / PyTorch ratios.  Exits 2 without a GPU.
+Cases (``cases()``): matmul fp32 (TF32 off on both sides), fp16 and bf16 (tdsl accumulates
+and stores fp32; PyTorch's half-precision matmul accumulates fp32 and stores the input
+dtype) at 1024, 2048, 4096 and 8192; the 3x3 convolutions of ResNet-50's four stages
+(batch 1); softmax and layernorm of 4096 x 1024; attention (1 x 12 heads x 1024 x 64, not
+causal and causal).  Each case is checked first (against PyTorch in fp32 from the same
+inputs); the contenders are then timed interleaved (CUDA events around a loop of launches:
+tdsl's time_evaluator replays a captured CUDA graph) and the medians compared.  Prints one
+row per case as it finishes (time per call, tdsl / PyTorch, tdsl TFLOP/s) and a last line
+``cuda_vs_torch: N cases, W wrong, F failed, S skipped``.  Exits 2 without a GPU, 1 when a case is
+wrong or fails.  bf16 operands go to tdsl as NumPy (ml_dtypes) arrays copied per call
+(PyTorch does not export bf16 through ``__cuda_array_interface__``); the timing replays the
+launches only, so the copies are not timed; without ml_dtypes the bf16 cases are skipped.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import sys
+from typing import Any, Callable
+
+MATMUL_SIZES = (1024, 2048, 4096, 8192)
+
+
+class Skip(Exception):
+    """A case that cannot run here (its reason is printed; not a failure)."""
+
+#: ResNet-50's 3x3 convolutions, one per stage: (channels, height = width).
+RESNET_3X3 = ((64, 56), (128, 28), (256, 14), (512, 7))
+
+
+def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callable]:
+    """Case name -> a maker returning (tdsl inputs, tdsl output, torch args, tdsl args,
+    torch function timed, fp32 reference, tolerance, FLOPs or None)."""
+    import tdsl as td
+    from tdsl import ops
+
+    def case_matmul(n: int, dtype: str):
+        A = td.placeholder((n, n), dtype, name="A")
+        B = td.placeholder((n, n), dtype, name="B")
+        C = ops.matmul(A, B, out_dtype=None if dtype == "float32" else "float32")
+        tdt = getattr(torch, dtype)
+        x, y = (torch.randn(n, n, device=dev).to(tdt) for _ in range(2))
+        args = [x, y]
+        if dtype == "bfloat16":
+            try:
+                import ml_dtypes
+            except ImportError:
+                raise Skip("ml_dtypes is not installed (tdsl's bf16 NumPy arrays)") from None
+            args = [t.float().cpu().numpy().astype(ml_dtypes.bfloat16) for t in (x, y)]
+        tol = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2}[dtype]
+        return ([A, B], C, [x, y], args, lambda x, y: x @ y,
+                lambda x, y: x.float() @ y.float(), tol, 2 * n ** 3)
+
+    def case_conv(c: int, hw: int):
+        D = td.placeholder((1, c, hw, hw), name="D")
+        K = td.placeholder((c, c, 3, 3), name="K")
+        d, k = torch.randn(1, c, hw, hw, device=dev), torch.randn(c, c, 3, 3, device=dev)
+        conv = torch.nn.functional.conv2d
+        return ([D, K], ops.conv2d(D, K, padding=1), [d, k], [d, k],
+                lambda d, k: conv(d, k, padding=1), lambda d, k: conv(d, k, padding=1), 1e-3,
+                2 * c * c * 9 * hw * hw)
+
+    def case_softmax():
+        X = td.placeholder((4096, 1024), name="X")
+        x = torch.randn(4096, 1024, device=dev)
+        fn = lambda x: torch.softmax(x, -1)  # noqa: E731
+        return [X], ops.softmax(X), [x], [x], fn, fn, 1e-4, None
+
+    def case_layernorm():
+        X = td.placeholder((4096, 1024), name="X")
+        g, b = td.placeholder((1024,), name="g"), td.placeholder((1024,), name="b")
+        x, gg, bb = (torch.randn(*s, device=dev) for s in ((4096, 1024), (1024,), (1024,)))
+        fn = lambda x, g, b: torch.nn.functional.layer_norm(x, (1024,), g, b)  # noqa: E731
+        return [X, g, b], ops.layernorm(X, g, b), [x, gg, bb], [x, gg, bb], fn, fn, 1e-3, None
+
+    def case_attention(causal: bool):
+        shape = (1, 12, 1024, 64)
+        Q, K, V = (td.placeholder(shape, name=n) for n in "QKV")
+        q, k, v = (torch.randn(*shape, device=dev) for _ in range(3))
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        fn = lambda q, k, v: sdpa(q, k, v, is_causal=causal)  # noqa: E731
+        flops = 4 * 12 * 1024 * 1024 * 64 // (2 if causal else 1)
+        return ([Q, K, V], ops.attention(Q, K, V, causal=causal), [q, k, v], [q, k, v], fn, fn,
+                1e-3, flops)
+
+    out: dict[str, Callable] = {}
+    for dtype, short in (("float32", "fp32"), ("float16", "fp16"), ("bfloat16", "bf16")):
+        for n in sizes:
+            out[f"matmul {n} {short}"] = lambda n=n, d=dtype: case_matmul(n, d)
+    for c, hw in RESNET_3X3:
+        out[f"conv2d {c}x{hw}x{hw} 3x3"] = lambda c=c, hw=hw: case_conv(c, hw)
+    out["softmax 4096x1024"] = case_softmax
+    out["layernorm 4096x1024"] = case_layernorm
+    out["attention 12x1024x64"] = lambda: case_attention(False)
+    out["attention causal"] = lambda: case_attention(True)
+    return out
 
 
 def main(argv: "list[str] | None" = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats")
+    p.add_argument("--only", default="", help="run the cases whose name contains this")
+    p.add_argument("--sizes", type=int, nargs="*", default=list(MATMUL_SIZES),
+                   help="matmul sizes")
     a = p.parse_args(argv)
     try:
         import torch
@@ -33,37 +121,10 @@ def main(argv: "list[str] | None" = None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
     rounds = 3 if a.quick else 7
-    name = torch.cuda.get_device_name()
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
-    print(f"device: {name} ({arch}); PyTorch {torch.__version__}; TF32 off")
-
-    def case_matmul(n, dtype):
-        A = td.placeholder((n, n), dtype, name="A")
-        B = td.placeholder((n, n), dtype, name="B")
-        # fp16: tdsl accumulates and stores fp32 (its tensor-core default); PyTorch's fp16
-        # matmul accumulates in fp32 and stores fp16
-        C = ops.matmul(A, B, out_dtype="float32" if dtype == "float16" else None)
-        x, y = (torch.randn(n, n, device=dev, dtype=getattr(torch, dtype)) for _ in range(2))
-        return [A, B], C, [x, y], lambda x, y: x @ y, 2 * n ** 3
-
-    def case_softmax():
-        X = td.placeholder((4096, 1024), name="X")
-        x = torch.randn(4096, 1024, device=dev)
-        return [X], ops.softmax(X), [x], lambda x: torch.softmax(x, -1), None
-
-    def case_conv():
-        D = td.placeholder((1, 64, 56, 56), name="D")
-        K = td.placeholder((64, 64, 3, 3), name="K")
-        d, k = torch.randn(1, 64, 56, 56, device=dev), torch.randn(64, 64, 3, 3, device=dev)
-        return ([D, K], ops.conv2d(D, K, padding=1), [d, k],
-                lambda d, k: torch.nn.functional.conv2d(d, k, padding=1), 2 * 64 * 64 * 9 * 56 * 56)
-
-    cases = {"matmul 1024 fp32": lambda: case_matmul(1024, "float32"),
-             "matmul 4096 fp32": lambda: case_matmul(4096, "float32"),
-             "matmul 4096 fp16": lambda: case_matmul(4096, "float16"),
-             "softmax 4096x1024": case_softmax,
-             "conv2d 64x56x56 3x3": case_conv}
+    print(f"device: {torch.cuda.get_device_name()} ({arch}); PyTorch {torch.__version__}; "
+          f"TF32 off", flush=True)
     events = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
 
     def torch_time(fn, args, number):
@@ -75,34 +136,55 @@ def main(argv: "list[str] | None" = None) -> int:
         torch.cuda.synchronize()
         return events[0].elapsed_time(events[1]) / 1e3 / number
 
-    print(f"{'case':<22}{'tdsl ms':>10}{'torch ms':>10}{'tdsl/torch':>12}{'tdsl TFLOP/s':>14}")
-    failed = False
-    for label, make in cases.items():
-        ins, out, targs, ref, flops = make()
+    print(f"{'case':<24}{'tdsl ms':>10}{'torch ms':>10}{'tdsl/torch':>12}{'tdsl TFLOP/s':>14}",
+          flush=True)
+    wrong = failed = ran = skipped = 0
+    for label, make in cases(torch, dev, tuple(a.sizes)).items():
+        if a.only and a.only not in label:
+            continue
+        ran += 1
         try:
+            ins, out, targs, ours_args, timed, ref, tol, flops = make()
             f = td.build(ops.schedule(out, "cuda"), [*ins, out], target=f"cuda -arch={arch}")
-            res = torch.empty(tuple(int(d.value) for d in out.shape), device=dev,
-                              dtype=getattr(torch, str(out.dtype)))
-            f(*targs, res)
+            shape = tuple(int(d.value) for d in out.shape)
+            res = torch.empty(shape, device=dev, dtype=getattr(torch, str(out.dtype)))
+            if any(not isinstance(x, torch.Tensor) for x in ours_args):   # NumPy operands
+                import numpy as np
+                host = np.empty(shape, str(out.dtype))
+                f(*ours_args, host)
+                res.copy_(torch.from_numpy(host))
+                call_args = [*ours_args, host]
+            else:
+                f(*ours_args, res)
+                call_args = [*ours_args, res]
             torch.cuda.synchronize()
-            want = ref(*targs)
-            tol = 2e-2 if "fp16" in label else 1e-3
-            if not torch.allclose(res.float(), want.float(), rtol=tol, atol=tol * 10):
-                print(f"{label:<22} WRONG: max error {(res.float() - want.float()).abs().max():.3g}")
-                failed = True
+            want = ref(*targs).float()
+            err = (res.float() - want).abs().max().item()
+            scale = want.abs().max().item()
+            if not err <= tol * max(scale, 1.0):
+                print(f"{label:<24} WRONG: max error {err:.3g} (max |ref| {scale:.3g})",
+                      flush=True)
+                wrong += 1
                 continue
             timer = f.time_evaluator(number=10, repeat=1)
             ours, theirs = [], []
             for _ in range(rounds):          # interleaved
-                ours.append(timer(*targs, res).mean)
-                theirs.append(torch_time(ref, targs, 10))
+                ours.append(timer(*call_args).mean)
+                theirs.append(torch_time(timed, targs, 10))
             mo, mt = statistics.median(ours), statistics.median(theirs)
             tf = f"{flops / mo / 1e12:14.2f}" if flops else f"{'':>14}"
-            print(f"{label:<22}{mo * 1e3:10.3f}{mt * 1e3:10.3f}{mo / mt:12.2f}{tf}")
+            print(f"{label:<24}{mo * 1e3:10.3f}{mt * 1e3:10.3f}{mo / mt:12.2f}{tf}", flush=True)
+        except Skip as e:
+            print(f"{label:<24} SKIPPED: {e}", flush=True)
+            skipped += 1
         except Exception as e:  # noqa: BLE001 - report the case and go on
-            print(f"{label:<22} FAILED: {type(e).__name__}: {e}".splitlines()[0])
-            failed = True
-    return 1 if failed else 0
+            print(f"{label:<24} FAILED: {type(e).__name__}: {e}".splitlines()[0], flush=True)
+            failed += 1
+        finally:
+            torch.cuda.empty_cache()
+    print(f"cuda_vs_torch: {ran} cases, {wrong} wrong, {failed} failed, {skipped} skipped",
+          flush=True)
+    return 1 if wrong or failed else 0
 
 
 if __name__ == "__main__":

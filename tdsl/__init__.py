@@ -4,7 +4,11 @@ Declare *what* to compute with ``compute``/``reduce_axis``, say *how* with a
 schedule (``create_schedule``) or let ``tdsl.autotune`` find it, then ``build``
 for ``"llvm"`` (CPU) or ``"cuda"``.
 """
-from .dtype import DType
+from ._source_tree import install as _install_source_tree
+
+_install_source_tree(__path__[0])    # a checkout on PYTHONPATH without an install
+
+from .dtype import DType  # noqa: E402
 from .errors import (ArgumentError, BuildError, DTypeError, InternalError, LoweringError, ScheduleError,
                      ShapeError, TDSLError, TuningError)
 from .expr import Expr, Var, SizeVar, const

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import enum
 
-import ml_dtypes
 import numpy as np
 
 from .errors import DTypeError
@@ -56,8 +55,15 @@ class DType(str, enum.Enum):
     @property
     def numpy(self) -> np.dtype:
         """The NumPy dtype; bfloat16 is ``ml_dtypes.bfloat16`` (each operation on it computes
-        in float32 and rounds to nearest even, as tdsl's backends do)."""
+        in float32 and rounds to nearest even, as tdsl's backends do); imported here, so tdsl
+        imports without ml_dtypes and only bfloat16 arrays need it."""
         if self is DType.BFLOAT16:
+            try:
+                import ml_dtypes
+            except ImportError:
+                raise DTypeError("bfloat16 arrays are ml_dtypes.bfloat16 NumPy arrays, and the "
+                                 "ml_dtypes package is not installed (pip install ml_dtypes)"
+                                 ) from None
             return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(self.value)
 

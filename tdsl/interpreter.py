@@ -146,6 +146,12 @@ def _oob(name: str, indices: tuple, shape: tuple) -> Any:
                         f"outside shape {list(shape)}")
 
 
+def _unavailable(error: Exception) -> Any:
+    def fail(*_: Any) -> Any:
+        raise error
+    return fail
+
+
 def _runtime_namespace() -> dict[str, Any]:
     """Globals of the generated code: helpers, dtype constructors, wrap functions."""
     ns: dict[str, Any] = {
@@ -157,7 +163,10 @@ def _runtime_namespace() -> dict[str, Any]:
         "__builtins__": __builtins__,
     }
     for d in DType:
-        ns[f"_T_{d.value}"] = d.numpy.type
+        try:
+            ns[f"_T_{d.value}"] = d.numpy.type
+        except DTypeError as e:      # bfloat16 without ml_dtypes: an error where it is used
+            ns[f"_T_{d.value}"] = _unavailable(e)
         if d.is_int:
             ns[f"_wrap_{d.value}"] = _make_wrap(d)
             ns[f"_f2i_{d.value}"] = _float_to_int(d)

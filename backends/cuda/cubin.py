@@ -108,6 +108,9 @@ def check_assembled(kernels: list, source: str, target: Any) -> None:
                              f"for kernel '{k.name}' (kernels found: {sorted(found)})")
         k.registers = res.registers
         check_registers(k.name, res.registers, k.max_threads, target.gpu)
+    if any(r.frame_bytes for r in found.values()):   # a frame: local arrays, or spills
+        from .static.spills import warn_spills
+        warn_spills(ptxas_report(source, target.arch), target.arch)
 
 
 @dataclass(frozen=True)
@@ -122,27 +125,16 @@ class PtxasReport:
 
 
 def ptxas_report(source: str, arch: str) -> dict[str, PtxasReport]:
-    """Assemble ``source`` for ``arch`` with ``--ptxas-options=-v`` and read the log: the
-    spill counts are not in the cubin's attributes."""
-    import re
-
+    """What ptxas ``-v`` said of each kernel when ``source`` was assembled for ``arch`` (the
+    spill counts are not in the cubin's attributes); the log of the build's own compilation
+    where it assembled for ``arch``."""
     from . import nvrtc
-    nv = nvrtc._nvrtc()
-    prog = nvrtc._check(nv.nvrtcCreateProgram(source.encode(), b"tdsl_kernels.cu", 0, [], []),
-                        "nvrtcCreateProgram")
-    try:
-        opts = [f"--gpu-architecture=sm_{nvrtc.arch_number(arch)}".encode(),
-                b"--ptxas-options=-v", *(o.encode() for o in nvrtc._OPTIONS)]
-        result = nv.nvrtcCompileProgram(prog, len(opts), opts)
-        size = nvrtc._check(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        log = b" " * size
-        nv.nvrtcGetProgramLog(prog, log)
-        text = log.decode(errors="replace")
-        err = result[0] if isinstance(result, tuple) else result
-        if int(err) != 0:
-            raise NVRTCError(f"NVRTC could not compile the source for {arch}:\n{text.strip()}")
-    finally:
-        nv.nvrtcDestroyProgram(prog)
+    return parse_ptxas_log(nvrtc.compile_log(source, arch))
+
+
+def parse_ptxas_log(text: str) -> dict[str, PtxasReport]:
+    """The per-kernel figures of a ptxas ``-v`` log."""
+    import re
     out: dict[str, PtxasReport] = {}
     name = None
     frame = stores = loads = 0

@@ -1,7 +1,8 @@
 """Compiling CUDA C with NVRTC (through cuda-python's raw ``cuda.bindings.nvrtc`` calls).
 
-NVRTC comes from PyPI's ``nvidia-cuda-nvrtc-cu12`` wheel and needs no GPU and no
-driver.  ``compile_cuda`` returns PTX (``--gpu-architecture=compute_XX``) or a CUBIN
+NVRTC comes from PyPI's ``nvidia-cuda-nvrtc-cu12`` wheel (or CUDA 13's
+``nvidia-cuda-nvrtc`` with cuda-bindings 13: the calls used are the same) and needs no
+GPU and no driver.  ``compile_cuda`` returns PTX (``--gpu-architecture=compute_XX``) or a CUBIN
 (``sm_XX``, assembled by NVRTC itself); results are cached per process by source,
 architecture and format.
 """
@@ -24,8 +25,9 @@ def _nvrtc() -> Any:
             from cuda import nvrtc  # type: ignore[no-redef]  # cuda-python < 12.6
         except ImportError:
             raise NVRTCError("NVRTC is not installed: install tdsl's CUDA extra "
-                             "(pip install 'cuda-python>=12,<13' nvidia-cuda-nvrtc-cu12) to "
-                             "compile CUDA kernels to PTX") from None
+                             "(pip install 'cuda-python>=12,<13' nvidia-cuda-nvrtc-cu12; or "
+                             "cuda-bindings 13 with nvidia-cuda-nvrtc) to compile CUDA kernels "
+                             "to PTX") from None
     _load_library()
     return nvrtc
 
@@ -34,25 +36,35 @@ def _nvrtc() -> Any:
 def _load_library() -> None:
     """Make libnvrtc loadable.  cuda-python looks for the wheel's library under the running
     environment's site-packages; when the wheel sits on another path (a ``.pth`` entry, a
-    shared environment) it is not found, so load it from the ``nvidia.cuda_nvrtc`` package
-    first (cuda-python then uses the library already loaded).  A failure here leaves the
-    error to the first NVRTC call, which ``_call`` reports as an NVRTCError."""
+    shared environment) it is not found, so load it from the wheel's folder first
+    (cuda-python then uses the library already loaded): ``nvidia/cuda_nvrtc/lib`` for the
+    CUDA 12 wheel (``nvidia-cuda-nvrtc-cu12``), ``nvidia/cu13/lib`` for CUDA 13's.  A failure
+    here leaves the error to the first NVRTC call, which ``_call`` reports as an
+    NVRTCError."""
     import ctypes
     import glob
     import os
     try:
-        import nvidia.cuda_nvrtc as pkg  # type: ignore[import-not-found]
+        import nvidia  # type: ignore[import-not-found]  # the wheels' namespace package
     except ImportError:
         return
-    for root in getattr(pkg, "__path__", []):
-        for lib in sorted(glob.glob(os.path.join(root, "lib", "libnvrtc.so.*"))):
-            if ".alt." in lib or "builtins" in lib:
-                continue
-            try:
-                ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
-                return
-            except OSError:
-                continue
+    for root in getattr(nvidia, "__path__", []):
+        for sub in ("cuda_nvrtc", "cu13"):
+            folder = os.path.join(root, sub, "lib")
+            # the builtins first: CUDA 13's libnvrtc does not look beside itself for them
+            for lib in sorted(glob.glob(os.path.join(folder, "libnvrtc-builtins.so.*"))):
+                try:
+                    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                except OSError:
+                    pass
+            for lib in sorted(glob.glob(os.path.join(folder, "libnvrtc.so.*"))):
+                if ".alt." in lib:
+                    continue
+                try:
+                    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                    return
+                except OSError:
+                    continue
 
 
 def _check(result: Any, what: str) -> Any:
@@ -81,11 +93,22 @@ def version() -> tuple[int, int]:
     return tuple(_check(result, "version"))  # type: ignore[return-value]
 
 
-@functools.lru_cache(maxsize=128)
 def compile_cuda(source: str, arch: str = "sm_80", fmt: str = "ptx",
                  name: str = "tdsl_kernels.cu") -> bytes:
     """Compile ``source`` for ``arch``; ``fmt`` is "ptx" or "cubin". Raises NVRTCError with
     the compiler log when the source does not compile."""
+    return _compile(source, arch, fmt, name)[0]
+
+
+def compile_log(source: str, arch: str, name: str = "tdsl_kernels.cu") -> str:
+    """The log of assembling ``source`` into a cubin for ``arch``: ptxas runs with ``-v``,
+    so it holds each kernel's registers, stack frame and spill bytes (shared with the
+    cubin ``compile_cuda`` returns: one compilation for both)."""
+    return _compile(source, arch, "cubin", name)[1]
+
+
+@functools.lru_cache(maxsize=128)
+def _compile(source: str, arch: str, fmt: str, name: str) -> tuple[bytes, str]:
     if fmt not in ("ptx", "cubin"):
         raise NVRTCError(f"unknown output format {fmt!r}: use 'ptx' or 'cubin'")
     nv = _nvrtc()
@@ -96,14 +119,17 @@ def compile_cuda(source: str, arch: str = "sm_80", fmt: str = "ptx",
                   "nvrtcCreateProgram")
     try:
         opts = [f"--gpu-architecture={gpu}".encode()] + [o.encode() for o in _OPTIONS]
+        if fmt == "cubin":      # -v: the spill counts (not in the cubin's attributes)
+            opts.append(b"--ptxas-options=-v")
         result = nv.nvrtcCompileProgram(prog, len(opts), opts)
         err = result[0] if isinstance(result, tuple) else result
+        size = _check(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        log = b" " * size
+        nv.nvrtcGetProgramLog(prog, log)
+        text = log.rstrip(b"\0").decode(errors="replace")
         if int(err) != 0:
-            size = _check(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            log = b" " * size
-            nv.nvrtcGetProgramLog(prog, log)
             raise NVRTCError(f"NVRTC could not compile the generated CUDA source for {gpu}:\n"
-                             f"{log.decode(errors='replace').strip()}")
+                             f"{text.strip()}")
         if fmt == "ptx":
             size = _check(nv.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
             out = b" " * size
@@ -112,7 +138,7 @@ def compile_cuda(source: str, arch: str = "sm_80", fmt: str = "ptx",
             size = _check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
             out = b" " * size
             _check(nv.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
-        return out.rstrip(b"\0") if fmt == "ptx" else out
+        return (out.rstrip(b"\0") if fmt == "ptx" else out), text
     finally:
         nv.nvrtcDestroyProgram(prog)
 
