@@ -80,7 +80,9 @@ class NDArray:
     """A tensor on a device (TVM's ``tvm.nd.NDArray``), holding a C-contiguous NumPy array."""
 
     def __init__(self, data: np.ndarray, dev: "Device | None" = None):
-        self._data = np.ascontiguousarray(data)
+        # not ``np.ascontiguousarray``, which turns a 0-d array into shape (1,)
+        data = np.asarray(data)
+        self._data = data if data.flags.c_contiguous else data.copy(order="C")
         self.device = dev if dev is not None else cpu(0)
 
     @property
