@@ -221,7 +221,9 @@ def _evaluable(check: Any, bindings: dict) -> bool:
 def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],
                 dump: "Callable[[str, Any], None] | None") -> Any:
     """The loop nest of one schedule, its buffers allocated, simplified and checked."""
+    from tdsl.schedule.attach import check_attachments
     from tdsl.schedule.stage import AttachType
+    check_attachments(sch)
     ana = Analyzer()
     bodies = inlined_bodies(sch)
     # An inlined stage that is also an argument: its consumers read the inlined expression,
