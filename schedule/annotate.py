@@ -75,6 +75,7 @@ def bind(stage: Stage, var: IterVar, thread_ivar: Any) -> None:
         raise ScheduleError("bind", stage.name, f"the loop is already {a.kind}", var.name)
     a.kind = ForKind.THREAD_BINDING
     a.thread_tag = tag
+    a.thread_extent = None if thread_ivar.dom is None else thread_ivar.dom.extent
 
 
 def check_cross_thread(stage: Stage, var: IterVar, tag: ThreadTag) -> None:
