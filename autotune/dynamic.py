@@ -17,7 +17,10 @@ import itertools
 import math
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from tdsl.errors import TuningError
+from tdsl.runtime.args import SCALAR_VALUE, bound_value
 from tdsl.keywords import check_keywords, unknown_keyword_error
 
 from .database import Database, best_records, open_database
@@ -98,7 +101,8 @@ class DispatchModule:
         actual = []
         for n in self.names:
             pi, d = self._bindings[n]
-            actual.append(int(arrays[pi].shape[d]))
+            a = arrays[pi]   # a tensor (any DLPack kind), or the number of a scalar parameter
+            actual.append(int(a.shape[d]) if d != SCALAR_VALUE else bound_value(np.asarray(a), d))
         return self.kernels[nearest(self.keys, actual)][1]
 
     def __call__(self, *arrays: Any) -> None:

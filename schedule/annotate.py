@@ -63,8 +63,11 @@ def bind(stage: Stage, var: IterVar, thread_ivar: Any) -> None:
     tag = thread_ivar.thread_tag
     if var.kind is IterKind.REDUCE:
         check_cross_thread(stage, var, tag)
+    # a virtual thread is a serial loop: a stage may have several (TVM's conv schedules bind
+    # one per tiled axis); a hardware index exists once per kernel
     for other, a in stage.iter_attrs.items():
-        if a.thread_tag == tag and other is not var and other in stage.leaf_iter_vars:
+        if (a.thread_tag == tag and tag is not ThreadTag.VTHREAD and other is not var
+                and other in stage.leaf_iter_vars):
             raise ScheduleError("bind", stage.name, f"{tag} is already bound to loop '{other.name}' of "
                                 f"this stage; a thread axis can be bound once per kernel nest", var.name)
     a = stage.attr(var)
@@ -72,6 +75,7 @@ def bind(stage: Stage, var: IterVar, thread_ivar: Any) -> None:
         raise ScheduleError("bind", stage.name, f"the loop is already {a.kind}", var.name)
     a.kind = ForKind.THREAD_BINDING
     a.thread_tag = tag
+    a.thread_extent = None if thread_ivar.dom is None else thread_ivar.dom.extent
 
 
 def check_cross_thread(stage: Stage, var: IterVar, tag: ThreadTag) -> None:

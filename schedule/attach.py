@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from tdsl.errors import ScheduleError
+from tdsl.errors import LoweringError, ScheduleError
 from tdsl.expr import Reduce
 from tdsl.tensor import ComputeOp, IterVar
 
@@ -28,7 +28,11 @@ def check_compute_at_args(stage: Stage, parent: object, scope: object) -> None:
                             f"'{parent.name}', got {type(scope).__name__} {scope!r}")
 
 
-def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
+def check_compute_at(stage: Stage, parent: Stage, scope: IterVar, final: bool = False) -> IterVar:
+    """The checks of ``compute_at`` that the call alone decides.  Whether the loop encloses
+    a use of the stage depends on where its consumers end up, which later calls may change
+    (TVM's opt_conv_cuda attaches the shared copies before their local readers): that one
+    runs here only with ``final`` (else at lowering, ``check_attachments``)."""
     sch = stage._sch
     check_compute_at_args(stage, parent, scope)
     if stage.is_placeholder:
@@ -51,12 +55,10 @@ def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
         raise ScheduleError("compute_at", stage.name, f"'{getattr(scope, 'name', scope)}' is not a "
                             f"current loop of stage '{parent.name}'{where}",
                             loop=getattr(scope, "name", None))
-    consumers = sch.consumers(stage)
-    if parent not in consumers and not any(sch.is_attached_under(c, parent) for c in consumers):
-        names = sorted(c.name for c in consumers) or ["none"]
-        raise ScheduleError("compute_at", stage.name, f"loop '{scope.name}' of stage '{parent.name}' is "
-                            f"not an ancestor of any use of '{stage.name}' (it is read by: "
-                            f"{', '.join(names)})", loop=scope.name)
+    if final:
+        reason = missed_uses(stage, parent, scope)
+        if reason:
+            raise ScheduleError("compute_at", stage.name, reason, loop=scope.name)
     p = parent
     while p is not None:
         if p is stage:
@@ -71,6 +73,28 @@ def check_compute_at(stage: Stage, parent: Stage, scope: IterVar) -> IterVar:
     return scope
 
 
+def missed_uses(stage: Stage, parent: Stage, scope: IterVar) -> "str | None":
+    """Why loop ``scope`` of ``parent`` encloses no use of ``stage`` (None when it does)."""
+    sch = stage._sch
+    consumers = sch.consumers(stage)
+    if parent in consumers or any(sch.is_attached_under(c, parent) for c in consumers):
+        return None
+    names = sorted(c.name for c in consumers) or ["none"]
+    return (f"loop '{scope.name}' of stage '{parent.name}' is not an ancestor of any use of "
+            f"'{stage.name}' (it is read by: {', '.join(names)})")
+
+
+def check_attachments(sch: object) -> None:
+    """The attachment checks that only the final schedule decides (see ``check_compute_at``),
+    run by ``lower``: a ``LoweringError`` with the message the call used to raise."""
+    for st in sch.stages:   # type: ignore[attr-defined]
+        if st.attach_type is AttachType.SCOPE:
+            reason = missed_uses(st, st.attach_stage, st.attach_ivar)
+            if reason:
+                raise LoweringError(str(ScheduleError("compute_at", st.name, reason,
+                                                      loop=st.attach_ivar.name)))
+
+
 def compute_at(stage: Stage, parent: Stage, scope: IterVar) -> None:
     scope = check_compute_at(stage, parent, scope)
     stage.placed = True
@@ -83,7 +107,7 @@ def _attach(stage: Stage, parent: Stage, scope: IterVar) -> None:
     stage.attach_ivar = scope
     for f in followers(stage):
         try:
-            check_compute_at(f, parent, scope)
+            check_compute_at(f, parent, scope, final=True)
         except ScheduleError:
             continue   # left where it is: lowering names the stage if that is wrong
         _attach(f, parent, scope)

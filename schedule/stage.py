@@ -51,6 +51,8 @@ class IterAttr:
 
     kind: ForKind = ForKind.SERIAL
     thread_tag: Optional[ThreadTag] = None
+    #: the extent declared by ``td.thread_axis(..., extent=)`` (lowering checks the loop's)
+    thread_extent: Any = None
     pragmas: dict = field(default_factory=dict)
     tensor_intrin: Any = None
 
@@ -166,11 +168,14 @@ class Stage:
         return self._sch.run_step(step, rewrite)
 
     # ---- TVM API: loop transformations ---------------------------------------------------
-    def split(self, parent: IterVar, factor: Any = None, nparts: Any = None) -> tuple[IterVar, IterVar]:
+    def split(self, parent: IterVar, factor: Any = None, nparts: Any = None,
+              disable_predication: bool = False) -> tuple[IterVar, IterVar]:
         """Split ``parent`` into (outer, inner) by ``factor`` (inner extent) or ``nparts``.
 
         ``factor``/``nparts`` may be symbolic (an integer expression of the
-        computation's sizes, provably >= 1).
+        computation's sizes, provably >= 1).  ``disable_predication`` (TVM's) is accepted
+        and changes nothing: tdsl guards a tail only where the split leaves one, and
+        never computes outside the stage's domain.
         """
         from . import loop_transform
         loop_transform.check_split(self, parent, factor, nparts)

@@ -394,6 +394,8 @@ def convert(value: Any, like: "DType | None" = None) -> Expr:
     """Turn a Python number into a constant (of dtype ``like`` when lossless)."""
     if isinstance(value, Expr):
         return value.as_expr()
+    if hasattr(value, "incomplete_index"):     # A[i] of a 2-d tensor (tensor.TensorSlice)
+        raise value.incomplete_index()
     if hasattr(value, "op") and hasattr(value, "shape") and hasattr(value, "ndim"):
         if value.ndim == 0:
             return value()

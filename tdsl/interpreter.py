@@ -714,11 +714,15 @@ class _Codegen:
     def prologue(self) -> None:
         """``_prologue(shapes)``: bind size vars, check shapes, return sizes and strides."""
         f = self.func
-        self.emit(0, "def _prologue(_shapes):")
+        from .runtime.args import SCALAR_VALUE
+        self.emit(0, "def _prologue(_shapes, _arrays):")
         for v in f.size_vars:
             if v not in f.bindings:
                 raise LoweringError(f"{f.name}: size variable '{v.name}' has no binding")
             p, d = f.bindings[v]
+            if d == SCALAR_VALUE:    # the value of a scalar parameter (checked >= 1 already)
+                self.emit(1, f"{self.bind(v)} = int(_arrays[{p}].reshape(-1)[0])")
+                continue
             self.emit(1, f"{self.bind(v)} = _shapes[{p}][{d}]")
             if isinstance(v, SizeVar):
                 self.emit(1, f"_check_size({self.var(v)}, {p}, {d})")
@@ -892,7 +896,7 @@ class _Program:
         from .runtime.read_checks import READ_CHECKS_ATTR, run_read_checks
         arrays = scalars_as_arrays(self.func, arrays)
         self._check_arrays(arrays)
-        sizes, strides = self.prologue_fn(tuple(a.shape for a in arrays))
+        sizes, strides = self.prologue_fn(tuple(a.shape for a in arrays), arrays)
         checks = self.func.attrs.get(READ_CHECKS_ATTR)
         if checks:   # reads whose range depends on the sizes (lowering/read_bounds.py)
             run_read_checks(checks, dict(zip(self.func.size_vars, sizes)))

@@ -189,9 +189,13 @@ class Tensor:
     def ndim(self) -> int:
         return len(self.shape)
 
-    def __getitem__(self, indices: Any) -> TensorLoad:
+    def __getitem__(self, indices: Any) -> "TensorLoad | TensorSlice":
+        """``A[i, j]``; ``A[i]`` of a 2-d tensor is a ``TensorSlice`` that ``[j]`` completes
+        (TVM's ``A[i][j]``)."""
         if not isinstance(indices, tuple):
             indices = (indices,)
+        if 0 < len(indices) < self.ndim and not any(isinstance(i, slice) for i in indices):
+            return TensorSlice(self, indices)
         return self(*indices)
 
     def __call__(self, *indices: Any) -> TensorLoad:
@@ -221,6 +225,61 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor(name={self.name}, shape={list(self.shape)}, dtype={self.dtype})"
+
+
+class TensorSlice:
+    """A tensor indexed with fewer indices than it has dimensions (``A[i]`` of a 2-d ``A``):
+    index it again to read an element (``A[i][j]``, as TVM allows); any other use is the
+    error of indexing with too few indices."""
+
+    __slots__ = ("tensor", "indices")
+
+    def __init__(self, tensor: Tensor, indices: tuple):
+        self.tensor = tensor
+        self.indices = tuple(indices)
+
+    def __getitem__(self, more: Any) -> "TensorLoad | TensorSlice":
+        return self.tensor[self.indices + (more if isinstance(more, tuple) else (more,))]
+
+    def incomplete_index(self) -> ShapeError:
+        """The error of using the slice as a value (``convert`` raises it)."""
+        t = self.tensor
+        return ShapeError(f"tensor '{t.name}' has {t.ndim} dimension(s) {tuple(t.shape)} but is "
+                          f"indexed with {len(self.indices)} index(es)")
+
+    def _misuse(self, *_: Any) -> Any:
+        raise self.incomplete_index()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _misuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _misuse
+    __neg__ = __lt__ = __le__ = __gt__ = __ge__ = astype = _misuse
+
+    def __repr__(self) -> str:
+        return f"TensorSlice({self.tensor.name}, {len(self.indices)} of {self.tensor.ndim})"
+
+
+def _elementwise(op: str, swap: bool = False) -> Callable[[Tensor, Any], Tensor]:
+    """A ``Tensor`` operator as TVM's: ``A + B``, ``A * 2``, ``1 - A`` are ``tdsl.ops``'s
+    broadcast operators (a new stage)."""
+    def method(self: Tensor, other: Any) -> Any:
+        from . import ops
+        return getattr(ops, op)(other, self) if swap else getattr(ops, op)(self, other)
+    method.__name__ = f"__{'r' if swap else ''}{op}__"
+    return method
+
+
+for _name, _op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
+                   ("truediv", "divide"), ("floordiv", "floor_divide"), ("mod", "mod")):
+    setattr(Tensor, f"__{_name}__", _elementwise(_op))
+    setattr(Tensor, f"__r{_name}__", _elementwise(_op, swap=True))
+
+
+def _negate(self: Tensor) -> Tensor:
+    from . import ops
+    return ops.negative(self)
+
+
+Tensor.__neg__ = _negate   # type: ignore[attr-defined]
 
 
 # ---- the DSL ----------------------------------------------------------------------------
@@ -270,15 +329,19 @@ def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
     return IterVar(rng, name, IterKind.REDUCE)
 
 
-def thread_axis(tag: str = "", name: str = "") -> IterVar:
-    """A GPU hardware index (``"blockIdx.x"``, ``"threadIdx.y"``, ...) to ``bind`` loops to."""
+def thread_axis(tag: str = "", name: str = "", extent: Any = None) -> IterVar:
+    """A GPU hardware index (``"blockIdx.x"``, ``"threadIdx.y"``, ...) to ``bind`` loops to.
+
+    ``extent``, when given, is the most iterations a loop bound to it may have (TVM's
+    ``te.thread_axis((0, n), tag)``); lowering checks it."""
     try:
         t = ThreadTag(tag)
     except ValueError:
         valid = ", ".join(x.value for x in ThreadTag)
         raise TDSLError(f"thread_axis: unknown thread tag {tag!r}; use one of {valid}") from None
     from .expr import ThreadIndexVar
-    return IterVar(None, ThreadIndexVar(name or tag, t), IterKind.THREAD, t)
+    dom = None if extent is None else Range(Const(0, INDEX), convert(extent, INDEX))
+    return IterVar(dom, ThreadIndexVar(name or tag, t), IterKind.THREAD, t)
 
 
 def _arg_names(fcompute: Callable, ndim: int) -> list[str]:

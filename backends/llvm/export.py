@@ -39,6 +39,7 @@ from tdsl.runtime.shared_lib import keep_open, open_library
 from tdsl.runtime.threads import note_thread_pool_use, thread_pool_usable
 from tdsl.runtime.embedded import elf_section, read_signatures
 from tdsl.runtime.meta import signature_from_json, signature_to_json
+from tdsl.runtime.args import binding_text
 from tdsl.runtime.shape_eval import format_shape_expr
 from tdsl.stmt import PrimFunc
 
@@ -125,7 +126,7 @@ def c_header(func: PrimFunc, entry: str, written: "frozenset[int]", target: str,
         lines.append(f" *   {names[i]:<{width}}  {p.dtype}{shape}  ({role})")
     for j, v in enumerate(func.size_vars):
         pi, dim = func.bindings.get(v, (None, None))
-        src = f"= {func.params[pi].name}.shape[{dim}]" if pi is not None else ""
+        src = f"= {binding_text(func, pi, dim)}" if pi is not None else ""
         lines.append(f" *   {names[len(func.params) + j]:<{width}}  int64 symbolic size {src}")
     lines += [
         " *",

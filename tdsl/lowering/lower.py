@@ -102,12 +102,6 @@ def _params(sch: "Schedule", args: Sequence[Any]) -> tuple[list[Buffer], dict, l
                 t = st.op.outputs[i]
                 lst[i] = Buffer(t.name, t.shape, t.dtype)
                 scratch.append(lst[i])
-    for v in scalars:
-        for b in buffers:
-            if any(v in free_vars(d) for d in b.shape):
-                raise LoweringError(f"'{v.name}' is passed as a scalar but is also a dimension of "
-                                    f"'{b.name}'; leave it out of the arguments (it is taken from "
-                                    f"the shape)")
     return buffers, by_stage, scratch, scalars
 
 
@@ -126,20 +120,41 @@ def _check_scalars_listed(sch: "Schedule", scalars: dict) -> None:
                                     f"list; add it to args (it is passed as a number)")
 
 
-def _substitute_scalars(body: Any, params: list[Buffer], scalars: dict) -> tuple[Any, dict]:
-    """Reads of each scalar parameter's variable become loads of its 1-element buffer."""
+def _shape_scalars(params: list[Buffer], scalars: dict) -> dict:
+    """The integer scalar parameters that a shape mentions (TVM's ``(m, n // x)`` with ``x``
+    in ``args``): sizes bound from the number passed at call time, not from a dimension."""
+    in_shapes: set = set()
+    for b in params:
+        for d in b.shape:
+            in_shapes |= free_vars(d)
+    return {v: b for v, b in scalars.items() if v in in_shapes and v.dtype.is_int}
+
+
+def _substitute_scalars(body: Any, params: list[Buffer], scalars: dict,
+                        sizes: dict) -> tuple[Any, dict]:
+    """Reads of each scalar parameter's variable become loads of its 1-element buffer, except
+    those of the scalars in ``sizes``, which stay size variables (loop extents and strides
+    on the host need them as numbers)."""
     if not scalars:
         return body, {}
     from ..expr import BufferLoad
     from ..runtime.args import SCALAR_PARAMS_ATTR
     from ..visitor import substitute
-    body = substitute(body, {v: BufferLoad(b, [Const(0, "int64")]) for v, b in scalars.items()})
+    body = substitute(body, {v: BufferLoad(b, [Const(0, "int64")]) for v, b in scalars.items()
+                             if v not in sizes})
     idx = [i for i, p in enumerate(params) if any(p is b for b in scalars.values())]
     return body, {SCALAR_PARAMS_ATTR: idx}
 
 
-def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], dict]:
+def _bind_sizes(params: list[Buffer], body: Any, name: str,
+                sizes: "dict | None" = None) -> tuple[list[Var], dict]:
+    """Each symbolic size and where a call reads it: ``(param, dim)`` for a dimension of an
+    argument, ``(param, SCALAR_VALUE)`` for the value of a scalar parameter in ``sizes``
+    (that one wins over any dimension, which the call then checks against it)."""
+    from ..runtime.args import SCALAR_VALUE
     bindings: dict[Var, tuple[int, int]] = {}
+    for v, b in (sizes or {}).items():
+        bindings[v] = (next(i for i, p in enumerate(params) if p is b), SCALAR_VALUE)
     for pi, buf in enumerate(params):
         for d, s in enumerate(buf.shape):
             if isinstance(s, Var) and s not in bindings:
@@ -153,7 +168,7 @@ def _bind_sizes(params: list[Buffer], body: Any, name: str) -> tuple[list[Var], 
         if isinstance(v, SizeVar) and v not in bindings:
             raise ShapeError(f"lower '{name}': symbolic size '{v.name}' is not a dimension of any "
                              f"argument, so no call can bind it; add a tensor with dimension "
-                             f"'{v.name}' to the arguments")
+                             f"'{v.name}', or '{v.name}' itself (a scalar), to the arguments")
     size_vars = sorted(bindings, key=lambda v: bindings[v])
     return size_vars, bindings
 
@@ -178,8 +193,9 @@ def lower(sch: "Schedule", args: Sequence[Any], name: str = "main", simple_mode:
         same = {id(b2): b for b2, b in zip(alt_params, params)}
         alt_by_stage = {sid: [same.get(id(b), b) for b in lst] for sid, lst in alt_by_stage.items()}
         body = IfThenElse(cond, _lower_nest(alt, alt_by_stage, alt_scratch, dump), body)
-    body, attrs = _substitute_scalars(body, params, scalars)
-    size_vars, bindings = _bind_sizes(params, body, name)
+    sizes = _shape_scalars(params, scalars)
+    body, attrs = _substitute_scalars(body, params, scalars, sizes)
+    size_vars, bindings = _bind_sizes(params, body, name, sizes)
     check_scope(body, set(bindings), name)
     reads = [c for c in check_reads(sch) if _evaluable(c, bindings)]
     if reads:
@@ -205,7 +221,9 @@ def _evaluable(check: Any, bindings: dict) -> bool:
 def _lower_nest(sch: "Schedule", by_stage: dict, scratch: list[Buffer],
                 dump: "Callable[[str, Any], None] | None") -> Any:
     """The loop nest of one schedule, its buffers allocated, simplified and checked."""
+    from tdsl.schedule.attach import check_attachments
     from tdsl.schedule.stage import AttachType
+    check_attachments(sch)
     ana = Analyzer()
     bodies = inlined_bodies(sch)
     # An inlined stage that is also an argument: its consumers read the inlined expression,

@@ -372,10 +372,18 @@ class NestBuilder:
         kind = a.kind if a is not None else ForKind.SERIAL
         tag = a.thread_tag if a is not None else None
         ann = {f"pragma_{k}": v for k, v in a.pragmas.items()} if a is not None else {}
+        extent = self.ana.simplify(extent)
+        declared = a.thread_extent if a is not None else None
+        if (declared is not None and isinstance(declared, Const) and isinstance(extent, Const)
+                and extent.value > declared.value):
+            raise LoweringError(f"bind: stage '{st.name}', loop '{iv.name}' has {extent.value} "
+                                f"iterations but is bound to {tag.value}, declared with "
+                                f"extent {declared.value} (thread_axis((0, {declared.value}), "
+                                f"...)); split the loop to at most {declared.value}")
         if tag is ThreadTag.VTHREAD:
             kind, tag = ForKind.SERIAL, None
         v = self.bounds[st].loop_var(iv)
-        return For(v, Const(0, v.dtype), self.ana.simplify(extent), kind, body, tag, ann)
+        return For(v, Const(0, v.dtype), extent, kind, body, tag, ann)
 
     def in_serial_loop(self, st: "Stage") -> bool:
         """True if a loop that is not bound to a GPU index encloses ``st``'s attach point."""

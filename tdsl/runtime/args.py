@@ -23,6 +23,20 @@ WRITTEN_PARAMS_ATTR = "tdsl.written_params"
 #: ``PrimFunc.attrs`` key listing the indices of scalar parameters (``td.var`` in ``args``):
 #: each is a 1-element buffer in the IR and a Python number at call time.
 SCALAR_PARAMS_ATTR = "tdsl.scalar_params"
+#: the ``dim`` of a binding ``(param, dim)`` that reads a size from the value of a scalar
+#: parameter (TVM's ``x`` in ``args`` with an output of shape ``(m, n // x)``)
+SCALAR_VALUE = -1
+
+
+def bound_value(arr: np.ndarray, dim: int) -> int:
+    """The value of a size bound at ``(param, dim)``, given the param's array."""
+    return int(arr.reshape(-1)[0]) if dim == SCALAR_VALUE else int(arr.shape[dim])
+
+
+def binding_text(func: PrimFunc, pi: int, dim: int) -> str:
+    """Where a size is read from, for messages: ``A.shape[0]`` or ``the scalar x``."""
+    name = func.params[pi].name
+    return f"the scalar '{name}'" if dim == SCALAR_VALUE else f"{name}.shape[{dim}]"
 
 
 def scalar_params(func: PrimFunc) -> frozenset[int]:
@@ -154,7 +168,7 @@ def _bind_slow(func: PrimFunc, arrays: Sequence[Any], written: frozenset[int]
     env: dict[Var, int] = {}
     source: dict[Var, tuple[int, int]] = {}
     for var, (pi, dim) in func.bindings.items():
-        env[var] = int(arrs[pi].shape[dim])
+        env[var] = bound_value(arrs[pi], dim)
         source[var] = (pi, dim)
     for var in func.size_vars:
         if var not in env:
@@ -169,11 +183,11 @@ def _bind_slow(func: PrimFunc, arrays: Sequence[Any], written: frozenset[int]
                     continue
                 raise ShapeError(
                     f"inconsistent value of size '{expr.name}' in '{func.name}': "
-                    f"{params[si].name}.shape[{sd}] = {env[expr]} but "
+                    f"{binding_text(func, si, sd)} = {env[expr]} but "
                     f"{p.name}.shape[{d}] = {actual}")
             expected = eval_shape_expr(expr, env)
             if expected != actual:
-                bound = ", ".join(f"{v.name} = {env[v]} from {params[s[0]].name}.shape[{s[1]}]"
+                bound = ", ".join(f"{v.name} = {env[v]} from {binding_text(func, *s)}"
                                   for v, s in source.items()
                                   if _mentions(expr, v))
                 hint = f" ({bound})" if bound else ""
@@ -280,7 +294,8 @@ class ArgChecker:
             if not (flags.c_contiguous and flags.aligned) or (i in written and not flags.writeable):
                 return None
             arrs.append(a)
-        env = {v: arrs[pi].shape[d] for v, pi, d in self.binds}
+        env = {v: (arrs[pi].shape[d] if d != SCALAR_VALUE else int(arrs[pi].reshape(-1)[0]))
+               for v, pi, d in self.binds}
         for pi, d, kind, payload in self.checks:
             if kind == 0:
                 want = payload

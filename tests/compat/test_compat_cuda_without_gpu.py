@@ -1,7 +1,7 @@
 """TVM scripts that build for CUDA, on a machine without a GPU: the builds work (scan,
 bfloat16, extern with device code), ``tvm.cuda(0).exist`` is False, calling the module
-raises tdsl's NoCUDADeviceError (a TDSLError naming the missing device), and
-``Module.emulate`` runs the kernels on the CPU instead."""
+runs the kernels on tdsl's CPU emulator with one notice (``EmulatedCUDAWarning``), as does
+``Module.emulate`` explicitly."""
 import shutil
 
 import ml_dtypes
@@ -49,14 +49,32 @@ def test_scan_builds_for_cuda_and_emulates(rng, shape):
 
 
 @pytest.mark.skipif(cuda.has_device(), reason="a CUDA device is present")
-def test_calling_a_cuda_module_without_a_device_is_a_clear_error():
+def test_calling_a_cuda_module_without_a_device_emulates_with_one_notice(rng):
+    """TVM scripts call the module and time it on tvm.cuda(0): without a GPU both run on the
+    emulator, and one EmulatedCUDAWarning says that results are emulated and timings
+    meaningless (Python's default filter shows it once however many calls there are)."""
+    import warnings
     s, X, s_scan = _scan_like_the_tutorial()
     f = tvm.build(s, [X, s_scan], "cuda")
     assert tvm.cuda(0).exist is False
-    a = tvm.nd.array(np.ones((3, 4), "float32"), tvm.cuda(0))
-    b = tvm.nd.array(np.zeros((3, 4), "float32"), tvm.cuda(0))
-    with pytest.raises(TDSLError, match="no CUDA device.*emulate"):
+    a_np = rng.standard_normal((5, 130)).astype("float32")
+    a = tvm.nd.array(a_np, tvm.cuda(0))
+    b = tvm.nd.array(np.zeros((5, 130), "float32"), tvm.cuda(0))
+    with pytest.warns(tvm.runtime.EmulatedCUDAWarning,
+                      match=r"tvm.cuda\(0\): no CUDA device.*CPU emulator.*results are "
+                            r"emulated and timings are meaningless"):
         f(a, b)
+    tvm.testing.assert_allclose(b.numpy(), np.cumsum(a_np, axis=0), rtol=1e-5)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        for _ in range(3):
+            f(a, b)
+        res = f.time_evaluator(f.entry_name, tvm.cuda(0), number=1, repeat=2)(a, b)
+        with pytest.raises(TDSLError, match="inconsistent value of size"):   # checks still run
+            f(a, tvm.nd.array(np.zeros((5, 129), "float32"), tvm.cuda(0)))
+    assert len(res.results) == 2 and res.mean == sum(res.results) / 2
+    notices = [w for w in seen if issubclass(w.category, tvm.runtime.EmulatedCUDAWarning)]
+    assert len(notices) == 1, [str(w.message) for w in seen]
 
 
 def test_bfloat16_elementwise_on_cuda(rng):

@@ -91,8 +91,14 @@ def test_scalar_parameter_errors():
     A = td.placeholder((n,), name="A")
     B = td.compute((n,), lambda i: A[i] * 2.0, name="B")
     s = td.create_schedule(B.op)
-    with pytest.raises(td.LoweringError, match="'n' is passed as a scalar but is also a dimension"):
-        td.lower(s, [A, n, B])
+    # a size passed as a scalar too (as TVM allows): bound from the number, which the
+    # dimension must then match
+    g = td.lower(s, [A, n, B])
+    a, b = np.arange(1, 5, dtype="float32"), np.zeros(4, "float32")
+    interpreter.run(g, a, 4, b)
+    np.testing.assert_allclose(b, a * 2)
+    with pytest.raises(td.ShapeError, match="inconsistent value of size 'n'"):
+        td.build(s, [A, n, B], target="llvm")(a, 3, b)
     x = td.var("x", "float32")
     with pytest.raises(td.LoweringError, match="scalar 'x' appears twice"):
         td.lower(s, [A, x, x, B])

@@ -117,6 +117,53 @@ def test_compute_at_two_consumers_common_loop():
         np.testing.assert_allclose(d, (b + 1) * np.roll(b, -1, axis=1), rtol=1e-6)
 
 
+@pytest.mark.parametrize("n", [16, 13])
+def test_compute_at_producer_before_its_reader_tvm_order(n):
+    """TVM's opt_conv_cuda order: the shared copy AA is attached to BL's loop before its
+    reader AL is; the call is accepted (the final schedule decides) and the result is right."""
+    A, W = td.placeholder((n, 12), name="A"), td.placeholder((12, 8), name="W")
+    k = td.reduce_axis((0, 12), name="k")
+    C = td.compute((n, 8), lambda i, j: td.sum(A[i, k] * W[k, j], axis=k), name="C")
+    s = td.create_schedule(C.op)
+    AA = s.cache_read(A, "shared", [C])
+    AL = s.cache_read(AA, "local", [C])
+    CL = s.cache_write(C, "local")
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[CL].compute_at(s[C], io)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=4)
+    s[AA].compute_at(s[CL], ko)      # AA's only reader, AL, is still at root here
+    s[AL].compute_at(s[CL], ki)
+    rng = np.random.default_rng(3)
+    a, w = random_array(rng, (n, 12)), random_array(rng, (12, 8))
+    want = a.astype("float64") @ w
+    got_i = np.full((n, 8), np.nan, "float32")
+    run(td.lower(s, [A, W, C]), a, w, got_i)
+    got_l = np.full((n, 8), np.nan, "float32")
+    td.build(s, [A, W, C], target="llvm")(a, w, got_l)
+    np.testing.assert_allclose(got_i, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_l, want, rtol=1e-5, atol=1e-5)
+
+
+def test_compute_at_still_missing_its_use_is_refused_at_lowering():
+    """The same order with the reader left at root: lowering names the stage and the loop."""
+    A = td.placeholder((8, 12), name="A")
+    k = td.reduce_axis((0, 12), name="k")
+    C = td.compute((8,), lambda i: td.sum(A[i, k], axis=k), name="C")
+    s = td.create_schedule(C.op)
+    AA = s.cache_read(A, "shared", [C])
+    AL = s.cache_read(AA, "local", [C])
+    ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=4)
+    s[AA].compute_at(s[C], ko)
+    with pytest.raises(td.LoweringError, match=r"compute_at: stage 'A.shared', loop 'k.outer': "
+                       r"loop 'k.outer' of stage 'C' is not an ancestor of any use of "
+                       r"'A.shared' \(it is read by: A.shared.local\)"):
+        td.lower(s, [A, C])
+    s[AL].compute_at(s[C], ki)
+    a, c = random_array(np.random.default_rng(4), (8, 12)), np.zeros(8, "float32")
+    run(td.lower(s, [A, C]), a, c)
+    np.testing.assert_allclose(c, a.sum(axis=1), rtol=1e-5)
+
+
 def test_compute_at_nested_chain():
     """A -> B -> C -> D with B attached inside C, which is attached inside D."""
     A = td.placeholder((11, 9), name="A")

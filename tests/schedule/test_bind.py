@@ -101,6 +101,58 @@ def test_shared_memory_matmul_cooperative_fetch(size, K):
     assert 'thread_binding(4, "threadIdx.x")' in text
 
 
+def vthread_matmul_schedule(wl, nv=2, tile=2):
+    """opt_conv_cuda's shape: one virtual thread per tiled axis of C (two or three on one
+    stage, bound before the reorder), shared and local caches attached inside."""
+    s = wl.schedule()
+    A, B, C = wl.main["A"], wl.main["B"], wl.main["C"]
+    AS = s.cache_read(A, "shared", [C])
+    AL = s.cache_read(AS, "local", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    bi, i = s[C].split(i, factor=nv * tile)
+    vi, i = s[C].split(i, nparts=nv)
+    ti, i = s[C].split(i, nparts=tile)
+    vj, j = s[C].split(j, nparts=nv)
+    tj, j = s[C].split(j, nparts=tile)
+    s[C].bind(bi, td.thread_axis("blockIdx.x"))
+    s[C].bind(vi, td.thread_axis("vthread", name="vi"))
+    s[C].bind(vj, td.thread_axis("vthread", name="vj"))
+    s[C].reorder(bi, vi, vj, ti, tj, i, j)
+    s[C].bind(ti, td.thread_axis("threadIdx.y"))
+    s[C].bind(tj, td.thread_axis("threadIdx.x"))
+    s[CL].compute_at(s[C], tj)
+    ko, ki = s[CL].split(s[CL].op.reduce_axis[0], factor=4)
+    s[AS].compute_at(s[CL], ko)
+    s[AL].compute_at(s[CL], ki)
+    return s
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_two_vthreads_on_one_stage(size):
+    def mm(m):
+        return matmul(M=m or 12, N=9, K=10, symbolic_m=m is None)
+    check_sizes(mm, vthread_matmul_schedule, size, values=(3, 9, 13))
+
+
+def test_three_vthreads_and_a_hardware_index_twice():
+    A = td.placeholder((8, 6, 4), name="A")
+    C = td.compute((8, 6, 4), lambda i, j, k: A[i, j, k] * 2.0, name="C")
+    s = td.create_schedule(C.op)
+    outer = []
+    for ax in C.op.axis:
+        vo, vi = s[C].split(ax, nparts=2)
+        s[C].bind(vo, td.thread_axis("vthread"))
+        outer.append(vi)
+    s[C].bind(outer[0], td.thread_axis("threadIdx.x"))
+    a = random_array(np.random.default_rng(5), (8, 6, 4))
+    c = np.full((8, 6, 4), np.nan, "float32")
+    run(td.lower(s, [A, C]), a, c)
+    np.testing.assert_allclose(c, a * 2)
+    with pytest.raises(td.ScheduleError, match="threadIdx.x is already bound"):
+        s[C].bind(outer[1], td.thread_axis("threadIdx.x"))
+
+
 def test_bind_same_tag_in_two_kernels():
     """Two root stages, each its own kernel, both bound to threadIdx.x (with other extents)."""
     n = td.var("n")

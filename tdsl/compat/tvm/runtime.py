@@ -6,6 +6,8 @@ kernel hands it the NumPy array underneath.
 """
 from __future__ import annotations
 
+import time
+import warnings
 from typing import Any, Callable
 
 import numpy as np
@@ -80,7 +82,9 @@ class NDArray:
     """A tensor on a device (TVM's ``tvm.nd.NDArray``), holding a C-contiguous NumPy array."""
 
     def __init__(self, data: np.ndarray, dev: "Device | None" = None):
-        self._data = np.ascontiguousarray(data)
+        # not ``np.ascontiguousarray``, which turns a 0-d array into shape (1,)
+        data = np.asarray(data)
+        self._data = data if data.flags.c_contiguous else data.copy(order="C")
         self.device = dev if dev is not None else cpu(0)
 
     @property
@@ -128,9 +132,37 @@ class NDArray:
         return f"<tvm.nd.NDArray shape={self.shape}, {self.device}>\n{self._data!r}"
 
 
+def _time_emulation(mod: Any, args: list, number: int, repeat: int) -> Any:
+    """Seconds per emulated run (the shape TVM's evaluator returns; the figure is the
+    emulator's, which says nothing about a GPU)."""
+    from tdsl.runtime import ProfileResult
+    results = []
+    for _ in range(max(1, int(repeat))):
+        start = time.perf_counter()
+        for _ in range(max(1, int(number))):
+            mod.emulate(*args)
+        results.append((time.perf_counter() - start) / max(1, int(number)))
+    return ProfileResult(sum(results) / len(results), tuple(results))
+
+
 def unwrap(value: Any) -> Any:
     """The NumPy array under an ``NDArray`` (anything else unchanged)."""
     return value._data if isinstance(value, NDArray) else value
+
+
+class EmulatedCUDAWarning(UserWarning):
+    """A CUDA build called where there is no GPU ran on tdsl's CPU emulator."""
+
+
+def _emulation_notice() -> None:
+    """The notice that a CUDA build runs on the emulator: results are computed (and checked
+    for races), timings say nothing about a GPU.  A warning issued from this one line, so
+    Python's default filter shows it once per process however many calls there are."""
+    from tdsl.backends.cuda import driver
+    reason = driver.device_status()[1].split(";")[0]
+    warnings.warn(f"tvm.cuda(0): {reason or 'no CUDA device'}; tdsl runs the CUDA kernels on "
+                  f"its CPU emulator instead: results are emulated and timings are "
+                  f"meaningless", EmulatedCUDAWarning, stacklevel=1)
 
 
 class Module:
@@ -153,12 +185,21 @@ class Module:
         """Device modules: tdsl keeps the kernels of a CUDA build in the module itself."""
         return [self] if getattr(self._mod, "type_key", "") == "cuda" else []
 
+    def _emulated(self) -> bool:
+        """A CUDA build with no GPU to run it: calls go to the emulator."""
+        return getattr(self._mod, "type_key", "") == "cuda" and not cuda(0).exist
+
     def __call__(self, *args: Any) -> Any:
+        """Run the function; a CUDA build where ``tvm.cuda(0).exist`` is False runs on the
+        CPU emulator (with one ``EmulatedCUDAWarning``)."""
+        if self._emulated():
+            _emulation_notice()
+            return self._mod.emulate(*[unwrap(a) for a in args])
         return self._mod(*[unwrap(a) for a in args])
 
     def emulate(self, *args: Any) -> None:
-        """Run a CUDA build's kernels on the CPU (tdsl's emulation harness): what to call
-        where ``tvm.cuda(0).exist`` is False; results land in the ``NDArray``s."""
+        """Run a CUDA build's kernels on the CPU (tdsl's emulation harness), with or without
+        a GPU; results land in the ``NDArray``s."""
         if not hasattr(self._mod, "emulate"):
             raise ArgumentError("emulate() runs CUDA builds; call a CPU module directly")
         self._mod.emulate(*[unwrap(a) for a in args])
@@ -178,6 +219,10 @@ class Module:
                        cooldown_interval_ms: float = 0, repeats_to_cooldown: int = 1,
                        f_preproc: str = "") -> Callable[..., Any]:
         """A function timing this kernel (TVM's defaults: ``number=10, repeat=1``)."""
+        if self._emulated():
+            _emulation_notice()
+            return lambda *args: _time_emulation(self._mod, [unwrap(a) for a in args],
+                                                 number, repeat)
         evaluator = self._mod.time_evaluator(func_name, dev, number=number, repeat=repeat,
                                              min_repeat_ms=min_repeat_ms)
         return lambda *args: evaluator(*[unwrap(a) for a in args])
@@ -224,5 +269,5 @@ def enabled(target: str) -> bool:
 
 
 ndarray = NDArray
-__all__ = ["Device", "NDArray", "Module", "device", "cpu", "cuda", "gpu", "cl", "load_module",
-           "enabled", "unwrap"]
+__all__ = ["Device", "NDArray", "Module", "EmulatedCUDAWarning", "device", "cpu", "cuda", "gpu",
+           "cl", "load_module", "enabled", "unwrap"]

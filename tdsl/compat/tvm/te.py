@@ -1,6 +1,7 @@
 """``tvm.te``: tensor expressions and schedules — tdsl's own functions under TVM's names."""
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
 import tdsl
@@ -8,12 +9,15 @@ from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, Te
                   abs, all, any, ceil, comm_reducer, cos, create_schedule,
                   decl_tensor_intrin, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
                   log10, max, max_value, min, min_value, power, reduce_axis, round,
-                  rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, thread_axis, trunc, var)
+                  rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, trunc, var)
 from tdsl.expr import Expr
 
-from .tir import const
+from .tir import (const, div, floordiv, floormod, indexdiv, indexmod, truncdiv, truncmod,
+                  )
 
 Operation = tdsl.tensor.Operation
+#: the tag of the innermost ``tag_scope`` (a context variable: per thread and task)
+_TAG: contextvars.ContextVar[str] = contextvars.ContextVar("tdsl_compat_tag", default="")
 
 
 def _shape(shape: Any) -> Any:
@@ -30,6 +34,7 @@ def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -
 def compute(shape: Any, fcompute: Any, name: str = "compute", tag: str = "",
             attrs: Any = None, varargs_names: Any = None) -> Any:
     """A computed tensor (``fcompute`` maps indices to the element)."""
+    tag = tag or _TAG.get()
     return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
 
 
@@ -43,6 +48,50 @@ def extern(shape: Any, inputs: Any, fcompute: Any, name: str = "extern", dtype: 
         shape = _shape(shape)
     return tdsl.extern(shape, inputs, fcompute, name=name, dtype=dtype, in_buffers=in_buffers,
                        out_buffers=out_buffers, tag=tag, attrs=attrs)
+
+
+def thread_axis(dom: Any = None, tag: str = "", name: str = "", span: Any = None) -> IterVar:
+    """TVM's ``te.thread_axis("threadIdx.x")`` or ``te.thread_axis((0, n), "threadIdx.x")``:
+    the range ``(0, n)`` caps the extent of the loops bound to it (checked at lowering)."""
+    if isinstance(dom, str):
+        dom, tag, name = None, dom, name or (tag if isinstance(tag, str) else "")
+    extent = None
+    if dom is not None:
+        if isinstance(dom, tdsl.Range):
+            lo, extent = dom.min, dom.extent
+        elif isinstance(dom, (tuple, list)) and len(dom) == 2:
+            lo, extent = dom[0], dom[1] - dom[0]
+        else:
+            raise tdsl.TDSLError(f"te.thread_axis: dom must be (begin, end) or a Range, got "
+                                 f"{dom!r}")
+        if not (isinstance(lo, int) and lo == 0 or getattr(lo, "value", None) == 0):
+            raise tdsl.TDSLError(f"te.thread_axis: a thread range starts at 0, got {dom!r}")
+    return tdsl.thread_axis(tag, name, extent=extent)
+
+
+class tag_scope:  # noqa: N801 (TVM's name)
+    """``with te.tag_scope("ewise"):`` (or ``@te.tag_scope("ewise")``): the ``te.compute``
+    calls inside that pass no ``tag`` get this one (topi's way of marking operator kinds)."""
+
+    def __init__(self, tag: str):
+        self.tag = tag
+        self._token: Any = None
+
+    def __enter__(self) -> "tag_scope":
+        self._token = _TAG.set(self.tag)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _TAG.reset(self._token)
+
+    def __call__(self, fdecl: Any) -> Any:
+        import functools
+
+        @functools.wraps(fdecl)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with tag_scope(self.tag):
+                return fdecl(*args, **kwargs)
+        return wrapped
 
 
 def pow(x: Any, y: Any) -> Expr:  # noqa: A001
@@ -74,4 +123,6 @@ __all__ = ["placeholder", "compute", "var", "size_var", "reduce_axis", "thread_a
            "PlaceholderOp", "Operation", "comm_reducer", "sum", "max", "min", "max_value",
            "min_value", "const", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
-           "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin", "scan", "extern"]
+           "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin",
+           "scan", "extern", "tag_scope", "div", "floordiv", "floormod", "indexdiv", "indexmod",
+           "truncdiv", "truncmod"]

@@ -13,6 +13,7 @@ from tdsl import (abs, all, any, cast, ceil, cos, erf, exp, exp2, floor, if_then
                   log, log2, log10, max_value, min_value, power, round, rsqrt, sigmoid, sin,
                   sqrt, tanh, trunc)
 from tdsl import expr as _e
+from tdsl.dtype import as_dtype
 from tdsl.bitwise import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shift_left,
                           shift_right)
 from tdsl.expr import (Add, And, Call, Cast, Const, Div, EQ, Expr, FloorDiv, FloorMod, GE, GT,
@@ -112,6 +113,35 @@ def call_extern(dtype: Any, name: str, *args: Any, source: "str | None" = None,
     return tdsl.call_extern(dtype, name, *args, source=source, grid=grid, block=block)
 
 
+#: C math functions (float, double and CUDA fast forms) that ``call_pure_extern`` maps to
+#: tdsl's intrinsics, by base name
+_EXTERN_MATH = {"exp": exp, "exp2": exp2, "log": log, "log2": log2, "log10": log10,
+                "sqrt": sqrt, "rsqrt": rsqrt, "tanh": tanh, "erf": erf, "fabs": abs,
+                "abs": abs, "floor": floor, "ceil": ceil, "round": round, "trunc": trunc,
+                "sin": sin, "cos": cos, "pow": power, "fmax": tdsl.maximum,
+                "fmin": tdsl.minimum, "fmod": None}
+
+
+def call_pure_extern(dtype: Any, func_name: str, *args: Any, span: Any = None) -> Expr:
+    """A call of a C math function inside a compute body (``expf``, ``__expf``, ``sqrt``,
+    ``powf``...): tdsl has no calls to arbitrary external scalar functions, so the C math
+    library's names become tdsl's own intrinsics, computed in ``dtype``."""
+    base = func_name[2:] if func_name.startswith("__") else func_name
+    if base not in _EXTERN_MATH and base.endswith("f") and base[:-1] in _EXTERN_MATH:
+        base = base[:-1]
+    if base not in _EXTERN_MATH:
+        known = ", ".join(sorted(k for k in _EXTERN_MATH))
+        raise tdsl.TDSLError(f"tir.call_pure_extern: '{func_name}' is not a C math function "
+                             f"tdsl knows (it has no calls to other external scalar functions); "
+                             f"known: {known} (with an 'f' suffix or '__' prefix too)")
+    want = as_dtype(str(dtype))
+    args_e = [_e.convert(a, want) for a in args]
+    args_e = [a if a.dtype == want else a.astype(want) for a in args_e]
+    if base == "fmod":
+        return truncmod(*args_e)
+    return _EXTERN_MATH[base](*args_e)
+
+
 def __getattr__(name: str) -> Any:
     if name in ("call_intrin", "call_llvm_intrin", "decl_buffer"):
         raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no TIR "
@@ -120,7 +150,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tvm.tir' (tdsl.compat) has no attribute {name!r}")
 
 
-__all__ = ["call_packed", "call_extern", "const", "Select", "IntImm", "FloatImm", "Var", "SizeVar", "Cast", "cast",
+__all__ = ["call_packed", "call_extern", "call_pure_extern", "const", "Select", "IntImm",
+           "FloatImm", "Var", "SizeVar", "Cast", "cast",
            "indexdiv", "indexmod", "floordiv", "floormod", "truncdiv", "truncmod", "ceildiv",
            "div", "max", "min", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",

@@ -26,6 +26,24 @@ def LocalRunner(timeout: float = 10, number: int = 4, repeat: int = 3,  # noqa: 
                                 min_repeat_ms=float(min_repeat_ms))
 
 
+class LocalRPCMeasureContext:
+    """TVM's local RPC tracker and server for measuring: tdsl measures locally in isolated
+    processes without RPC, so this is ``LocalRunner`` under TVM's name (``.runner``)."""
+
+    def __init__(self, priority: int = 1, n_parallel: int = 1, timeout: float = 10,
+                 number: int = 4, repeat: int = 3, min_repeat_ms: float = 0,
+                 cooldown_interval: float = 0.1, enable_cpu_cache_flush: bool = False,
+                 module_loader: Any = None):
+        self.runner = LocalRunner(timeout=timeout, number=number, repeat=repeat,
+                                  min_repeat_ms=min_repeat_ms)
+
+    def __enter__(self) -> "LocalRPCMeasureContext":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Nothing to stop: no tracker or server was started."""
+
+
 def RPCRunner(*args: Any, **kwargs: Any) -> Any:  # noqa: N802
     raise TuningError("autotvm.RPCRunner: remote devices are not supported by tdsl.compat; use "
                       "LocalRunner (or tdsl.autotune.DaskRunner for a cluster)")
@@ -43,5 +61,5 @@ def measure_option(builder: Any = "local", runner: Any = "local") -> Any:
     return autotune.measure_option(builder=builder, runner=runner)
 
 
-__all__ = ["measure_option", "LocalBuilder", "LocalRunner", "RPCRunner", "MeasureInput",
-           "MeasureResult", "MeasureErrorNo"]
+__all__ = ["measure_option", "LocalBuilder", "LocalRunner", "RPCRunner", "LocalRPCMeasureContext",
+           "MeasureInput", "MeasureResult", "MeasureErrorNo"]

@@ -125,6 +125,8 @@ class ApplyHistoryBest:
     def __init__(self, records: Any):
         self.best: dict[tuple[str, str], LogRecord] = {}
         self._tdsl_ctx: Any = None
+        if records is None:   # TVM's way of saying "no records": templates use their defaults
+            return
         if isinstance(records, (str, os.PathLike)):
             path = os.fspath(records)
             if _is_sqlite(path):

@@ -16,7 +16,7 @@ from tdsl.ops import (abs, add, broadcast_to, cast, ceil, clip, concatenate, cos
                       mod, multiply, negative, not_equal, power, reshape, round, rsqrt, sigmoid,
                       sin, sqrt, squeeze, subtract, tanh, transpose, where)
 
-from . import cuda, generic, nn, x86
+from . import cuda, generic, nn, utils, x86
 
 floor_mod = mod
 identity = _ops.identity
@@ -50,7 +50,7 @@ def matmul(a: Any, b: Any, transp_a: bool = False, transp_b: bool = False) -> An
     return _ops.matmul(a, b, transpose_a=transp_a, transpose_b=transp_b)
 
 
-__all__ = ["nn", "generic", "x86", "cuda", "add", "subtract", "multiply", "divide",
+__all__ = ["nn", "generic", "x86", "cuda", "utils", "add", "subtract", "multiply", "divide",
            "floor_divide", "mod", "floor_mod", "power", "maximum", "minimum", "equal",
            "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
            "logical_or", "logical_not", "where", "negative", "abs", "exp", "log", "sqrt", "rsqrt",

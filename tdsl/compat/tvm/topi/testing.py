@@ -1,0 +1,93 @@
+"""``tvm.topi.testing``: the NumPy references TVM's operator tests compare against
+(convolutions in the NCHW, NHWC and HWCN layouts, softmax, log_softmax)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tdsl.errors import TDSLError
+
+
+def _pair(v: Any, what: str) -> tuple[int, int]:
+    if isinstance(v, int):
+        return v, v
+    if isinstance(v, (tuple, list)) and len(v) == 2:
+        return int(v[0]), int(v[1])
+    raise TDSLError(f"topi.testing: {what} must be an int or a pair, got {v!r}")
+
+
+def _padding(padding: Any, kh: int, kw: int) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right) from an int, a pair, four ints or "SAME"/"VALID"."""
+    if isinstance(padding, str):
+        if padding.upper() == "VALID":
+            return 0, 0, 0, 0
+        if padding.upper() == "SAME":
+            return (kh - 1) // 2, (kw - 1) // 2, kh // 2, kw // 2
+        raise TDSLError(f"topi.testing: unknown padding {padding!r}")
+    if isinstance(padding, int):
+        return padding, padding, padding, padding
+    p = [int(x) for x in padding]
+    if len(p) == 2:
+        return p[0], p[1], p[0], p[1]
+    if len(p) == 4:
+        return p[0], p[1], p[2], p[3]
+    raise TDSLError(f"topi.testing: padding must have 1, 2 or 4 values, got {padding!r}")
+
+
+def conv2d_nchw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
+                       groups: int = 1) -> np.ndarray:
+    """Convolution of ``a_np`` (N, C, H, W) with ``w_np`` (O, C // groups, KH, KW)."""
+    n, c, h, w = a_np.shape
+    o, cg, kh, kw = w_np.shape
+    sh, sw = _pair(stride, "stride")
+    top, left, bottom, right = _padding(padding, kh, kw)
+    if c != cg * groups or o % groups:
+        raise TDSLError(f"conv2d_nchw_python: {c} input channels, weights {w_np.shape} and "
+                        f"groups={groups} do not match")
+    a = np.pad(a_np.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    oh = (h + top + bottom - kh) // sh + 1
+    ow = (w + left + right - kw) // sw + 1
+    out = np.zeros((n, o, oh, ow))
+    og = o // groups
+    for g in range(groups):
+        ag = a[:, g * cg:(g + 1) * cg]
+        wg = w_np[g * og:(g + 1) * og].astype(np.float64)
+        for y in range(kh):
+            for x in range(kw):
+                win = ag[:, :, y:y + sh * (oh - 1) + 1:sh, x:x + sw * (ow - 1) + 1:sw]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", win, wg[:, :, y, x])
+    return out.astype(a_np.dtype)
+
+
+def conv2d_nhwc_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
+                       groups: int = 1) -> np.ndarray:
+    """``a_np`` (N, H, W, C), ``w_np`` (KH, KW, C // groups, O): the result is (N, OH, OW, O)."""
+    out = conv2d_nchw_python(a_np.transpose(0, 3, 1, 2), w_np.transpose(3, 2, 0, 1), stride,
+                             padding, groups)
+    return out.transpose(0, 2, 3, 1)
+
+
+def conv2d_hwcn_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any,
+                       padding: Any) -> np.ndarray:
+    """``a_np`` (H, W, C, N), ``w_np`` (KH, KW, C, O): the result is (OH, OW, O, N)."""
+    out = conv2d_nchw_python(a_np.transpose(3, 2, 0, 1), w_np.transpose(3, 2, 0, 1), stride,
+                             padding)
+    return out.transpose(2, 3, 1, 0)
+
+
+def softmax_python(a_np: np.ndarray, axis: int = 1) -> np.ndarray:
+    """Softmax over ``axis`` (TVM's reference takes 2-d input and axis 1)."""
+    e = np.exp(a_np - np.max(a_np, axis=axis, keepdims=True))
+    return (e / np.sum(e, axis=axis, keepdims=True)).astype(a_np.dtype)
+
+
+def log_softmax_python(a_np: np.ndarray, axis: int = 1) -> np.ndarray:
+    """Log of the softmax over ``axis``."""
+    shifted = a_np - np.max(a_np, axis=axis, keepdims=True)
+    return (shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+            ).astype(a_np.dtype)
+
+
+__all__ = ["conv2d_nchw_python", "conv2d_nhwc_python", "conv2d_hwcn_python", "softmax_python",
+           "log_softmax_python"]
