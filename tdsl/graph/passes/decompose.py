@@ -1,8 +1,11 @@
 """Decompositions of composite graph ops into ones the fusion rules know.
 
-``attention(q, k, v, [mask]; causal, scale)`` becomes ``matmul(q, k^T)``, a scale, the
-causal mask and/or the given mask (additive float, or boolean: True attends), ``softmax``
-and ``matmul(p, v)``: the scale and masks fuse into the softmax's row group.
+``attention(q, k, v, [mask]; causal, scale)`` stays whole -- one kernel, ``ops.attention``'s
+one-pass (online softmax) schedule -- where ``use_fused_attention`` says so; otherwise it
+becomes ``matmul(q, k^T)``, a scale, the causal mask and/or the given mask (additive float,
+or boolean: True attends), ``softmax`` and ``matmul(p, v)``: the scale and masks fuse into
+the softmax's row group.  The node's optional ``impl`` attr overrides the choice: "fused"
+(an error where the fused kernel does not apply), "decomposed", or "auto" (the default).
 """
 from __future__ import annotations
 
@@ -13,12 +16,16 @@ import numpy as np
 from tdsl.ops._util import const_value
 
 from ..ir import Graph, GraphError, Node, Value, constant
+from ..opset import fused_attention_applies
+
+#: The values of an ``attention`` node's ``impl`` attr.
+IMPLS = ("auto", "fused", "decomposed")
 
 
 def _attention(n: Node) -> list[Node]:
     q, k, v = n.inputs[:3]
     mask = n.inputs[3] if len(n.inputs) > 3 else None
-    lq, lk = q.shape[-2], k.shape[-2]
+    lk = k.shape[-2]
     d = const_value(q.shape[-1])
     scale = n.attrs.get("scale")
     if scale is None:
@@ -36,14 +43,10 @@ def _attention(n: Node) -> list[Node]:
         nodes.append(Node("mul", [cur, constant(np.array(scale, dtype=q.dtype))], {}, [t]))
         cur = t
     if n.attrs.get("causal"):
-        if str(lq) == str(lk):
-            off = 0
-        elif const_value(lq) is not None and const_value(lk) is not None:
-            off = const_value(lk) - const_value(lq)
-        else:
-            raise GraphError("graph attention: causal with different symbolic q and k lengths")
+        # PyTorch's is_causal: query i sees keys j <= i, whatever the two lengths (the
+        # mask is aligned top-left, as ``ops.attention``'s)
         t = Value(s_shape, q.dtype, name=out.name + "_causal")
-        nodes.append(Node("causal_mask", [cur], {"offset": off}, [t]))
+        nodes.append(Node("causal_mask", [cur], {"offset": 0}, [t]))
         cur = t
     if mask is not None:
         t = Value(s_shape, q.dtype, name=out.name + "_masked")
@@ -59,12 +62,30 @@ def _attention(n: Node) -> list[Node]:
     return nodes
 
 
+def use_fused_attention(n: Node) -> bool:
+    """Whether the ``attention`` node ``n`` runs as the fused kernel: its ``impl`` attr, or
+    with "auto", where the fused kernel applies (``opset.fused_attention_applies``)."""
+    impl = n.attrs.get("impl", "auto")
+    if impl not in IMPLS:
+        raise GraphError(f"graph attention: impl must be one of {', '.join(IMPLS)}, got "
+                         f"{impl!r}")
+    if impl == "decomposed":
+        return False
+    q, k, v = n.inputs[:3]
+    mask = n.inputs[3] if len(n.inputs) > 3 else None
+    applies = fused_attention_applies(q, k, v, mask, bool(n.attrs.get("causal")))
+    if impl == "fused" and not applies:
+        raise GraphError(f"graph attention: impl='fused' but ops.attention does not apply to "
+                         f"{n!r} (see opset.fused_attention_applies)")
+    return applies
+
+
 def decompose(graph: Graph) -> int:
     """Expand composite ops in place; returns how many were expanded."""
     count = 0
     new: list[Node] = []
     for n in graph.nodes:
-        if n.op == "attention":
+        if n.op == "attention" and not use_fused_attention(n):
             new.extend(_attention(n))
             count += 1
         else:

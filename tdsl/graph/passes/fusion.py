@@ -20,10 +20,12 @@ The rules (TVM's and Inductor's, on the graph ops' ``opset.Kind``):
    other reader; otherwise they start an elementwise group, which later becomes a prologue
    (rule 2) or stays a kernel of its own;
 4. a value read by several steps, or a graph output, is materialized (ends its group);
-5. a ``matmul`` operand computed only by layout ops (transpose, reshape: attention's
-   heads-first permutes) is read through them, not materialized: the GEMM packs its
-   operand panels anyway.  (Not for dense/conv2d, whose inner loops would pay the
-   index arithmetic of a transposed view on every load.)
+5. a ``matmul`` or ``attention`` operand computed only by layout ops (transpose, reshape:
+   attention's heads-first permutes) is read through them, not materialized: the GEMM
+   packs its operand panels anyway, and the fused attention copies each query block
+   (transposed) once per task and reads keys and values along their contiguous head
+   dimension, which a (B, S, H, D) -> (B, H, S, D) permute keeps.  (Not for dense/conv2d,
+   whose inner loops would pay the index arithmetic of a transposed view on every load.)
 """
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ from ..opset import Kind, kind
 
 #: Ops that only move data (rule 5).
 LAYOUT_OPS = frozenset({"transpose", "reshape"})
+#: Ops that read layout-only operands in place (rule 5).
+VIEW_READERS = frozenset({"matmul", "attention"})
 
 
 @dataclass(eq=False)
@@ -155,7 +159,7 @@ def fuse(graph: Graph) -> list[Step]:
             continue
         g = Group(k)
         steps.append(g)
-        if n.op == "matmul":   # rule 5: layout-only operands are read in place
+        if n.op in VIEW_READERS:   # rule 5: layout-only operands are read in place
             for v in n.inputs:
                 pg = open_group(v)
                 if (pg is not None and pg.kind is Kind.ELEMWISE and only_reader(v, n)
