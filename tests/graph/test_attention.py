@@ -8,7 +8,9 @@ import torch.nn.functional as F
 import tdsl as td
 from tdsl.graph import GraphError, compile_graph
 from tdsl.graph.builder import Builder
-from tdsl.graph.passes.decompose import use_fused_attention
+from tdsl.graph.passes import Group, fuse, optimize
+from tdsl.graph.passes.decompose import DECOMPOSE_MAX_SEQ_K, use_fused_attention
+from tdsl.graph.passes.fusion import VIEW_MAX_SEQ_K
 
 from .helpers import close, rand, t
 
@@ -139,3 +141,50 @@ def test_impl_decomposed_and_bad_impl(rng):
         b.output(b.op("attention", q, k, v, causal=False, scale=None, impl=impl))
         with pytest.raises(GraphError, match=match):
             compile_graph(b.graph)
+
+
+def _layer_graph(seq, causal, impl="auto", heads=3, d=16):
+    """A layer's attention as imported: (2, seq, heads*d) projections viewed and permuted
+    heads-first, the result permuted back."""
+    b = Builder()
+    qkv = []
+    for nm in "qkv":
+        x = b.op("reshape", b.input((2, seq, heads * d), name=nm), shape=(2, seq, heads, d))
+        qkv.append(b.op("transpose", x, axes=(0, 2, 1, 3)))
+    y = b.op("attention", *qkv, causal=causal, scale=None, impl=impl)
+    b.output(b.op("reshape", b.op("transpose", y, axes=(0, 2, 1, 3)), shape=(2, seq, heads * d)))
+    return b.graph, y.producer
+
+
+@pytest.mark.parametrize("seq,causal,fused", [
+    (37, False, False), (DECOMPOSE_MAX_SEQ_K, False, False),
+    (DECOMPOSE_MAX_SEQ_K + 1, False, True), (37, True, True), (td.var("s"), False, True)])
+def test_auto_choice_by_size(seq, causal, fused):
+    """"auto": non-causal attention over a constant key length up to DECOMPOSE_MAX_SEQ_K
+    decomposes (as fast there, see its comment); causal, longer or symbolic runs fused."""
+    _g, node = _layer_graph(seq, causal)
+    assert use_fused_attention(node) is fused
+
+
+def test_static_short_non_causal_decomposed_matches(rng):
+    g, _node = _layer_graph(37, False)
+    cg = compile_graph(g)
+    assert cg.report.passes.decomposed == 1
+    assert not any("attention" in ops for ops in _kernel_ops(cg))
+    xs = [rand(rng, 2, 37, 48) for _ in range(3)]
+    h = [t(x).reshape(2, 37, 3, 16).transpose(1, 2) for x in xs]
+    ref = F.scaled_dot_product_attention(*h).transpose(1, 2).reshape(2, 37, 48)
+    close(cg(*xs)[0], ref)
+
+
+@pytest.mark.parametrize("seq,in_place", [(VIEW_MAX_SEQ_K, True), (VIEW_MAX_SEQ_K + 1, False),
+                                           (td.var("s"), False)])
+def test_views_read_in_place_only_for_few_keys(seq, in_place):
+    """Past VIEW_MAX_SEQ_K keys (or a symbolic count) the permuted q, k, v are copied
+    heads-first by their own kernels (fusion only: nothing built)."""
+    g, _node = _layer_graph(seq, True)
+    opt, _stats = optimize(g)
+    groups = [[n.op for n in s.nodes] for s in fuse(opt) if isinstance(s, Group)]
+    att = next(ops for ops in groups if "attention" in ops)
+    assert (att == ["transpose"] * 3 + ["attention"]) is in_place
+    assert sum(ops == ["transpose"] for ops in groups) == (0 if in_place else 3)
