@@ -12,6 +12,9 @@ Ops added here beyond MODEL.md's table (graph-internal, made by passes):
   weight pre-transposed at compile time by ``passes.prepack``: the GEMM reads it in rows);
 * ``causal_mask`` (x; offset): ``x`` where ``col <= row + offset`` on the last two axes,
   else -inf -- the causal attention mask as an elementwise op (fuses into softmax).
+* ``attention`` takes ``impl``: "auto" (the default), "fused" or "decomposed" -- whether it
+  runs as ``ops.attention``'s one-pass kernel or is expanded by ``passes.decompose`` (see
+  ``fused_attention_applies`` and ``passes.decompose.use_fused_attention``).
 
 The semantics are PyTorch's (NCHW / OIHW, float32 first).
 """
