@@ -11,6 +11,7 @@ from tdsl.graph.builder import Builder
 from tdsl.graph.passes import Group, fuse, optimize
 from tdsl.graph.passes.decompose import DECOMPOSE_MAX_SEQ_K, use_fused_attention
 from tdsl.graph.passes.fusion import VIEW_MAX_SEQ_K
+from tdsl.ops.attention import BLOCK_K
 
 from .helpers import close, rand, t
 
@@ -21,6 +22,19 @@ def _kernel_ops(cg) -> list:
 
 def _sdpa(q, k, v, **kw):
     return F.scaled_dot_product_attention(t(q), t(k), t(v), **kw)
+
+
+def _layer_graph(seq, causal, impl="auto", heads=3, d=16):
+    """A layer's attention as imported: (2, seq, heads*d) projections viewed and permuted
+    heads-first, the result permuted back."""
+    b = Builder()
+    qkv = []
+    for nm in "qkv":
+        x = b.op("reshape", b.input((2, seq, heads * d), name=nm), shape=(2, seq, heads, d))
+        qkv.append(b.op("transpose", x, axes=(0, 2, 1, 3)))
+    y = b.op("attention", *qkv, causal=causal, scale=None, impl=impl)
+    b.output(b.op("reshape", b.op("transpose", y, axes=(0, 2, 1, 3)), shape=(2, seq, heads * d)))
+    return b.graph, y.producer
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -64,19 +78,13 @@ def test_fused_with_mask(rng, mask):
 def test_prologue_permutes_read_in_place(rng):
     """(B, S, H*D) projections viewed (B, S, H, D) and permuted heads-first: the fused
     kernel reads them through the permutes (no copy kernel before it)."""
-    b = Builder()
-    qkv = []
-    for nm in "qkv":
-        x = b.op("reshape", b.input((2, 37, 48), name=nm), shape=(2, 37, 3, 16))
-        qkv.append(b.op("transpose", x, axes=(0, 2, 1, 3)))
-    y = b.op("attention", *qkv, causal=True, scale=None)
-    b.output(b.op("reshape", b.op("transpose", y, axes=(0, 2, 1, 3)), shape=(2, 37, 48)))
-    cg = compile_graph(b.graph)
+    g, _node = _layer_graph(130, True)
+    cg = compile_graph(g)
     assert ["transpose"] * 3 + ["attention"] in _kernel_ops(cg)
     assert not any(ops == ["transpose"] for ops in _kernel_ops(cg))
-    xs = [rand(rng, 2, 37, 48) for _ in range(3)]
-    h = [t(x).reshape(2, 37, 3, 16).transpose(1, 2) for x in xs]
-    ref = F.scaled_dot_product_attention(*h, is_causal=True).transpose(1, 2).reshape(2, 37, 48)
+    xs = [rand(rng, 2, 130, 48) for _ in range(3)]
+    h = [t(x).reshape(2, 130, 3, 16).transpose(1, 2) for x in xs]
+    ref = F.scaled_dot_product_attention(*h, is_causal=True).transpose(1, 2).reshape(2, 130, 48)
     close(cg(*xs)[0], ref)
 
 
@@ -143,25 +151,13 @@ def test_impl_decomposed_and_bad_impl(rng):
             compile_graph(b.graph)
 
 
-def _layer_graph(seq, causal, impl="auto", heads=3, d=16):
-    """A layer's attention as imported: (2, seq, heads*d) projections viewed and permuted
-    heads-first, the result permuted back."""
-    b = Builder()
-    qkv = []
-    for nm in "qkv":
-        x = b.op("reshape", b.input((2, seq, heads * d), name=nm), shape=(2, seq, heads, d))
-        qkv.append(b.op("transpose", x, axes=(0, 2, 1, 3)))
-    y = b.op("attention", *qkv, causal=causal, scale=None, impl=impl)
-    b.output(b.op("reshape", b.op("transpose", y, axes=(0, 2, 1, 3)), shape=(2, seq, heads * d)))
-    return b.graph, y.producer
-
-
 @pytest.mark.parametrize("seq,causal,fused", [
     (37, False, False), (DECOMPOSE_MAX_SEQ_K, False, False),
-    (DECOMPOSE_MAX_SEQ_K + 1, False, True), (37, True, True), (td.var("s"), False, True)])
+    (DECOMPOSE_MAX_SEQ_K + 1, False, True), (BLOCK_K, True, False), (BLOCK_K + 1, True, True),
+    (td.var("s"), False, True), (td.var("s"), True, True)])
 def test_auto_choice_by_size(seq, causal, fused):
-    """"auto": non-causal attention over a constant key length up to DECOMPOSE_MAX_SEQ_K
-    decomposes (as fast there, see its comment); causal, longer or symbolic runs fused."""
+    """"auto": attention over a constant key length up to DECOMPOSE_MAX_SEQ_K (causal: one
+    key block) decomposes (as fast there, see its comment); longer or symbolic runs fused."""
     _g, node = _layer_graph(seq, causal)
     assert use_fused_attention(node) is fused
 

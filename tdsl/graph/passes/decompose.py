@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from tdsl.ops._util import const_value
+from tdsl.ops.attention import BLOCK_K
 
 from ..ir import Graph, GraphError, Node, Value, constant
 from ..opset import fused_attention_applies
@@ -62,24 +63,25 @@ def _attention(n: Node) -> list[Node]:
     return nodes
 
 
-#: A non-causal attention whose key length is a constant up to this runs decomposed.
-#: Measured (benchmarks/graph_attention.py and interleaved variants; 12 heads, d 64, batch
-#: 1, one thread, AVX-512 EPYC under a load of 5-7, so +-15% noise; min of 15 rounds, ms):
-#: non-causal seq 128 fused 1.98 / decomposed 1.89, 256: 8.6 / 7.3, 512: 26.9 / 26.0 (median,
-#: 7 rounds), 1024: 94 / 91 -- the GEMMs of the decomposition are as fast as the one pass
-#: while the scores fit in cache; at 2048 the fused kernel on heads-first operands took 541
-#: against 741, with no (seq x seq) buffer.  Causal: fused from 128 up (128: 2.56 / 2.15 min
-#: but 0.88 / 0.82 and 1.47 / 1.49 in other runs; 256: 6.7 / 7.8, 512: 11.6 / 25.5, 1024:
-#: 69 / 114): the key blocks above the diagonal are skipped, which the GEMM cannot.  A
-#: symbolic key length runs fused (no buffer that grows as its square).
+#: An attention over a constant number of keys up to this (causal: up to one key block,
+#: ``ops.attention.BLOCK_K``) runs decomposed; longer or symbolic ones run fused.
+#: Measured (benchmarks/graph_attention.py and interleaved variants of it: 12 heads, d 64,
+#: batch 1, one thread, AVX-512 EPYC under a load of 5-8, so +-15% noise; ms, fused /
+#: decomposed): non-causal 128: 1.98 / 1.89 (min of 15 rounds), 256: 8.6 / 7.3 (min),
+#: 512: 26.9 / 26.0, 1024: 94 / 91 -- the decomposition's GEMMs are as fast as the one
+#: pass while the scores fit in cache; at 2048 fused (heads-first operands) 541 / 741, and
+#: no (seq x seq) buffer.  Causal 128 (one key block: none to skip): 2.56 / 2.15 (min),
+#: 0.88 / 0.82, 1.47 / 1.49; from two blocks the blocks above the diagonal are skipped,
+#: which the GEMM cannot: 256: 6.7 / 7.8 (min), 512: 11.6 / 25.5, 1024: 69 / 114.  A
+#: symbolic key length runs fused (no buffer growing as its square).
 DECOMPOSE_MAX_SEQ_K = 1024
 
 
 def use_fused_attention(n: Node) -> bool:
     """Whether the ``attention`` node ``n`` runs as the fused kernel.  ``impl`` "auto" (the
     default): where the fused kernel applies (``opset.fused_attention_applies``) and pays
-    (causal, or a key length that is symbolic or over ``DECOMPOSE_MAX_SEQ_K``); "fused":
-    where it applies (else an error); "decomposed": never."""
+    (a symbolic key length, or over ``DECOMPOSE_MAX_SEQ_K`` keys -- with ``causal``, over
+    one key block); "fused": where it applies (else an error); "decomposed": never."""
     impl = n.attrs.get("impl", "auto")
     if impl not in IMPLS:
         raise GraphError(f"graph attention: impl must be one of {', '.join(IMPLS)}, got "
@@ -96,7 +98,8 @@ def use_fused_attention(n: Node) -> bool:
                              f"apply to {n!r} (see opset.fused_attention_applies)")
         return True
     seq_k = const_value(k.shape[-2])
-    return applies and (causal or seq_k is None or seq_k > DECOMPOSE_MAX_SEQ_K)
+    longest = BLOCK_K if causal else DECOMPOSE_MAX_SEQ_K
+    return applies and (seq_k is None or seq_k > longest)
 
 
 def decompose(graph: Graph) -> int:
