@@ -12,6 +12,9 @@ Ops added here beyond MODEL.md's table (graph-internal, made by passes):
   weight pre-transposed at compile time by ``passes.prepack``: the GEMM reads it in rows);
 * ``causal_mask`` (x; offset): ``x`` where ``col <= row + offset`` on the last two axes,
   else -inf -- the causal attention mask as an elementwise op (fuses into softmax).
+* ``attention`` takes ``impl``: "auto" (the default), "fused" or "decomposed" -- whether it
+  runs as ``ops.attention``'s one-pass kernel or is expanded by ``passes.decompose`` (see
+  ``fused_attention_applies`` and ``passes.decompose.use_fused_attention``).
 
 The semantics are PyTorch's (NCHW / OIHW, float32 first).
 """
@@ -30,7 +33,7 @@ from tdsl import ops
 from tdsl.dtype import INDEX, as_dtype
 from tdsl.errors import ShapeError, TDSLError
 from tdsl.expr import Expr, Select, convert
-from tdsl.ops._util import const_value, prod, simplify
+from tdsl.ops._util import const_value, prod, same_size, simplify
 from tdsl.ops.tags import OpKind
 from tdsl.reduction import sum as _rsum
 from tdsl.tensor import Tensor, compute, reduce_axis
@@ -537,12 +540,41 @@ def kind(op: str) -> Kind:
     return d.kind
 
 
+def fused_attention_applies(q: Any, k: Any, v: Any, mask: Any, causal: bool) -> bool:
+    """Whether ``ops.attention`` (the one-pass fused kernel) computes this ``attention``:
+    4-d float q/k/v of one dtype, the same batch and heads (no broadcasting between them),
+    k and v of one length, q and k of one head size, and at most one of ``causal`` and a
+    mask -- a bool mask or one of q's dtype, broadcasting to (batch, heads, seq_q, seq_k).
+    The operands are graph Values or tdsl tensors (read: ``shape``, ``dtype``).  The
+    ``decompose`` pass expands every other ``attention`` into matmul/softmax/matmul."""
+    dt = str(q.dtype)
+    if any(len(t.shape) != 4 for t in (q, k, v)) or dt not in ("float32", "float64"):
+        return False
+    if str(k.dtype) != dt or str(v.dtype) != dt:
+        return False
+    if not all(same_size(q.shape[d], t.shape[d]) for d in (0, 1) for t in (k, v)):
+        return False
+    if not (same_size(k.shape[2], v.shape[2]) and same_size(q.shape[3], k.shape[3])):
+        return False
+    if mask is None:
+        return True
+    if causal or str(mask.dtype) not in ("bool", dt) or not 1 <= len(mask.shape) <= 4:
+        return False
+    full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])[4 - len(mask.shape):]
+    return all(const_value(m) == 1 or same_size(m, f) for m, f in zip(mask.shape, full))
+
+
 def _attention(xs: list, a: dict) -> Tensor:
-    """For shape inference and ``supports`` only: the ``decompose`` pass expands it."""
+    """``ops.attention`` where it applies (``fused_attention_applies``, judged on the
+    operands); else the matmul/softmax/matmul form, for shape inference and ``supports``
+    only: the ``decompose`` pass expands those nodes before kernels are built."""
     q, k, v = xs[:3]
+    m = xs[3] if len(xs) > 3 else None
+    causal = bool(a.get("causal"))
+    if all(isinstance(t, Tensor) for t in xs) and fused_attention_applies(q, k, v, m, causal):
+        return ops.attention(q, k, v, causal=causal, scale=a.get("scale"), mask=m)
     s = _matmul([q, k], {"transpose_b": True})
-    if len(xs) > 3:
-        m = xs[3]
+    if m is not None:
         s = ops.where(m, s, -math.inf) if m.dtype.is_bool else ops.add(s, m)
     return _matmul([ops.softmax(s, -1), v], {})
 
