@@ -69,6 +69,15 @@ def check_shared_memory(kernel: str, nbytes: int, detail: str, gpu: GPUArch) -> 
                          f"may have on sm_{gpu.sm}{optin}; use smaller tiles")
 
 
+def check_dynamic_shared_memory(kernel: str, nbytes: int, gpu: GPUArch) -> None:
+    """Static plus dynamic shared memory within the arch's opt-in maximum per block (the
+    launcher sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` above 48 KiB)."""
+    if nbytes > gpu.max_shared_bytes_optin:
+        raise BuildError(f"CUDA kernel '{kernel}' uses {nbytes} bytes of shared memory, over the "
+                         f"{gpu.max_shared_bytes_optin} bytes a block may have on sm_{gpu.sm} "
+                         f"(with the opt-in for dynamic shared memory)")
+
+
 def check_local_memory(kernel: str, nbytes: int, detail: str, gpu: GPUArch) -> None:
     """Per-thread (local) arrays within CUDA's 512 KiB of local memory per thread."""
     if nbytes > gpu.max_local_bytes_per_thread:

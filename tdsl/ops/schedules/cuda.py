@@ -70,7 +70,7 @@ def apply(s: Schedule, target: Target) -> None:
             continue
         gemm = cuda_gemm.gemm_anchor(s, st, bodies)   # matmul family: 2-level tiles
         if gemm is not None and gemm[0] not in done:
-            got = cuda_gemm.schedule_gemm(s, *gemm)
+            got = cuda_gemm.schedule_gemm(s, *gemm, target)
             if got:
                 done |= got
                 continue
