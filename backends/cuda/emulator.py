@@ -311,7 +311,7 @@ def _thread(actor: int, bdim: tuple) -> tuple:
 
 def _fmt_thread(t: tuple) -> str:
     if t and t[0] == "warp":
-        return f"warp {t[1]} (a warp-collective WMMA operation)"
+        return f"warp {t[1]} (a warp-collective operation: WMMA, ldmatrix)"
     return f"thread ({t[0]}, {t[1]}, {t[2]})"
 
 

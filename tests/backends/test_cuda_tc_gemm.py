@@ -1,0 +1,199 @@
+"""The tensor-core GEMM microkernel (backends/cuda/tc_gemm.py, tc_kernel.py): the default
+of fp16/bf16 matmuls with fp32 accumulation on sm_80+, run under the CPU emulator (whose
+ldmatrix / mma.sync / cp.async emulation is in emu_tc.h) against NumPy, and assembled by
+NVRTC for sm_80 and sm_90."""
+from __future__ import annotations
+
+import shutil
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import tdsl as td
+from tdsl import ops
+from tdsl.backends.cuda import SharedMemoryRaceError, nvrtc
+from tdsl.errors import BuildError
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(), reason="NVRTC (cuda-python) is not installed")
+
+try:
+    import ml_dtypes
+    BF16 = ml_dtypes.bfloat16
+except ImportError:   # pragma: no cover - ml_dtypes comes with the test dependencies
+    BF16 = None
+
+
+def _np_dtype(dt: str):
+    if dt == "bfloat16":
+        if BF16 is None:
+            pytest.skip("bfloat16 arrays need ml_dtypes")
+        return BF16
+    return np.float16
+
+
+def _rand(g, shape, dt):
+    return (g.random(shape) - .5).astype(_np_dtype(dt))
+
+
+def _f32(x):
+    return x.astype("float32")
+
+
+def _build(args, target="cuda"):
+    s = ops.schedule(args[-1], target)
+    return td.build(s, list(args), target=target)
+
+
+def _matmul(M, N, K, dt="float16"):
+    A = td.placeholder((M, K), dt, name="A")
+    B = td.placeholder((K, N), dt, name="B")
+    return [A, B, ops.matmul(A, B, out_dtype="float32")]
+
+
+@needs_gxx
+@pytest.mark.parametrize("M,N,K,dt", [
+    (128, 128, 128, "float16"),     # one whole tile, the 16-byte cp.async path
+    (130, 72, 100, "float16"),      # tails everywhere; 200-byte rows: the element-wise fills
+    (130, 72, 104, "bfloat16"),     # tails, aligned rows: cp.async + zero fill + partial chunks
+])
+def test_emulated_matmul_matches_numpy(M, N, K, dt):
+    f = _build(_matmul(M, N, K, dt))
+    assert "tdsl_tc_gemm<" in f.get_source()
+    g = np.random.default_rng(M + K)
+    a, b = _rand(g, (M, K), dt), _rand(g, (K, N), dt)
+    c = np.full((M, N), np.nan, "float32")
+    f.emulate(a, b, c)
+    np.testing.assert_allclose(c, _f32(a) @ _f32(b), rtol=1e-5, atol=1e-5)
+
+
+@needs_gxx
+def test_symbolic_sizes_bound_to_several_values():
+    M, N, K = td.var("M"), td.var("N"), td.var("K")
+    f = _build(_matmul(M, N, K))
+    g = np.random.default_rng(7)
+    for m, n, k in [(1, 8, 8), (130, 72, 100), (64, 136, 48)]:
+        a, b = _rand(g, (m, k), "float16"), _rand(g, (k, n), "float16")
+        c = np.full((m, n), np.nan, "float32")
+        f.emulate(a, b, c)
+        np.testing.assert_allclose(c, _f32(a) @ _f32(b), rtol=1e-5, atol=1e-5)
+
+
+@needs_gxx
+def test_dense_bias_relu_epilogue_with_symbolic_rows():
+    """``dense`` reads its weight as W[j, k] (the column layout: ldmatrix without .trans);
+    bias and ReLU run on the accumulator registers."""
+    M = td.var("M")
+    X = td.placeholder((M, 72), "float16", name="X")
+    W = td.placeholder((136, 72), "float16", name="W")
+    bias = td.placeholder((136,), "float32", name="bias")
+    f = _build([X, W, bias, ops.dense(X, W, bias, activation="relu", out_dtype="float32")])
+    src = f.get_source()
+    assert "tdsl_tc_gemm<false, false," in src and "fmaxf(tc_v" in src
+    g = np.random.default_rng(3)
+    w, b = _rand(g, (136, 72), "float16"), g.standard_normal(136).astype("float32")
+    for m in (3, 130, 256):
+        x = _rand(g, (m, 72), "float16")
+        y = np.full((m, 136), np.nan, "float32")
+        f.emulate(x, w, b, y)
+        np.testing.assert_allclose(y, np.maximum(_f32(x) @ _f32(w).T + b, 0), rtol=1e-5, atol=1e-5)
+
+
+@needs_gxx
+def test_bf16_batch_matmul_and_fp16_cast_epilogue():
+    P = td.placeholder((3, 40, 48), "bfloat16", name="P")
+    Q = td.placeholder((3, 48, 24), "bfloat16", name="Q")
+    f = _build([P, Q, ops.batch_matmul(P, Q, out_dtype="float32")])
+    assert "tdsl_tc_gemm<true, true," in f.get_source()
+    g = np.random.default_rng(5)
+    p, q = _rand(g, (3, 40, 48), "bfloat16"), _rand(g, (3, 48, 24), "bfloat16")
+    r = np.full((3, 40, 24), np.nan, "float32")
+    f.emulate(p, q, r)
+    np.testing.assert_allclose(r, _f32(p) @ _f32(q), rtol=1e-5, atol=1e-5)
+
+    A, B, C = _matmul(64, 40, 32)
+    H = ops.cast(C, "float16")
+    f = _build([A, B, H])
+    assert "tdsl_f2h(tc_v)" in f.get_source()
+    a, b = _rand(g, (64, 32), "float16"), _rand(g, (32, 40), "float16")
+    h = np.full((64, 40), np.nan, "float16")
+    f.emulate(a, b, h)
+    np.testing.assert_array_equal(h, (_f32(a) @ _f32(b)).astype("float16"))
+
+
+@needs_gxx
+@pytest.mark.parametrize("drop", ["__syncthreads();", "tdsl_tc_wait<ST - 2>();"])
+def test_emulator_checks_the_pipeline(drop):
+    """The emulation tracks the pipeline: without the per-tile barrier a warp reads a stage
+    another warp's copies are filling; without the wait a copy is read before it lands."""
+    f = _build(_matmul(64, 64, 256))
+    src = f.get_source()
+    assert src.count(drop) == 1
+    g = np.random.default_rng(0)
+    a, b = _rand(g, (64, 256), "float16"), _rand(g, (256, 64), "float16")
+    c = np.zeros((64, 64), "float32")
+    f.emulate(a, b, c)     # the kernel as generated is clean
+    with pytest.raises(SharedMemoryRaceError, match="tc_smem_arr.*ldmatrix"):
+        f.emulate(a, b, c, source=src.replace(drop, ""))
+
+
+def test_other_archs_and_dtypes_keep_their_schedules():
+    """sm_75 keeps the WMMA tiles; fp32 matmuls keep the SIMT tiles on sm_80."""
+    for target in ("cuda -arch=sm_75", "cuda -arch=sm_70"):
+        src = _build(_matmul(64, 64, 64), target).get_source()
+        assert "tdsl_wmma_mma" in src and "tdsl_tc_gemm" not in src
+    A = td.placeholder((64, 64), name="A")
+    B = td.placeholder((64, 64), name="B")
+    assert "tdsl_tc_gemm" not in _build([A, B, ops.matmul(A, B)]).get_source()
+
+
+def test_the_pragma_on_another_body_is_refused():
+    A = td.placeholder((256, 128), "float16", name="A")
+    B = td.compute((256, 128), lambda i, j: A[i, j] * 2, name="B")
+    s = td.create_schedule(B.op)
+    i, j = B.op.axis
+    io, ii = s[B].split(i, factor=128)
+    s[B].reorder(io, j, ii)
+    s[B].bind(io, td.thread_axis("blockIdx.x"))
+    s[B].bind(j, td.thread_axis("threadIdx.x"))
+    s[B].pragma(ii, "tdsl_tc_gemm", 1)
+    with pytest.raises(BuildError, match="tdsl_tc_gemm.*k loop"):
+        td.build(s, [A, B], target="cuda")
+
+
+def test_launcher_opts_in_above_48_kib():
+    from tdsl.backends.cuda.driver import Driver
+    calls = []
+    attr = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
+    cu = SimpleNamespace(CUfunction_attribute=attr,
+                         cuFuncSetAttribute=lambda *a: calls.append(a) or (0,))
+    drv = SimpleNamespace(cu=cu, check=lambda result, what: result)
+    Driver._opt_in_shared(drv, "fn", SimpleNamespace(name="k", dynamic_shared_bytes=65536))
+    Driver._opt_in_shared(drv, "fn", SimpleNamespace(name="k", dynamic_shared_bytes=0))
+    assert calls == [("fn", 8, 65536)]
+    f = _build(_matmul(256, 256, 256))
+    (k,) = f.kernels
+    assert k.dynamic_shared_bytes == 64 * 1024
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_assembles_to_ldmatrix_mma_cp_async_without_spills(arch, dt):
+    from tdsl.backends.cuda.cubin import ptxas_report
+    M = td.var("M")
+    X = td.placeholder((M, 4096), dt, name="X")
+    W = td.placeholder((4096, 4096), dt, name="W")
+    bias = td.placeholder((4096,), "float32", name="bias")
+    for args in (_matmul(4096, 4096, 4096, dt),
+                 [X, W, bias, ops.dense(X, W, bias, activation="relu", out_dtype="float32")]):
+        f = _build(args, f"cuda -arch={arch}")
+        ptx = f.ptx(arch)
+        kind = "bf16.bf16" if dt == "bfloat16" else "f16.f16"
+        assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.f32" in ptx
+        assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx
+        assert "cp.async.cg.shared.global" in ptx and "cp.async.wait_group 2" in ptx
+        (rep,) = ptxas_report(f.get_source(), arch).values()
+        assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.frame_bytes == 0, rep
+        assert rep.registers <= 255, rep      # two blocks of 128 threads per SM
