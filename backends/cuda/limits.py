@@ -62,7 +62,7 @@ def check_shared_memory(kernel: str, nbytes: int, detail: str, gpu: GPUArch) -> 
     static ``__shared__`` declaration cannot use the opt-in (dynamic) range above it."""
     if nbytes > gpu.static_shared_bytes:
         optin = (f"; sm_{gpu.sm} allows up to {gpu.max_shared_bytes_optin} bytes only as opt-in "
-                 f"dynamic shared memory, which tdsl does not emit"
+                 f"dynamic shared memory, which tdsl emits only for its tensor-core GEMM"
                  if gpu.max_shared_bytes_optin > gpu.static_shared_bytes else "")
         raise BuildError(f"CUDA kernel '{kernel}' uses {nbytes} bytes of shared memory ({detail}), "
                          f"over the {gpu.static_shared_bytes} bytes of static shared memory a block "

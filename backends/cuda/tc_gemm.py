@@ -174,6 +174,11 @@ def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
         b_row = True
     else:
         raise _fail(kernel, f"needs '{b.buffer.name}' contiguous along k or along the columns")
+    for load in (a, b):
+        if not _affine(load.indices, (row, col, k)):
+            raise _fail(kernel, f"reads '{load.buffer.name}' at {list(load.indices)!r}, not affine "
+                                f"in the row, column and k (the kernel steps its addresses by "
+                                f"constant strides)")
     for c in conds:
         if _uses(c, row) or _uses(c, k):
             raise _fail(kernel, f"has an accumulation guard that depends on the row or k: {c!r}")
@@ -186,6 +191,21 @@ def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
         if not isinstance(s, BufferStore) or _uses(s, k):
             raise _fail(kernel, "must end with stores after the k loop")
     return TcPlan(loop, tx.var, kloop, a, b, b_row, list(conds), epilogue, acc, str(a.dtype))
+
+
+def _affine(indices: Any, vs: tuple) -> bool:
+    """Is every index affine in ``vs``: does a unit step of each leave a difference free of
+    them (no floor division or product of two of them)?"""
+    from tdsl.arith import Analyzer
+    ana = Analyzer()
+    for e in indices:
+        for v in vs:
+            if not _uses(e, v):
+                continue
+            d = ana.simplify(substitute(e, {v: v + Const(1, v.dtype)}) - e)
+            if any(_uses(d, w) for w in vs):
+                return False
+    return True
 
 
 def _unit_last(load: BufferLoad) -> bool:

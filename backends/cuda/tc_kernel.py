@@ -42,16 +42,17 @@ SMEM_BYTES = STAGES * (BM * BK + BK * BN) * 2
 PRIMITIVES = r"""
 #ifndef TDSL_EMULATION
 // ---- tensor-core GEMM primitives (sm_80+): cp.async, ldmatrix, mma.sync m16n8k16 ----
+// the shared-window address of the array's start (one conversion, common to every use)
 __device__ __forceinline__ unsigned tdsl_tc_saddr(const void* p) {
   unsigned s;
   asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(p));
   return s; }
 template <typename T> __device__ __forceinline__ void tdsl_tc_cp16(T* sm, int off, const T* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-               :: "r"(tdsl_tc_saddr(sm + off)), "l"(src) : "memory"); }
+               :: "r"(tdsl_tc_saddr(sm) + 2u * off), "l"(src) : "memory"); }
 template <typename T> __device__ __forceinline__ void tdsl_tc_zero16(T* sm, int off) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};"
-               :: "r"(tdsl_tc_saddr(sm + off)), "r"(0) : "memory"); }
+               :: "r"(tdsl_tc_saddr(sm) + 2u * off), "r"(0) : "memory"); }
 template <typename T> __device__ __forceinline__ void tdsl_tc_st(T* sm, int off, T v) {
   sm[off] = v; }
 __device__ __forceinline__ void tdsl_tc_commit() {
@@ -61,11 +62,11 @@ template <int N> __device__ __forceinline__ void tdsl_tc_wait() {
 template <typename T>
 __device__ __forceinline__ void tdsl_tc_ldsm_x4(unsigned (&r)[4], T* sm, int off) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tdsl_tc_saddr(sm + off))); }
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tdsl_tc_saddr(sm) + 2u * off)); }
 template <typename T>
 __device__ __forceinline__ void tdsl_tc_ldsm_x4_t(unsigned (&r)[4], T* sm, int off) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tdsl_tc_saddr(sm + off))); }
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tdsl_tc_saddr(sm) + 2u * off)); }
 template <bool BF16> __device__ __forceinline__ void tdsl_tc_mma(float (&d)[4],
     const unsigned (&a)[4], unsigned b0, unsigned b1) {
   if (BF16)
@@ -151,12 +152,15 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
     if (s < KT) load(s, s);
     tdsl_tc_commit();
   }
+  int rd = 0, wr = ST - 1;    // the stages read and filled in this iteration
   for (long long kt = 0; kt < KT; ++kt) {
     tdsl_tc_wait<ST - 2>();   // tile kt has landed (this thread's copies) ...
-    __syncthreads();          // ... everyone's; and stage (kt - 1) % ST is free again
-    if (kt + ST - 1 < KT) load((int)((kt + ST - 1) % ST), kt + ST - 1);
+    __syncthreads();          // ... everyone's; and stage wr (read last iteration) is free
+    if (kt + ST - 1 < KT) load(wr, kt + ST - 1);
     tdsl_tc_commit();
-    const int base = (int)(kt % ST) * STAGE;
+    const int base = rd * STAGE;
+    rd = rd == ST - 1 ? 0 : rd + 1;
+    wr = wr == ST - 1 ? 0 : wr + 1;
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       unsigned af[4][4], bf[8][2];

@@ -197,3 +197,42 @@ def test_assembles_to_ldmatrix_mma_cp_async_without_spills(arch, dt):
         (rep,) = ptxas_report(f.get_source(), arch).values()
         assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.frame_bytes == 0, rep
         assert rep.registers <= 255, rep      # two blocks of 128 threads per SM
+
+
+def _hand_scheduled(row_index):
+    """A hand-written fp16 GEMM ``C[i, j] = sum_k A[row_index(i), k] * B[k, j]`` given the
+    loop nest the default schedule makes (cuda_tc.py) by hand, pragma included."""
+    A = td.placeholder((256, 64), "float16", name="A")
+    B = td.placeholder((64, 128), "float16", name="B")
+    k = td.reduce_axis((0, 64), name="k")
+    C = td.compute((128, 128), lambda i, j: td.sum(
+        A[row_index(i), k].astype("float32") * B[k, j].astype("float32"), axis=k), name="C")
+    s = td.create_schedule(C.op)
+    acc = s[s.cache_write(C, "local")]
+    i, j = C.op.axis
+    bi, ii = s[C].split(i, factor=128)
+    bj, jj = s[C].split(j, factor=128)
+    s[C].reorder(bi, bj, jj, ii)
+    s[C].bind(bi, td.thread_axis("blockIdx.y"))
+    s[C].bind(bj, td.thread_axis("blockIdx.x"))
+    s[C].bind(jj, td.thread_axis("threadIdx.x"))
+    acc.compute_at(s[C], ii)
+    s[C].pragma(ii, "tdsl_tc_gemm", 1)
+    return s, [A, B, C]
+
+
+@needs_gxx
+def test_hand_scheduled_gemm_with_an_offset_row():
+    s, args = _hand_scheduled(lambda i: i + 100)
+    f = td.build(s, args, target="cuda")
+    g = np.random.default_rng(11)
+    a, b = _rand(g, (256, 64), "float16"), _rand(g, (64, 128), "float16")
+    c = np.full((128, 128), np.nan, "float32")
+    f.emulate(a, b, c)
+    np.testing.assert_allclose(c, _f32(a[100:228]) @ _f32(b), rtol=1e-5, atol=1e-5)
+
+
+def test_a_gather_along_the_rows_is_refused():
+    s, args = _hand_scheduled(lambda i: i // 2)
+    with pytest.raises(BuildError, match="tdsl_tc_gemm.*not affine"):
+        td.build(s, args, target="cuda")

@@ -1,7 +1,8 @@
 """Default CUDA schedules: one kernel per non-inlined stage.
 
-matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tiles, and
-fp16 x fp16 -> fp32 products tensor cores (``cuda_gemm.py``); an NCHW conv2d is an
+matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tiles
+(``cuda_gemm.py``); fp16/bf16 products with fp32 accumulation the tensor-core microkernel
+on sm_80+ (``cuda_tc.py``), fp16 ones WMMA tiles before; an NCHW conv2d is an
 implicit GEMM with shared-memory tiles (``cuda_conv.py``).  Elementwise stages run
 4 consecutive outputs per thread as a vector loop (float4 where aligned).  Other root
 stages' output loops are fused and split into blocks of threads (``blockIdx.x`` x
