@@ -236,3 +236,21 @@ def test_a_gather_along_the_rows_is_refused():
     s, args = _hand_scheduled(lambda i: i // 2)
     with pytest.raises(BuildError, match="tdsl_tc_gemm.*not affine"):
         td.build(s, args, target="cuda")
+
+
+needs_gpu = pytest.mark.skipif(not __import__("tdsl.backends.cuda", fromlist=["x"]).has_device(),
+                               reason="needs a CUDA GPU (sm_80+)")
+
+
+@needs_gpu
+@pytest.mark.parametrize("M,N,K,dt", [(130, 72, 100, "float16"), (1000, 520, 264, "bfloat16"),
+                                      (512, 512, 512, "float16")])
+def test_gpu_matches_numpy(M, N, K, dt):
+    """On the device: 64 KiB of dynamic shared memory (the launcher's opt-in), both the
+    element-wise and the cp.async fills."""
+    f = _build(_matmul(M, N, K, dt))
+    g = np.random.default_rng(M)
+    a, b = _rand(g, (M, K), dt), _rand(g, (K, N), dt)
+    c = np.full((M, N), np.nan, "float32")
+    f(a, b, c)
+    np.testing.assert_allclose(c, _f32(a) @ _f32(b), rtol=1e-4, atol=1e-4)
