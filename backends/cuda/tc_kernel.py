@@ -62,11 +62,13 @@ template <int N> __device__ __forceinline__ void tdsl_tc_wait() {
 template <typename T>
 __device__ __forceinline__ void tdsl_tc_ldsm_x4(unsigned (&r)[4], T* sm, int off) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tdsl_tc_saddr(sm) + 2u * off)); }
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(tdsl_tc_saddr(sm) + 2u * off)); }
 template <typename T>
 __device__ __forceinline__ void tdsl_tc_ldsm_x4_t(unsigned (&r)[4], T* sm, int off) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tdsl_tc_saddr(sm) + 2u * off)); }
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(tdsl_tc_saddr(sm) + 2u * off)); }
 template <bool BF16> __device__ __forceinline__ void tdsl_tc_mma(float (&d)[4],
     const unsigned (&a)[4], unsigned b0, unsigned b1) {
   if (BF16)

@@ -16,7 +16,8 @@ from tdsl.backends.cuda import SharedMemoryRaceError, nvrtc
 from tdsl.errors import BuildError
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
-needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(), reason="NVRTC (cuda-python) is not installed")
+needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(),
+                                 reason="NVRTC (cuda-python) is not installed")
 
 try:
     import ml_dtypes
@@ -254,3 +255,18 @@ def test_gpu_matches_numpy(M, N, K, dt):
     c = np.full((M, N), np.nan, "float32")
     f(a, b, c)
     np.testing.assert_allclose(c, _f32(a) @ _f32(b), rtol=1e-4, atol=1e-4)
+
+
+@needs_gxx
+def test_transposed_epilogue():
+    """An epilogue that permutes the product's axes (``relu(transpose(A @ B))``): the
+    microkernel's rows and columns are the product's, the stores go where the epilogue says."""
+    A, B, C = _matmul(72, 40, 24)
+    R = ops.relu(ops.transpose(C))
+    f = _build([A, B, R])
+    assert "tdsl_tc_gemm<" in f.get_source()
+    g = np.random.default_rng(2)
+    a, b = _rand(g, (72, 24), "float16"), _rand(g, (24, 40), "float16")
+    r = np.full((40, 72), np.nan, "float32")
+    f.emulate(a, b, r)
+    np.testing.assert_allclose(r, np.maximum(_f32(a) @ _f32(b), 0).T, rtol=1e-5, atol=1e-5)

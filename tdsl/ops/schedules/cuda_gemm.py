@@ -170,7 +170,9 @@ def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None", target: objec
         return set()          # the A tile's rows would be strided: the simple schedule
     from . import cuda_tc
     if target is not None and cuda_tc.eligible(anchor, a_t, pack, target):
-        return cuda_tc.schedule_tc(s, anchor, out, pack)
+        done = cuda_tc.schedule_tc(s, anchor, out, pack)
+        if done:
+            return done
     if out is None and _is_fp16_to_fp32(anchor, a_t, pack):
         done = schedule_wmma(s, anchor, pack, a_t)
         if done:

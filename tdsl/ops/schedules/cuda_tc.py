@@ -38,19 +38,38 @@ def eligible(anchor: Stage, a_t: Any, pack: Stage, target: Any) -> bool:
         str(anchor.op.output(0).dtype) == "float32" and not anchor.op.attrs.get("transpose_a")
 
 
+def _anchor_axes(s: Schedule, out: Stage, anchor: Stage) -> "list[int] | None":
+    """Which axis of ``out`` each axis of ``anchor`` is read at (the epilogue may permute
+    them, e.g. a transpose), None where that is not one consistent permutation."""
+    from tdsl.lowering.inline import inlined_bodies
+
+    from .graph import effective_loads, permuted_access
+    perm = None
+    for p, idx in effective_loads(s, out, inlined_bodies(s)):
+        if p is anchor:
+            pos = permuted_access(out, idx)
+            if pos is None or (perm is not None and pos != perm):
+                return None
+            perm = pos
+    return perm
+
+
 def schedule_tc(s: Schedule, anchor: Stage, out: "Stage | None", pack: Stage) -> set:
-    """The loop nest of the module docstring; returns the stages done."""
+    """The loop nest of the module docstring; returns the stages done (none where the
+    epilogue reads the product other than at a permutation of its axes)."""
+    o = out if out is not None else anchor
+    perm = _anchor_axes(s, out, anchor) if out is not None else list(range(len(o.op.axis)))
+    if perm is None:
+        return set()
     pack.compute_inline()
     if out is None:
-        o = anchor
         acc = s[s.cache_write(anchor.op.output(0), "local")]
     else:
-        o = out
         anchor.set_scope("local")
         acc = anchor
     axes = list(o.op.axis)
-    i, j = axes[-2], axes[-1]
-    lead = axes[:-2]
+    i, j = axes[perm[-2]], axes[perm[-1]]    # the output axes of the product's rows, columns
+    lead = [ax for ax in axes if ax is not i and ax is not j]
     bi, ii = o.split(i, factor=BM)
     bj, jj = o.split(j, factor=BN)
     o.reorder(*lead, bi, bj, jj, ii)
