@@ -270,3 +270,61 @@ def test_transposed_epilogue():
     r = np.full((40, 72), np.nan, "float32")
     f.emulate(a, b, r)
     np.testing.assert_allclose(r, np.maximum(_f32(a) @ _f32(b), 0).T, rtol=1e-5, atol=1e-5)
+
+
+_LAYOUT_BODY = r'''
+  auto D = T_matmul;
+  // warp 0: D0 = A (16x16, row-major) . B (16x8, B[k * 8 + n]) from fragments built by the
+  // PTX ISA's m16n8k16 register layouts; D1 = the same from ldmatrix.x4 (A) and
+  // ldmatrix.x4.trans (B) of the tiles in shared memory
+  __shared__ tdsl_shared<tdsl_half, 16 * 16 + 16 * 8> sm;
+  auto sp = sm.ptr(0);
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  auto pack = [&](tdsl_half lo, tdsl_half hi) {
+    unsigned short l, h;
+    memcpy(&l, &lo, 2); memcpy(&h, &hi, 2);
+    return (unsigned)l | ((unsigned)h << 16); };
+  unsigned a[4] = {pack(A[g * 16 + 2 * t], A[g * 16 + 2 * t + 1]),
+                   pack(A[(g + 8) * 16 + 2 * t], A[(g + 8) * 16 + 2 * t + 1]),
+                   pack(A[g * 16 + 2 * t + 8], A[g * 16 + 2 * t + 9]),
+                   pack(A[(g + 8) * 16 + 2 * t + 8], A[(g + 8) * 16 + 2 * t + 9])};
+  unsigned b0 = pack(B[(2 * t) * 8 + g], B[(2 * t + 1) * 8 + g]);
+  unsigned b1 = pack(B[(2 * t + 8) * 8 + g], B[(2 * t + 9) * 8 + g]);
+  float d[4] = {0.f, 0.f, 0.f, 0.f};
+  tdsl_tc_mma<false>(d, a, b0, b1);
+  D[g * 8 + 2 * t] = d[0]; D[g * 8 + 2 * t + 1] = d[1];
+  D[(g + 8) * 8 + 2 * t] = d[2]; D[(g + 8) * 8 + 2 * t + 1] = d[3];
+  for (int e = lane; e < 256; e += 32) tdsl_tc_st(sp, e, (tdsl_half)A[e]);
+  for (int e = lane; e < 128; e += 32) tdsl_tc_st(sp, 256 + e, (tdsl_half)B[e]);
+  __syncwarp();
+  unsigned la[4], lb[4];
+  tdsl_tc_ldsm_x4(la, sp, (lane % 16) * 16 + (lane / 16) * 8);   // rows of A, two k halves
+  tdsl_tc_ldsm_x4_t(lb, sp, 256 + (lane % 16) * 8);               // k rows of B (x2, twice)
+  float e[4] = {0.f, 0.f, 0.f, 0.f};
+  tdsl_tc_mma<false>(e, la, lb[0], lb[1]);
+  D[128 + g * 8 + 2 * t] = e[0]; D[128 + g * 8 + 2 * t + 1] = e[1];
+  D[128 + (g + 8) * 8 + 2 * t] = e[2]; D[128 + (g + 8) * 8 + 2 * t + 1] = e[3];
+}
+'''
+
+
+@needs_gxx
+def test_emulated_fragment_layouts_follow_the_ptx_isa():
+    """The emulated mma.sync and ldmatrix against fragments built from the documented
+    m16n8k16 layouts (a matmul through both could agree with NumPy with two compensating
+    layout errors; this pins each one)."""
+    f = _build(_matmul(128, 128, 128))
+    src = f.get_source()
+    head = src.index('extern "C" __global__')
+    src = src[:src.index("\n", head) + 1] + _LAYOUT_BODY
+    g = np.random.default_rng(4)
+    a = np.zeros((128, 128), "float16")
+    b = np.zeros((128, 128), "float16")
+    a.flat[:256] = _rand(g, 256, "float16")
+    b.flat[:128] = _rand(g, 128, "float16")
+    d = np.full((128, 128), np.nan, "float32")
+    f.emulate(a, b, d, source=src)
+    want = _f32(a.flat[:256].reshape(16, 16)) @ _f32(b.flat[:128].reshape(16, 8))
+    np.testing.assert_allclose(d.flat[:128].reshape(16, 8), want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(d.flat[128:256].reshape(16, 8), want, rtol=1e-6, atol=1e-6)
