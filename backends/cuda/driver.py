@@ -209,6 +209,8 @@ class Driver:
             mod = self.check(self.cu.cuModuleLoadData(image), "cuModuleLoadData")
             funcs = {k.name: self.check(self.cu.cuModuleGetFunction(mod, k.name.encode()),
                                         f"cuModuleGetFunction({k.name})") for k in module.kernels}
+            for k in module.kernels:
+                self._opt_in_shared(funcs[k.name], k)
             have = (mod, funcs, 0)
         self.modules[key] = (have[0], have[1], have[2] + 1)
         loaded.add((id(self), self.generation))
@@ -271,6 +273,16 @@ class Driver:
             return
         self.check(self.cu.cuMemcpyDtoH(array.ctypes.data, ptr, array.nbytes), "cuMemcpyDtoH")
 
+    def _opt_in_shared(self, function: Any, kernel: Any) -> None:
+        """A kernel with dynamic shared memory above the 48 KiB default (the tensor-core
+        GEMM's 64 KiB pipeline) may use it only once the function's
+        ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` allows it."""
+        nbytes = getattr(kernel, "dynamic_shared_bytes", 0)
+        if nbytes > 48 * 1024:
+            attr = self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self.check(self.cu.cuFuncSetAttribute(function, attr, nbytes),
+                       f"cuFuncSetAttribute({kernel.name}, max dynamic shared memory {nbytes})")
+
     def launch(self, function: Any, cfg: LaunchConfig, kinds: list[bool],
                stream: int = 0) -> None:
         """Launch with ``cfg.args``; ``kinds[i]`` is True for a pointer argument."""
@@ -278,8 +290,9 @@ class Driver:
         self.launch_packed(function, cfg.grid, cfg.block, packed, stream)
 
     def launch_packed(self, function: Any, grid: tuple, block: tuple, packed: tuple,
-                      stream: int = 0) -> None:
-        self.check(self.cu.cuLaunchKernel(function, *grid, *block, 0, stream,
+                      stream: int = 0, shared: int = 0) -> None:
+        """``shared``: the bytes of dynamic shared memory (``extern __shared__``)."""
+        self.check(self.cu.cuLaunchKernel(function, *grid, *block, shared, stream,
                                           ctypes.addressof(packed[0]), 0), "cuLaunchKernel")
 
     def synchronize(self, stream: int = 0) -> None:
@@ -341,9 +354,10 @@ class _Backend:
     def launch(self, kernel: Any, cfg: LaunchConfig) -> None:
         packed = pack_params(cfg.args, [p.buffer is not None for p in kernel.params])
         fn = self.functions[kernel.name]
-        self.drv.launch_packed(fn, cfg.grid, cfg.block, packed, self.stream)
+        shared = kernel.dynamic_shared_bytes
+        self.drv.launch_packed(fn, cfg.grid, cfg.block, packed, self.stream, shared)
         if self.record is not None:
-            self.record.append((fn, cfg.grid, cfg.block, packed))
+            self.record.append((fn, cfg.grid, cfg.block, packed, shared))
 
     def release(self) -> None:
         if self.generation == self.drv.generation:   # else the context (and memory) is gone
@@ -433,7 +447,8 @@ class GPURun:
         execute(self.module.plan, dict(self.sizes), dict(self.pointers), self.backend)
 
     def record(self) -> list:
-        """Run once, keeping the launches (function, grid, block, packed parameters)."""
+        """Run once, keeping the launches (function, grid, block, packed parameters,
+        dynamic shared bytes)."""
         self.backend.record = []
         try:
             self()
@@ -492,8 +507,8 @@ def _graph_replay(drv: Driver, launches: list, number: int, stream: int, keep: l
         drv.check(cu.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
         try:
             for _ in range(number):
-                for fn, grid, block, packed in launches:
-                    drv.launch_packed(fn, grid, block, packed, stream)
+                for fn, grid, block, packed, shared in launches:
+                    drv.launch_packed(fn, grid, block, packed, stream, shared)
         finally:
             graph = drv.check(cu.cuStreamEndCapture(stream), "cuStreamEndCapture")
         keep.append(("cuGraphDestroy", graph))
@@ -534,8 +549,8 @@ def measure_events(drv: Driver, run: GPURun, number: int = 1, repeat: int = 1,
         drv.synchronize(stream)
 
         def replay_once() -> None:
-            for fn, grid, block, packed in launches:
-                drv.launch_packed(fn, grid, block, packed, stream)
+            for fn, grid, block, packed, shared in launches:
+                drv.launch_packed(fn, grid, block, packed, stream, shared)
         graphs: dict[int, Callable[[], None]] = {}
         results = []
         for _ in range(repeat):

@@ -84,6 +84,7 @@ struct AsyncCopy {       // a cp.async copy in flight (see async_issue)
   long long i;           // first element
   int n;                 // elements
   int thread;
+  int group;             // the thread's commit group it belongs to (commits before it)
   unsigned char bytes[16];
 };
 inline void (*tdsl_block_hook)() = nullptr;  // per-block state of later sections (shuffles)
@@ -111,6 +112,7 @@ struct Runtime {
   uint32_t block_lin = 0;             // 1 + the linear index of the running block
   std::vector<struct GlobalRegion*> globals;  // this launch's global buffers
   std::vector<AsyncCopy> async;  // cp.async copies issued and not yet waited for
+  std::vector<int> commits;      // per thread of the block: cp.async groups committed
 };
 inline Runtime rt;
 
@@ -260,7 +262,8 @@ template <typename T> struct SharedPtr {
 // still in flight when its thread ends is reported.
 inline void async_issue(SharedBase* arr, long long i, int n, const void* value) {
   if (!arr->in_bounds(i) || !arr->in_bounds(i + n - 1)) return;
-  AsyncCopy c{arr, i, n, rt.cur, {}};
+  if ((int)rt.commits.size() != rt.nthreads) rt.commits.assign((size_t)rt.nthreads, 0);
+  AsyncCopy c{arr, i, n, rt.cur, rt.commits[(size_t)rt.cur], {}};
   memcpy(c.bytes, value, (size_t)n * arr->elem);
   for (int j = 0; j < n; ++j) {
     arr->on_write(i + j);
@@ -268,10 +271,14 @@ inline void async_issue(SharedBase* arr, long long i, int n, const void* value) 
   }
   rt.async.push_back(c);
 }
-inline void async_wait_all() {
+// the thread's copies land, all of them (wait_all) or those of every committed group but the
+// newest ``pending`` ones (cp.async.wait_group pending)
+inline void async_land(int pending) {
+  if ((int)rt.commits.size() != rt.nthreads) rt.commits.assign((size_t)rt.nthreads, 0);
+  const int upto = pending < 0 ? 1 << 30 : rt.commits[(size_t)rt.cur] - pending;
   std::vector<AsyncCopy> keep;
   for (const AsyncCopy& c : rt.async) {
-    if (c.thread != rt.cur) { keep.push_back(c); continue; }
+    if (c.thread != rt.cur || c.group >= upto) { keep.push_back(c); continue; }
     for (int j = 0; j < c.n; ++j) {
       c.arr->shadow[c.i + j].a_block = 0;
       c.arr->on_write(c.i + j);
@@ -279,6 +286,12 @@ inline void async_wait_all() {
     memcpy(c.arr->bytes + (size_t)c.i * c.arr->elem, c.bytes, (size_t)c.n * c.arr->elem);
   }
   rt.async.swap(keep);
+}
+inline void async_wait_all() { async_land(-1); }
+inline void async_wait_group(int pending) { async_land(pending); }
+inline void async_commit() {
+  if ((int)rt.commits.size() != rt.nthreads) rt.commits.assign((size_t)rt.nthreads, 0);
+  rt.commits[(size_t)rt.cur]++;
 }
 inline void async_end_block() {
   if (rt.async.empty()) return;
@@ -586,6 +599,7 @@ inline int launch(const long long* dims, int flags, char* msg, int msglen,
     for (SharedBase* s : rt.shared) memset(s->bytes, 0xff, s->count * s->elem);
     if (tdsl_block_hook) tdsl_block_hook();
     rt.async.clear();
+    rt.commits.assign((size_t)rt.nthreads, 0);
     run_block();
     async_end_block();
   }
@@ -828,7 +842,7 @@ inline void tdsl_cp_async_zfill(const emu::SharedPtr<T>& dst, const emu::Global<
   unsigned char zeros[16] = {};
   emu::async_issue(dst.arr, dst.off, B / sizeof(T), zeros);   // no global read
 }
-inline void tdsl_cp_async_commit() {}
+inline void tdsl_cp_async_commit() { emu::async_commit(); }
 inline void tdsl_cp_async_wait_all() { emu::async_wait_all(); }
 
 // ---- WMMA m16n16k16 (f16 x f16 + f32): fragments hold the whole tile in every lane -----------------

@@ -35,6 +35,17 @@ from .errors import EmulationError, GlobalMemoryRaceError, SharedMemoryRaceError
 from .host import LaunchConfig, execute
 
 HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emu.h")
+#: The harness's parts, concatenated into the one header a translation unit includes.
+HEADER_PARTS = (HEADER, os.path.join(os.path.dirname(HEADER), "emu_tc.h"))
+
+
+def header_bytes() -> bytes:
+    """The harness (emu.h, then emu_tc.h: the tensor-core GEMM primitives)."""
+    out = []
+    for part in HEADER_PARTS:
+        with open(part, "rb") as f:
+            out.append(f.read())
+    return b"\n".join(out)
 CXX_FLAGS = ("-std=c++20", "-O2", "-shared", "-fPIC", "-fwrapv", "-fno-strict-aliasing",
              "-fvisibility=hidden", "-w")
 _MSG_LEN = 4096
@@ -43,7 +54,7 @@ _LOCK = threading.Lock()
 #: 64) stay loaded; an evicted one is closed once no launch holds it (each keeps ~5 memory
 #: mappings: an unbounded cache filled a test session's address space).
 _LIBS: "LRU[str, ctypes.CDLL]" = LRU(lambda: env_entries("TDSL_EMU_CACHE_ENTRIES", 64))
-_SYNC_WORDS = re.compile(r"__syncthreads|__syncwarp|__shfl|tdsl_wmma|__trap")
+_SYNC_WORDS = re.compile(r"__syncthreads|__syncwarp|__shfl|tdsl_wmma|tdsl_tc_|__trap")
 
 
 def cache_dir() -> str:
@@ -117,7 +128,7 @@ def _atomic_write(path: str, data: bytes) -> None:
 def precompiled_header(cxx: str, header: bytes) -> str:
     """A copy of emu.h in the cache directory with its precompiled form beside it (g++ then
     skips parsing the harness and the C++ library headers: about half of a compile).
-    Returns the header path to include (the original when precompiling fails)."""
+    Returns the header path to include (the copy alone when precompiling fails)."""
     tag = hashlib.sha256(header + " ".join((cxx,) + CXX_FLAGS).encode()).hexdigest()[:16]
     path = os.path.join(cache_dir(), f"emu-{tag}.h")
     gch = path + ".gch"
@@ -131,7 +142,7 @@ def precompiled_header(cxx: str, header: bytes) -> str:
                               capture_output=True)
         if proc.returncode != 0:
             os.unlink(tmp)
-            return HEADER
+            return path     # the whole harness, parsed with the translation unit
         os.replace(tmp, gch)
     return path
 
@@ -156,8 +167,7 @@ def _compile(source: str, kernels: Sequence[Any], cxx: str, header: bytes, so: s
 
 def load(source: str, kernels: Sequence[Any]) -> ctypes.CDLL:
     """The compiled emulation library of ``source`` (from the on-disk cache when possible)."""
-    with open(HEADER, "rb") as f:
-        header = f.read()
+    header = header_bytes()
     cxx = _compiler()
     tu = translation_unit(source, kernels)
     key = hashlib.sha256(header + tu.encode() + " ".join((cxx,) + CXX_FLAGS).encode()).hexdigest()
@@ -301,7 +311,7 @@ def _thread(actor: int, bdim: tuple) -> tuple:
 
 def _fmt_thread(t: tuple) -> str:
     if t and t[0] == "warp":
-        return f"warp {t[1]} (a warp-collective WMMA operation)"
+        return f"warp {t[1]} (a warp-collective operation: WMMA, ldmatrix)"
     return f"thread ({t[0]}, {t[1]}, {t[2]})"
 
 

@@ -32,6 +32,7 @@ from tdsl.visitor import children, free_vars
 
 from . import limits
 from .accumulate import optimize_kernel
+from .tc_gemm import find_plan
 from .host import (HostAlloc, HostIf, HostLaunch, HostLet, HostSeq, buffer_nbytes,
                    check_host_expr, host_eval)
 
@@ -74,6 +75,8 @@ class KernelInfo:
     gpu: Optional[GPUArch] = None            # the limits of the target's arch
     registers: Optional[int] = None          # per thread, read from the cubin at build
     device_code: str = ""                    # user CUDA C the kernel calls (td.extern)
+    tc: Any = None                           # tc_gemm.TcPlan of a tensor-core GEMM kernel
+    dynamic_shared_bytes: int = 0            # extern __shared__ bytes (the launch passes them)
 
     @property
     def threads_per_block(self) -> "int | None":
@@ -202,8 +205,15 @@ class _Splitter:
     def kernel(self, root: For, scope: frozenset) -> Any:
         idx = len(self.kernels)
         name = f"{self.base}_kernel" if self.n_roots == 1 else f"{self.base}_kernel{idx}"
-        root = optimize_kernel(root)   # guards out of k loops, accumulators in registers
+        tc = find_plan(root, name)     # a tensor-core GEMM body (tc_gemm.py) is kept as is
+        if tc is None:
+            root = optimize_kernel(root)   # guards out of k loops, accumulators in registers
         info = analyze_kernel(root, name, scope, self.func, self.target)
+        if tc is not None:
+            info.tc = tc
+            info.dynamic_shared_bytes = tc.smem_bytes
+            limits.check_dynamic_shared_memory(name, info.shared_bytes + tc.smem_bytes,
+                                               self.target.gpu)
         self.kernels.append(info)
         plan: Any = HostLaunch(info)
         for buf in reversed(info.hoisted):

@@ -62,11 +62,20 @@ def check_shared_memory(kernel: str, nbytes: int, detail: str, gpu: GPUArch) -> 
     static ``__shared__`` declaration cannot use the opt-in (dynamic) range above it."""
     if nbytes > gpu.static_shared_bytes:
         optin = (f"; sm_{gpu.sm} allows up to {gpu.max_shared_bytes_optin} bytes only as opt-in "
-                 f"dynamic shared memory, which tdsl does not emit"
+                 f"dynamic shared memory, which tdsl emits only for its tensor-core GEMM"
                  if gpu.max_shared_bytes_optin > gpu.static_shared_bytes else "")
         raise BuildError(f"CUDA kernel '{kernel}' uses {nbytes} bytes of shared memory ({detail}), "
                          f"over the {gpu.static_shared_bytes} bytes of static shared memory a block "
                          f"may have on sm_{gpu.sm}{optin}; use smaller tiles")
+
+
+def check_dynamic_shared_memory(kernel: str, nbytes: int, gpu: GPUArch) -> None:
+    """Static plus dynamic shared memory within the arch's opt-in maximum per block (the
+    launcher sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` above 48 KiB)."""
+    if nbytes > gpu.max_shared_bytes_optin:
+        raise BuildError(f"CUDA kernel '{kernel}' uses {nbytes} bytes of shared memory, over the "
+                         f"{gpu.max_shared_bytes_optin} bytes a block may have on sm_{gpu.sm} "
+                         f"(with the opt-in for dynamic shared memory)")
 
 
 def check_local_memory(kernel: str, nbytes: int, detail: str, gpu: GPUArch) -> None:

@@ -26,8 +26,10 @@ def _matmul(M, N, K):
     return [A, B, C], lambda a: a[0] @ a[1]
 
 
-def _build(ins_out, arch="sm_90"):
-    s = ops.schedule(ins_out[-1], "cuda")
+def _build(ins_out, arch="sm_90", schedule_arch=None):
+    """``schedule_arch``: the arch the default schedule is made for (sm_75: the WMMA tiles,
+    which sm_80+ replaces by the tensor-core microkernel of test_cuda_tc_gemm.py)."""
+    s = ops.schedule(ins_out[-1], f"cuda -arch={schedule_arch or arch}")
     return td.build(s, list(ins_out), target=f"cuda -arch={arch}")
 
 
@@ -179,7 +181,7 @@ def _fp16_matmul(M, N, K):
 @pytest.mark.parametrize("M,N,K", [(64, 64, 32), (96, 48, 80)])
 def test_fp16_matmul_default_uses_wmma_with_register_accumulators(M, N, K):
     args = _fp16_matmul(M, N, K)
-    f = _build(args)
+    f = _build(args, "sm_75")
     body = f.get_source()[f.get_source().index('extern "C"'):]
     assert "tdsl_wmma_mma_row_row(wmma_acc" in body and "tdsl_wmma_load_acc" not in body
     g = np.random.default_rng(K)
@@ -193,7 +195,7 @@ def test_fp16_matmul_default_uses_wmma_with_register_accumulators(M, N, K):
 @needs_gxx
 def test_fp16_matmul_not_multiple_of_16_uses_simt_tiles():
     args = _fp16_matmul(40, 24, 20)
-    f = _build(args)
+    f = _build(args, "sm_75")
     assert "wmma" not in f.get_source()
     g = np.random.default_rng(0)
     a = (g.random((40, 20)) - .5).astype("float16")
@@ -206,7 +208,7 @@ def test_fp16_matmul_not_multiple_of_16_uses_simt_tiles():
 @needs_nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_fp16_matmul_assembles_to_tensor_core_instructions(arch):
-    f = _build(_fp16_matmul(1024, 1024, 1024), arch)
+    f = _build(_fp16_matmul(1024, 1024, 1024), arch, schedule_arch="sm_75")
     ptx = f.ptx(arch)
     assert "wmma.mma.sync" in ptx and ptx.count("wmma.store") == 1
     (res,) = kernel_resources(f.cubin(arch)).values()

@@ -1,7 +1,8 @@
 """Default CUDA schedules: one kernel per non-inlined stage.
 
-matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tiles, and
-fp16 x fp16 -> fp32 products tensor cores (``cuda_gemm.py``); an NCHW conv2d is an
+matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tiles
+(``cuda_gemm.py``); fp16/bf16 products with fp32 accumulation the tensor-core microkernel
+on sm_80+ (``cuda_tc.py``), fp16 ones WMMA tiles before; an NCHW conv2d is an
 implicit GEMM with shared-memory tiles (``cuda_conv.py``).  Elementwise stages run
 4 consecutive outputs per thread as a vector loop (float4 where aligned).  Other root
 stages' output loops are fused and split into blocks of threads (``blockIdx.x`` x
@@ -70,7 +71,7 @@ def apply(s: Schedule, target: Target) -> None:
             continue
         gemm = cuda_gemm.gemm_anchor(s, st, bodies)   # matmul family: 2-level tiles
         if gemm is not None and gemm[0] not in done:
-            got = cuda_gemm.schedule_gemm(s, *gemm)
+            got = cuda_gemm.schedule_gemm(s, *gemm, target)
             if got:
                 done |= got
                 continue

@@ -156,8 +156,10 @@ def _is_fp16_to_fp32(anchor: Stage, a_t: object, pack: Stage) -> bool:
         str(pack.op.output(0).dtype) == "float16"
 
 
-def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
-    """Tile ``anchor`` (its epilogue ``out`` when there is one); returns the stages done."""
+def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None", target: object = None) -> set:
+    """Tile ``anchor`` (its epilogue ``out`` when there is one); returns the stages done.
+    fp16/bf16 products with fp32 accumulation on sm_80+ get the tensor-core microkernel
+    (``cuda_tc.py``); fp16 on older archs WMMA tiles."""
     a_t = anchor.op.input_tensors[0] if anchor.op.input_tensors else None
     pack = _pack_of(s, anchor)
     reads = [t for t in anchor.op.input_tensors if pack is None or t.op is not pack.op]
@@ -166,6 +168,11 @@ def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None") -> set:
     a_t = reads[0]
     if anchor.op.attrs.get("transpose_a"):
         return set()          # the A tile's rows would be strided: the simple schedule
+    from . import cuda_tc
+    if target is not None and cuda_tc.eligible(anchor, a_t, pack, target):
+        done = cuda_tc.schedule_tc(s, anchor, out, pack)
+        if done:
+            return done
     if out is None and _is_fp16_to_fp32(anchor, a_t, pack):
         done = schedule_wmma(s, anchor, pack, a_t)
         if done:

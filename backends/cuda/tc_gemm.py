@@ -1,0 +1,273 @@
+"""The tensor-core GEMM microkernel: fp16/bf16 x fp16/bf16 -> fp32 on sm_80+.
+
+The default schedule (``tdsl/ops/schedules/cuda_tc.py``) gives a matmul-family kernel the
+loop nest ``blockIdx (batch, row tile, column tile) / threadIdx.x (128, the tile's
+columns) / ii (the tile's rows, pragma "tdsl_tc_gemm")`` whose body is, per output, a
+register accumulator's zero-init, the whole k loop ``acc += float(A[.., ii, k]) *
+float(B[.., k, tx])`` and the epilogue stores.  ``find_plan`` recognizes that body in a
+kernel's IR; ``render`` emits in its place a call of ``tdsl_tc_gemm`` (``tc_kernel.py``,
+the hand-structured kernel: 4 warps of 64 x 64 outputs, a 4-stage cp.async pipeline of
+128 x 32 and 32 x 128 tiles in XOR-swizzled dynamic shared memory, ldmatrix + mma.sync
+m16n8k16, fp32 accumulators in registers) with the body's pieces as C++ lambdas over
+fresh variables: the offsets of A's and B's elements (``a_off(row, k)``, ``b_off(k,
+col)``, affine), the column guard of the body, and the epilogue (the body's stores, the
+accumulator replaced by the value).  So bias, activation and cast run on the registers,
+and the sizes stay whatever the IR says (constants or kernel parameters).
+
+Requirements checked here (a ``BuildError`` naming the kernel otherwise): A contiguous
+along k (its last index is ``k``), B contiguous along its columns (``B[.., k, j]``, the
+row layout, ldmatrix.trans) or along k (``B[.., j, k]``, a ``dense`` weight, the column
+layout), guards that depend on the column only, one k loop from 0.  At run time the
+kernel checks 16-byte alignment of both operands and their row strides once; where it
+fails (e.g. K = 100 halves: 200-byte rows) the tiles are filled element by element with
+plain loads (same ldmatrix/mma path), and chunks that straddle a tail are filled that
+way too; chunks wholly outside the matrix are zero-filled in shared memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tdsl.errors import BuildError
+from tdsl.expr import Add, BufferLoad, Cast, Const, Expr, Mul, Var
+from tdsl.stmt import (Allocate, BufferStore, For, ForKind, IfThenElse, SeqStmt, Stmt,
+                       StorageScope, ThreadTag)
+from tdsl.visitor import free_vars, substitute, transform
+
+from .tc_kernel import SMEM_BYTES, THREADS
+
+PRAGMA = "pragma_tdsl_tc_gemm"
+_DTYPES = {"float16": "tdsl_half", "bfloat16": "tdsl_bf16"}
+
+
+@dataclass
+class TcPlan:
+    """What ``render`` needs of a recognized kernel body."""
+
+    loop: For                 # the pragma loop (rows of the tile)
+    tx: Var                   # the threadIdx.x variable (columns of the tile)
+    k: For                    # the reduction loop
+    a: BufferLoad             # A[..., row, k]
+    b: BufferLoad             # B[..., k, col] (row layout) or B[..., col, k]
+    b_row: bool               # B contiguous along the columns
+    col_conds: list           # guards of the accumulation (depend on the column only)
+    epilogue: list            # (guards, store) after the k loop, in order
+    acc: Any                  # the accumulator buffer (local)
+    dtype: str                # "float16" | "bfloat16"
+    smem_bytes: int = SMEM_BYTES
+
+
+def _fail(kernel: str, why: str) -> BuildError:
+    return BuildError(f"CUDA kernel '{kernel}': the tensor-core GEMM body (pragma tdsl_tc_gemm) "
+                      f"{why}")
+
+
+def _find(root: Stmt) -> "tuple[Optional[For], list[For]]":
+    """The pragma loop and the thread-bound loops around it."""
+    path: list[For] = []
+
+    def go(s: Any) -> "Optional[For]":
+        if isinstance(s, For):
+            if PRAGMA in s.annotations:
+                return s
+            if s.kind is ForKind.THREAD_BINDING:
+                path.append(s)
+                got = go(s.body)
+                if got is None:
+                    path.pop()
+                return got
+            return go(s.body)
+        if isinstance(s, SeqStmt):
+            for x in s.stmts:
+                got = go(x)
+                if got is not None:
+                    return got
+            return None
+        if isinstance(s, (IfThenElse,)):
+            return go(s.then_case) or (go(s.else_case) if s.else_case is not None else None)
+        body = getattr(s, "body", None)
+        return go(body) if body is not None else None
+    return go(root), path
+
+
+def _leaves(s: Stmt, conds: list, out: list, kernel: str) -> None:
+    """Flatten ifs (no else), allocations and sequences into (guards, statement)."""
+    if isinstance(s, SeqStmt):
+        for x in s.stmts:
+            _leaves(x, conds, out, kernel)
+    elif isinstance(s, IfThenElse):
+        if s.else_case is not None:
+            raise _fail(kernel, "has an if with an else branch")
+        _leaves(s.then_case, conds + [s.cond], out, kernel)
+    elif isinstance(s, Allocate):
+        if s.buffer.scope is not StorageScope.LOCAL:
+            raise _fail(kernel, f"allocates {s.buffer.scope} buffer '{s.buffer.name}'")
+        _leaves(s.body, conds, out, kernel)
+    elif isinstance(s, (BufferStore, For)):
+        out.append((conds, s))
+    else:
+        raise _fail(kernel, f"contains a {type(s).__name__}")
+
+
+def _operand(e: Expr) -> "Optional[BufferLoad]":
+    if isinstance(e, Cast) and str(e.dtype) == "float32":
+        e = e.value
+    return e if isinstance(e, BufferLoad) and str(e.dtype) in _DTYPES else None
+
+
+def _uses(e: Any, v: Var) -> bool:
+    """Does ``e`` (an expression, a statement or a sequence of them) use ``v``?"""
+    items = e if isinstance(e, (tuple, list)) else (e,)
+    return any(v in free_vars(x) for x in items)
+
+
+def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
+    """The plan of a kernel carrying the pragma, None for any other kernel."""
+    loop, path = _find(root)
+    if loop is None:
+        return None
+    txs = [p for p in path if p.thread_tag is ThreadTag.THREAD_X]
+    if len(txs) != 1 or any(p.thread_tag in (ThreadTag.THREAD_Y, ThreadTag.THREAD_Z)
+                            for p in path):
+        raise _fail(kernel, "must sit under one threadIdx.x loop (and no threadIdx.y/z)")
+    tx = txs[0]
+    if not (isinstance(tx.extent, Const) and tx.extent.value == THREADS and
+            isinstance(tx.min, Const) and tx.min.value == 0):
+        raise _fail(kernel, f"needs threadIdx.x to run over exactly {THREADS} threads")
+    if not (isinstance(loop.min, Const) and loop.min.value == 0):
+        raise _fail(kernel, "has a row loop that does not start at 0")
+    leaves: list = []
+    _leaves(loop.body, [], leaves, kernel)
+    ks = [n for n, (_, s) in enumerate(leaves) if isinstance(s, For)]
+    if len(ks) != 1:
+        raise _fail(kernel, f"must have exactly one k loop, found {len(ks)}")
+    at = ks[0]
+    kconds, kloop = leaves[at]
+    if not (isinstance(kloop.min, Const) and kloop.min.value == 0):
+        raise _fail(kernel, "has a k loop that does not start at 0")
+    inner: list = []
+    _leaves(kloop.body, list(kconds), inner, kernel)
+    if len(inner) != 1 or not isinstance(inner[0][1], BufferStore):
+        raise _fail(kernel, "must have one accumulation statement in its k loop")
+    conds, upd = inner[0]
+    acc = upd.buffer
+    if acc.scope is not StorageScope.LOCAL or str(acc.dtype) != "float32":
+        raise _fail(kernel, "must accumulate in a float32 register")
+    val = upd.value
+    if not (isinstance(val, Add) and isinstance(val.a, BufferLoad) and val.a.buffer is acc
+            and isinstance(val.b, Mul)):
+        raise _fail(kernel, "must accumulate acc = acc + float(A) * float(B)")
+    x, y = _operand(val.b.a), _operand(val.b.b)
+    if x is None or y is None or str(x.dtype) != str(y.dtype):
+        raise _fail(kernel, "must multiply two float16 or two bfloat16 loads")
+    k, row, col = kloop.var, loop.var, tx.var
+    a, b = (x, y) if _uses(x.indices, row) else (y, x)
+    if _uses(a.indices, col) or _uses(b.indices, row) or not _uses(a.indices, row) or \
+            not _uses(b.indices, col):
+        raise _fail(kernel, "must read A by row and k, B by k and column")
+    if not (a.indices[-1] is k and not _uses(a.indices[:-1], k) and _unit_last(a)):
+        raise _fail(kernel, f"needs '{a.buffer.name}' contiguous along k (A[..., i, k])")
+    if b.indices[-1] is k and not _uses(b.indices[:-1], k) and _unit_last(b):
+        b_row = False
+    elif len(b.indices) >= 2 and b.indices[-2] is k and not _uses(b.indices[-1], k) and \
+            not _uses(b.indices[:-2], k) and _unit_last(b):
+        b_row = True
+    else:
+        raise _fail(kernel, f"needs '{b.buffer.name}' contiguous along k or along the columns")
+    for load in (a, b):
+        if not _affine(load.indices, (row, col, k)):
+            raise _fail(kernel, f"reads '{load.buffer.name}' at {list(load.indices)!r}, not affine "
+                                f"in the row, column and k (the kernel steps its addresses by "
+                                f"constant strides)")
+    for c in conds:
+        if _uses(c, row) or _uses(c, k):
+            raise _fail(kernel, f"has an accumulation guard that depends on the row or k: {c!r}")
+    for n, (_, s) in enumerate(leaves):
+        if n < at and not (isinstance(s, BufferStore) and s.buffer is acc and
+                           isinstance(s.value, Const) and s.value.value == 0):
+            raise _fail(kernel, "must only zero its accumulator before the k loop")
+    epilogue = [leaf for leaf in leaves[at + 1:]]
+    for _, s in epilogue:
+        if not isinstance(s, BufferStore) or _uses(s, k):
+            raise _fail(kernel, "must end with stores after the k loop")
+    return TcPlan(loop, tx.var, kloop, a, b, b_row, list(conds), epilogue, acc, str(a.dtype))
+
+
+def _affine(indices: Any, vs: tuple) -> bool:
+    """Is every index affine in ``vs``: does a unit step of each leave a difference free of
+    them (no floor division or product of two of them)?"""
+    from tdsl.arith import Analyzer
+    ana = Analyzer()
+    for e in indices:
+        for v in vs:
+            if not _uses(e, v):
+                continue
+            d = ana.simplify(substitute(e, {v: v + Const(1, v.dtype)}) - e)
+            if any(_uses(d, w) for w in vs):
+                return False
+    return True
+
+
+def _unit_last(load: BufferLoad) -> bool:
+    s = load.buffer.effective_strides()[-1]
+    return isinstance(s, Const) and s.value == 1
+
+
+def _replace_acc(e: Any, acc: Any, value: Var) -> Any:
+    """``e`` with every load of the accumulator replaced by ``value``."""
+    return transform(e, pre=lambda n: value if isinstance(n, BufferLoad) and n.buffer is acc
+                     else None)
+
+
+def render(r: Any, plan: TcPlan) -> None:
+    """Emit the microkernel call for ``plan`` in place of its loop (``r``: KernelRenderer)."""
+    r.helpers.add("tc_gemm")
+    r.helpers.add("shared")
+    r.use_type(plan.a.dtype)
+    ctype = _DTYPES[plan.dtype]
+    v_r, v_c, v_k = (Var(n, "int64") for n in ("tc_row", "tc_col", "tc_k"))
+    v_acc = Var("tc_v", "float32")
+    sub = {plan.loop.var: v_r, plan.tx: v_c, plan.k.var: v_k}
+    a_off = r.flat_offset(plan.a.buffer, tuple(substitute(i, sub) for i in plan.a.indices))
+    b_off = r.flat_offset(plan.b.buffer, tuple(substitute(i, sub) for i in plan.b.indices))
+    cond: Any = None
+    for c in plan.col_conds:
+        c = substitute(c, sub)
+        cond = c if cond is None else cond & c
+    r.emit("// tensor-core GEMM microkernel (tdsl_tc_gemm, tc_kernel.py) for the tile's loop nest")
+    with r.block(""):
+        r.emit(f"const long long tc_rows = {r.expr(plan.loop.extent)};")
+        r.emit(f"const long long tc_K = {r.expr(plan.k.extent)};")
+        with r.names.scoped(v_r, "tc_row") as nr, r.names.scoped(v_k, "tc_k") as nk:
+            r.emit(f"auto tc_a_off = [&](long long {nr}, long long {nk}) -> long long "
+                   f"{{ return {r.expr(a_off)}; }};")
+        with r.names.scoped(v_k, "tc_k") as nk, r.names.scoped(v_c, "tc_col") as nc:
+            r.emit(f"auto tc_b_off = [&](long long {nk}, long long {nc}) -> long long "
+                   f"{{ return {r.expr(b_off)}; }};")
+        with r.names.scoped(v_c, "tc_col") as nc:
+            ok = "true" if cond is None else r.expr(cond)
+            r.emit(f"auto tc_col_ok = [&](long long {nc}) -> bool {{ return {ok}; }};")
+        with r.names.scoped(v_r, "tc_row") as nr, r.names.scoped(v_c, "tc_col") as nc, \
+                r.names.scoped(v_acc, "tc_v") as nv:
+            r.emit(f"auto tc_epilogue = [&](long long {nr}, long long {nc}, float {nv}) {{")
+            r.depth += 1
+            for conds, store in plan.epilogue:
+                s: Stmt = BufferStore(store.buffer, _replace_acc(store.value, plan.acc, v_acc),
+                                      store.indices)
+                for c in reversed(conds):
+                    s = IfThenElse(c, s)
+                r.stmt(substitute(s, sub))
+            r.depth -= 1
+            r.emit("};")
+        a_ptr, b_ptr = r.buffer_ref(plan.a.buffer), r.buffer_ref(plan.b.buffer)
+        r.emit("#ifndef TDSL_EMULATION")
+        r.emit("extern __shared__ __align__(128) unsigned char tdsl_dyn_smem[];")
+        r.emit(f"{ctype}* tc_smem = ({ctype}*)tdsl_dyn_smem;")
+        r.emit("#else")
+        r.emit(f"__shared__ tdsl_shared<{ctype}, {plan.smem_bytes // 2}> tc_smem_arr;")
+        r.emit("auto tc_smem = tc_smem_arr.ptr(0);")
+        r.emit("#endif")
+        bf16 = "true" if plan.dtype == "bfloat16" else "false"
+        brow = "true" if plan.b_row else "false"
+        r.emit(f"tdsl_tc_gemm<{bf16}, {brow}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, tc_rows, tc_K, "
+               f"tc_a_off, tc_b_off, tc_col_ok, tc_epilogue);")

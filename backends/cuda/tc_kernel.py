@@ -1,0 +1,212 @@
+"""The CUDA C of the tensor-core GEMM microkernel (prelude helper "tc_gemm").
+
+``tdsl_tc_gemm<BF16, BROW, T>(A, B, smem, rows, K, a_off, b_off, col_ok, epilogue)``
+computes one block's 128 x 128 output tile, C = A (128 x K) . B (K x 128), fp32
+accumulation, and hands every output to ``epilogue(row, col, value)`` (block-local row and
+column; the caller's lambda holds the guards, the bias/activation/cast and the store).
+
+* 128 threads = 4 warps in a 2 x 2 grid, each warp 64 x 64 outputs: 4 x 8 m16n8k16 MMAs per
+  16-deep k step, 128 fp32 accumulators per thread in registers.
+* k tiles of 32: A tile 128 x 32, B tile 32 x 128 (row layout, ``B[k, n]``) or 128 x 32
+  (column layout, ``B[n, k]``), in a 4-stage ring of dynamic shared memory (4 x 16 KiB =
+  64 KiB: above the 48 KiB a block gets without the opt-in the launcher sets).  Each thread
+  copies 4 + 4 chunks of 16 bytes per stage with ``cp.async.cg`` (L2 only, the tiles are
+  reused from shared memory); one commit group per stage, ``cp.async.wait_group 2`` and one
+  ``__syncthreads`` per k tile (the barrier also frees the stage the next prefetch
+  overwrites: it was read in the previous iteration).
+* Shared layout: 16-byte chunk ``c`` of row ``r`` of a 64-byte-row tile (A, column-layout B)
+  is stored at chunk ``c ^ ((r >> 1) & 3)``; of a 256-byte-row tile (row-layout B) at
+  ``c ^ (r & 7)``.  The 8 row addresses of each 8x8 matrix an ``ldmatrix`` reads then fall
+  in 8 different 16-byte bank groups: no bank conflicts on the fragment loads.
+* Fragments: ``ldmatrix.x4`` gives a 16x16 A fragment (a0..a3) and the B fragments of two
+  n8 tiles (``.trans`` for the row layout), exactly the register layouts
+  ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}`` takes.
+* Tails and alignment: a chunk whose 8 elements are all inside the matrix is one cp.async
+  when both operands and their row strides are 16-byte aligned (tested once per block);
+  one wholly outside is zeroed in shared memory; anything else is filled element by
+  element (plain loads, zero outside).  K need not be a multiple of 32 or of 8.
+
+Device-only pieces are under ``#ifndef TDSL_EMULATION``; the emulator's ``emu_tc.h``
+defines the same primitives with the documented fragment semantics.
+"""
+from __future__ import annotations
+
+#: Block tile, k tile, pipeline depth, threads (4 warps of 64 x 64).
+BM = BN = 128
+BK = 32
+STAGES = 4
+THREADS = 128
+#: Dynamic shared memory per block: STAGES x (A tile + B tile) 16-bit elements.
+SMEM_BYTES = STAGES * (BM * BK + BK * BN) * 2
+
+PRIMITIVES = r"""
+#ifndef TDSL_EMULATION
+// ---- tensor-core GEMM primitives (sm_80+): cp.async, ldmatrix, mma.sync m16n8k16 ----
+// the shared-window address of the array's start (one conversion, common to every use)
+__device__ __forceinline__ unsigned tdsl_tc_saddr(const void* p) {
+  unsigned s;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(p));
+  return s; }
+template <typename T> __device__ __forceinline__ void tdsl_tc_cp16(T* sm, int off, const T* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+               :: "r"(tdsl_tc_saddr(sm) + 2u * off), "l"(src) : "memory"); }
+template <typename T> __device__ __forceinline__ void tdsl_tc_zero16(T* sm, int off) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};"
+               :: "r"(tdsl_tc_saddr(sm) + 2u * off), "r"(0) : "memory"); }
+template <typename T> __device__ __forceinline__ void tdsl_tc_st(T* sm, int off, T v) {
+  sm[off] = v; }
+__device__ __forceinline__ void tdsl_tc_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void tdsl_tc_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+template <typename T>
+__device__ __forceinline__ void tdsl_tc_ldsm_x4(unsigned (&r)[4], T* sm, int off) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(tdsl_tc_saddr(sm) + 2u * off)); }
+template <typename T>
+__device__ __forceinline__ void tdsl_tc_ldsm_x4_t(unsigned (&r)[4], T* sm, int off) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(tdsl_tc_saddr(sm) + 2u * off)); }
+template <bool BF16> __device__ __forceinline__ void tdsl_tc_mma(float (&d)[4],
+    const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if (BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif"""
+
+KERNEL = r"""
+// one 16-byte chunk (8 elements) of a tile: first/last: its first/last element is inside
+// the matrix; ok(e): element e is
+template <typename T, typename PS, typename PG, typename F>
+__device__ __forceinline__ void tdsl_tc_chunk(PS sm, int soff, PG g, long long goff, bool vec,
+                                              bool first, bool last, F ok) {
+  if (vec && last) { tdsl_tc_cp16(sm, soff, g + goff); return; }
+  if (!first) { tdsl_tc_zero16(sm, soff); return; }
+  for (int e = 0; e < 8; ++e) tdsl_tc_st(sm, soff + e, ok(e) ? (T)g[goff + e] : T{});
+}
+
+template <bool BF16, bool BROW, typename T, typename PA, typename PB, typename PS,
+          typename FA, typename FB, typename FC, typename FE>
+__device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, long long K,
+                                             FA a_off, FB b_off, FC col_ok, FE epilogue) {
+  constexpr int BK = 32, ST = 4, A_ELEMS = 128 * BK, STAGE = A_ELEMS + BK * 128;
+  const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = (warp >> 1) * 64, wn = (warp & 1) * 64;
+  const long long a0 = a_off(0, 0), sa = a_off(1, 0) - a0;      // A: row stride
+  const long long b0 = b_off(0, 0);
+  const long long sb = BROW ? b_off(1, 0) - b0 : b_off(0, 1) - b0;  // B: k or column stride
+  const bool vec = sa % 8 == 0 && sb % 8 == 0 &&
+                   ((unsigned long long)(A + a0) & 15) == 0 &&
+                   ((unsigned long long)(B + b0) & 15) == 0;
+  // this thread's chunks: A rows (tid >> 2) + 32 p, chunk tid & 3; B likewise (column
+  // layout) or k rows (tid >> 4) + 8 p, chunk tid & 15 (row layout)
+  bool a_in[4], b_in[4];
+  for (int p = 0; p < 4; ++p) {
+    a_in[p] = (tid >> 2) + 32 * p < rows;
+    b_in[p] = BROW ? true : col_ok((tid >> 2) + 32 * p);
+  }
+  const int bc = BROW ? (tid & 15) * 8 : 0;
+  const bool b_first = BROW ? col_ok(bc) : true, b_last = BROW ? col_ok(bc + 7) : true;
+  auto load = [&](int stage, long long kt) {
+    const long long k0 = kt * BK;
+    const int base = stage * STAGE;
+    for (int p = 0; p < 4; ++p) {
+      const int r = (tid >> 2) + 32 * p, c = tid & 3;
+      const long long kc = k0 + c * 8;
+      const bool in = a_in[p];
+      tdsl_tc_chunk<T>(sm, base + r * 32 + ((c ^ ((r >> 1) & 3)) << 3), A,
+                       a0 + r * sa + kc, vec, in && kc < K, in && kc + 7 < K,
+                       [&](int e) { return in && kc + e < K; });
+    }
+    for (int p = 0; p < 4; ++p) {
+      if (BROW) {
+        const int r = (tid >> 4) + 8 * p, c = tid & 15;
+        const bool in = k0 + r < K;
+        tdsl_tc_chunk<T>(sm, base + A_ELEMS + r * 128 + ((c ^ (r & 7)) << 3), B,
+                         b0 + (k0 + r) * sb + bc, vec, in && b_first, in && b_last,
+                         [&](int e) { return in && col_ok(bc + e); });
+      } else {
+        const int r = (tid >> 2) + 32 * p, c = tid & 3;
+        const long long kc = k0 + c * 8;
+        const bool in = b_in[p];
+        tdsl_tc_chunk<T>(sm, base + A_ELEMS + r * 32 + ((c ^ ((r >> 1) & 3)) << 3), B,
+                         b0 + r * sb + kc, vec, in && kc < K, in && kc + 7 < K,
+                         [&](int e) { return in && kc + e < K; });
+      }
+    }
+  };
+  float acc[4][8][4];
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 8; ++j)
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+  const long long KT = (K + BK - 1) / BK;
+  for (int s = 0; s < ST - 1; ++s) {
+    if (s < KT) load(s, s);
+    tdsl_tc_commit();
+  }
+  int rd = 0, wr = ST - 1;    // the stages read and filled in this iteration
+  for (long long kt = 0; kt < KT; ++kt) {
+    tdsl_tc_wait<ST - 2>();   // tile kt has landed (this thread's copies) ...
+    __syncthreads();          // ... everyone's; and stage wr (read last iteration) is free
+    if (kt + ST - 1 < KT) load(wr, kt + ST - 1);
+    tdsl_tc_commit();
+    const int base = rd * STAGE;
+    rd = rd == ST - 1 ? 0 : rd + 1;
+    wr = wr == ST - 1 ? 0 : wr + 1;
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      unsigned af[4][4], bf[8][2];
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt) {
+        const int r = wm + mt * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
+        tdsl_tc_ldsm_x4(af[mt], sm, base + r * 32 + ((c ^ ((r >> 1) & 3)) << 3));
+      }
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        unsigned t[4];
+        if (BROW) {
+          const int r = kk * 16 + (lane & 15), c = (wn + np * 16) / 8 + (lane >> 4);
+          tdsl_tc_ldsm_x4_t(t, sm, base + A_ELEMS + r * 128 + ((c ^ (r & 7)) << 3));
+        } else {
+          const int m = lane >> 3, n = wn + np * 16 + (lane & 7) + ((m >> 1) << 3);
+          const int c = kk * 2 + (m & 1);
+          tdsl_tc_ldsm_x4(t, sm, base + A_ELEMS + n * 32 + ((c ^ ((n >> 1) & 3)) << 3));
+        }
+        bf[2 * np][0] = t[0]; bf[2 * np][1] = t[1];
+        bf[2 * np + 1][0] = t[2]; bf[2 * np + 1][1] = t[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) tdsl_tc_mma<BF16>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+    }
+  }
+  tdsl_tc_wait<0>();
+  // accumulator (mt, nt, v): row wm + 16 mt + lane / 4 + 8 (v / 2), column wn + 8 nt +
+  // 2 (lane % 4) + v % 2 (the m16n8 C fragment)
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const int r = wm + mt * 16 + g + 8 * (v >> 1), c = wn + nt * 8 + 2 * t4 + (v & 1);
+        if (r < rows) epilogue(r, c, acc[mt][nt][v]);
+      }
+}"""
+
+
+def helper() -> str:
+    """The prelude text of the "tc_gemm" helper."""
+    return "// ---- tensor-core GEMM microkernel (tc_kernel.py) ----" + PRIMITIVES + "\n" + KERNEL
