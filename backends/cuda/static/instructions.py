@@ -57,6 +57,8 @@ def expected(kernel: Any, arch_sm: int) -> set[str]:
             want.add("cp.async")
     if "ldmatrix" in src:
         want.add("ldmatrix")
+    if getattr(kernel, "tc", None) is not None:     # the tensor-core GEMM template (sm_80+)
+        want |= {"mma", "ldmatrix", "cp.async"}
     return want
 
 
