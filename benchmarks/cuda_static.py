@@ -46,7 +46,7 @@ class Row:
     threads: int
     blocks: int
     outputs_per_thread: int
-    loads_per_thread: int
+    loads_per_thread: "int | str"     # a str for a template kernel: 16-byte loads per k tile
     loads_per_fma: float
     bank_ways: int = 0
     sector_ratio: float = 0.0
@@ -200,16 +200,24 @@ def report(arch: str = "sm_90", only: "list[str] | None" = None) -> list[Row]:
             blocks = 1
             for g in grid:
                 blocks = blocks * g if isinstance(g, int) else blocks
+            shared, per_thread = k.shared_bytes, max(outs + [acc.get("frag", 1)])
+            loads, per_fma = acc["loads"], (round(acc["loads"] / acc["fma"], 4) if acc["fma"]
+                                            else float("nan"))
+            if k.tc is not None:     # the tensor-core template: its figures, not the IR nest's
+                from tdsl.backends.cuda import tc_kernel as tk
+                shared = k.shared_bytes + k.tc.smem_bytes
+                per_thread = tk.BM * tk.BN // tk.THREADS
+                chunks = (tk.BM * tk.BK + tk.BK * tk.BN) * 2 // 16 // tk.THREADS   # per k tile
+                loads = f"{chunks}/kt"
+                per_fma = round(chunks / (tk.BM * tk.BN * tk.BK / tk.THREADS), 5)
             seen: list[str] = []
             for fd in r.findings:
                 if str(fd) not in seen:
                     seen.append(str(fd))
             rows.append(Row(f"{name}:{k.name}", f"grid {grid} block {block}", r.registers,
-                            r.frame_bytes, r.spill_bytes, k.shared_bytes,
-                            k.threads_per_block or k.max_threads, blocks,
-                            max(outs + [acc.get("frag", 1)]),
-                            acc["loads"],
-                            round(acc["loads"] / acc["fma"], 4) if acc["fma"] else float("nan"),
+                            r.frame_bytes, r.spill_bytes, shared,
+                            k.threads_per_block or k.max_threads, blocks, per_thread,
+                            loads, per_fma,
                             r.bank_ways, r.sector_ratio, r.occupancy["sm_80"].blocks_per_sm,
                             r.occupancy["sm_90"].blocks_per_sm, _instr(r.expected, r.found),
                             [x.split(": ", 1)[1] for x in seen]))
