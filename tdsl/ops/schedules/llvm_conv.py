@@ -87,6 +87,7 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     lanes = cpu.lanes(dt)
     pad = _producer_of_kind(s, anchor, OpKind.PAD)
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    pad_stage = pad
     perm = _anchor_perm(s, anchor, out) if out is not None else [0, 1, 2, 3]
     comp, write = accumulate_locally(s, anchor, out)
     roles = _ROLES[comp_layout]
@@ -154,8 +155,7 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
         po, pi = _vector_split(pad, p_axes[-1], lanes)
         pad.vectorize(pi)
         pad.parallel(_fuse(pad, p_axes[:-1]))
-    return {st for st in (anchor, out, _producer_of_kind(s, anchor, OpKind.PACK),
-                          _producer_of_kind(s, anchor, OpKind.PAD)) if st is not None}
+    return {st for st in (anchor, out, pack, pad_stage) if st is not None}
 
 
 #: Accumulator vectors of a grouped (depthwise) convolution's register tile, at most.
