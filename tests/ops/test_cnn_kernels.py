@@ -12,14 +12,15 @@ import pytest
 
 import tdsl as td
 from tdsl import ops
-from tdsl.ops.schedules.llvm import cpu_of
+from tdsl.ops.schedules.cpu import vector_tile
+from tdsl.ops.schedules.llvm import cpu_of, default_conv_tiles
 from tdsl.ops.schedules.llvm_conv import GROUPED_ACCUMULATORS, grouped_tile
 from tdsl.ops.schedules.llvm_matmul import (SKINNY_ACC_BYTES, SKINNY_K_ROWS, skinny_block,
                                             skinny_k_parts)
 from tdsl.target import as_target
 
 from .helpers import check, conv2d_nchw, randn
-from .ir_count import allocations
+from .ir_count import allocations, root_nests, stores_to
 
 CPU = cpu_of(as_target("llvm"))
 LANES = CPU.lanes(td.placeholder((1,), name="f32").dtype)
@@ -89,6 +90,23 @@ def test_grouped_tile_rows_divide_the_output_height(OH):
         assert rows * (width // vec) <= GROUPED_ACCUMULATORS
         if OH is not None:
             assert OH % rows == 0
+
+
+def test_filter_packed_at_root_goes_panel_by_panel():
+    """The filter packed once at root (a batch of 8 would repack it per image): the parallel
+    loop is over the output-channel panels, each packed from its OIHW rows together (not
+    channel by channel, which reads a page of every filter row at once)."""
+    from tdsl.stmt import ForKind
+    X = td.placeholder((8, 64, 7, 7), name="X")
+    W = td.placeholder((1024, 64, 1, 1), name="W")
+    Y = ops.conv2d(X, W, stride=2)
+    f, func = _build(Y, [X, W, Y])
+    nest = [n for n in root_nests(func) if stores_to(n, "W_pack")]
+    assert len(nest) == 1 and nest[0].kind is ForKind.PARALLEL
+    bco = vector_tile(1024, LANES, default_conv_tiles(CPU).vectors)
+    assert int(nest[0].extent.value) == 1024 // bco
+    x, w = randn(8, 64, 7, 7), randn(1024, 64, 1, 1)
+    check(f, [x, w], conv2d_nchw(x, w, stride=(2, 2)), rtol=1e-4, atol=1e-3)
 
 
 # ---- global average pooling -----------------------------------------------------------------

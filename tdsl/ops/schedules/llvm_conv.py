@@ -121,10 +121,13 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
             if pack_at_root(pack, panel_repacks(_ext(n), OH, rows)):
                 # each panel is read by several tasks (images, row chunks): the filter
                 # packed once, in parallel, rather than once per task
+                # panel by panel: an OIHW filter's panel is read as ``bco`` runs (rows of
+                # the filter) advancing together; channel by channel, every row's page at
+                # once (8 x 1024 x 14 x 14 -> 2048, 1x1, stride 2: 38 ms, 29 by panels)
                 pa = pack.op.axis
                 po, pi = pack.split(pa[-1], factor=bco)
-                pack.reorder(*pa[:-1], po, pi)
-                pack.parallel(pa[0])
+                pack.reorder(po, *pa[:-1], pi)
+                pack.parallel(po)
             else:
                 pack.compute_at(write, par)
                 po, pi = pack.split(pack.op.axis[-1], factor=bco)
