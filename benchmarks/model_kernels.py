@@ -4,7 +4,7 @@ and PyTorch (issue 23 point 7): pointwise (1x1) convolutions in NCHW, depthwise 
 transposed operand, matmuls whose sizes do not divide the register tile, dense layers with
 one input row (GEMV: the batch-1 MLP), global average pooling, column reductions and cumsum.
 
-    python benchmarks/model_kernels.py [--threads 1] [--repeat 7] [--only conv1x1,dwconv,conv3x3,bmm]
+    python benchmarks/model_kernels.py [--threads 1] [--repeat 7] [--only conv1x1,dwconv,bmm]
                                        [--cpu-time]
 
 Every contender runs at the same thread count (tdsl modules' ``set_num_threads``, NumPy's

@@ -82,6 +82,20 @@ def test_depthwise_conv_with_a_symbolic_size():
         check(f, [x, w], ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("K, pad, dil, stride",
+                         [(5, 2, 1, 2), (3, 0, 2, 1), (3, (0, 1, 2, 1), 1, 2)])
+def test_depthwise_conv_other_windows(K, pad, dil, stride):
+    """5x5 windows, no padding with dilation, asymmetric padding."""
+    X = td.placeholder((2, 20, 15, 17), name="X")
+    W = td.placeholder((20, 1, K, K), name="W")
+    Y = ops.conv2d(X, W, stride=stride, padding=pad, dilation=dil, groups=20)
+    f, _ = _build(Y, [X, W, Y])
+    x, w = randn(2, 20, 15, 17), randn(20, 1, K, K)
+    p4 = (pad,) * 4 if isinstance(pad, int) else pad
+    ref = conv2d_nchw(x, w, stride=(stride, stride), padding=p4, dilation=(dil, dil), groups=20)
+    check(f, [x, w], ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("OH", [1, 7, 14, 28, 56, 112, 13, None])
 def test_grouped_tile_rows_divide_the_output_height(OH):
     for OW in (OH, 7, 56, None):
