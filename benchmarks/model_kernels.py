@@ -205,7 +205,9 @@ def cases() -> list[Case]:
         conv3x3(1, 512, 7, 512), conv3x3(1, 256, 14, 256), conv3x3(1, 64, 56, 64),
         bmm(12, 128, 128, 64, False, True), bmm(12, 512, 512, 64, False, True),
         bmm(12, 128, 64, 128, False, False), bmm(12, 64, 128, 128, True, False),
-        matmul(100, 300, 200), dense(1, 768, 3072), dense(1, 4096, 4096),
+        matmul(100, 300, 200),
+        matmul(1, 4096, 4096), matmul(1, 1280, 1000),   # the graph's dense (weight pre-transposed)
+        dense(1, 768, 3072), dense(1, 4096, 4096),
         dense(1, 1024, 4096), dense(1, 4096, 1024), dense(128, 768, 2304), dense(197, 768, 768),
         reduce_case("gap", (8, 512, 7, 7), (2, 3), "mean"),
         reduce_case("gap", (1, 1280, 7, 7), (2, 3), "mean"),
