@@ -137,6 +137,16 @@ def test_global_average_pool_reduces_one_contiguous_run(shape):
         assert "masked.gather" not in f.get_source("ll")
 
 
+def test_partial_lanes_balance_the_chain_and_the_combine():
+    from tdsl.ops.schedules.llvm_reduce import partial_lanes
+    assert partial_lanes(49, 16) == 8          # 7 vectors + 8 lanes, not 4 + 16
+    assert partial_lanes(16, 16) == 4
+    assert partial_lanes(1024, 16) == 16 and partial_lanes(None, 16) == 16
+    for k in range(1, 300):
+        w = partial_lanes(k, 16)
+        assert all(-(-k // w) + w <= -(-k // v) + v for v in (2, 4, 8, 16)), k
+
+
 def test_sum_over_trailing_axes_of_a_symbolic_batch():
     n = td.var("n")
     X = td.placeholder((n, 6, 5, 5), name="X")

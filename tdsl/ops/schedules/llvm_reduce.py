@@ -46,7 +46,7 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
         if chains > 1:
             rf, merge = rfactor_chains(s, st, k_last, lanes, chains, len(spatial))
         else:
-            ko, ki = st.split(k_last, factor=lanes)
+            ko, ki = st.split(k_last, factor=partial_lanes(kext, lanes))
             rf_out = s.rfactor(op.outputs[0], ki, factor_axis=len(spatial))
             rf, merge = s[_first(rf_out)], None
         if attach is not None:
@@ -100,6 +100,22 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
         st.compute_at(*attach)
     elif spatial:
         st.parallel(_fuse(st, spatial))
+
+
+def partial_lanes(kext: "int | None", lanes: int) -> int:
+    """Lanes of partial results for a reduction along a contiguous run of ``kext``: the
+    run's vectors are one dependent chain of adds and the lanes are then combined one by one,
+    so about ``ceil(kext / w) + w`` adds wait on each other; a short run (global average
+    pooling's 49 points) takes fewer lanes than a register holds (8 for 49: 15 steps, not 20)."""
+    if kext is None:
+        return lanes
+    best = lanes
+    w = lanes
+    while w > 2:
+        w //= 2
+        if -(-kext // w) + w < -(-kext // best) + best:
+            best = w
+    return best
 
 
 def _contiguous_reduce_axis(s: Schedule, st: Stage, loads: list, lanes: int
