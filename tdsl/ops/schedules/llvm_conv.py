@@ -165,7 +165,8 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
 GROUPED_ACCUMULATORS = 8
 #: Largest padded input plane (bytes) a grouped convolution pads per parallel task, in cache,
 #: just before it reads it, rather than padding the whole input at root (a pass over memory
-#: more: 96 x 112 x 112 depthwise ran ... ).
+#: more).  With the register tiles: 96 x 112 x 112 depthwise, stride 2, 0.89 -> 0.38 ms;
+#: 144 x 56 x 56, stride 1, 0.91 -> 0.15 ms (AVX-512, one thread).
 GROUPED_PAD_PLANE_BYTES = 1 << 18
 
 
