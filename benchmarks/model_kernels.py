@@ -1,9 +1,10 @@
 """The operator classes CNNs and transformers spend their time in, side by side with NumPy
-and PyTorch (issue 23 point 7): pointwise (1x1) convolutions in NCHW, batched matmuls with a
-transposed operand, matmuls whose sizes do not divide the register tile, global average
-pooling, column reductions and cumsum.
+and PyTorch (issue 23 point 7): pointwise (1x1) convolutions in NCHW, depthwise 3x3 convolutions
+(MobileNetV2's, stride 1 and 2), 3x3 convolutions (ResNet-18's), batched matmuls with a
+transposed operand, matmuls whose sizes do not divide the register tile, dense layers with
+one input row (GEMV: the batch-1 MLP), global average pooling, column reductions and cumsum.
 
-    python benchmarks/model_kernels.py [--threads 1] [--repeat 7] [--only conv1x1,bmm]
+    python benchmarks/model_kernels.py [--threads 1] [--repeat 7] [--only conv1x1,dwconv,bmm]
                                        [--cpu-time]
 
 Every contender runs at the same thread count (tdsl modules' ``set_num_threads``, NumPy's
@@ -64,6 +65,48 @@ def conv1x1(n: int, c: int, hw: int, co: int, stride: int = 1) -> Case:
 
     return Case("conv1x1", f"{n}x{c}x{hw}x{hw}->{co} s{stride}", build,
                 [(n, c, hw, hw), (co, c, 1, 1), (co,)], np_fn, torch_fn)
+
+
+def _conv_np(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int, pad: int,
+             groups: int) -> np.ndarray:
+    """NCHW convolution (bias, then ReLU) by shifted windows: one matmul per filter tap."""
+    n, c, h, ww = x.shape
+    co, cig, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (ww + 2 * pad - kw) // stride + 1
+    out = np.zeros((n, co, oh, ow), np.float32)
+    opg = co // groups
+    for ry in range(kh):
+        for rx in range(kw):
+            win = xp[:, :, ry:ry + stride * oh:stride, rx:rx + stride * ow:stride]
+            if groups == 1:
+                out += np.einsum("oc,nchw->nohw", w[:, :, ry, rx], win)
+            else:     # depthwise-style: output channel o reads input channel o // opg
+                out += win[:, np.arange(co) // opg] * w[:, 0, ry, rx][None, :, None, None]
+    out += b[None, :, None, None]
+    return np.maximum(out, 0, out=out)
+
+
+def conv3x3(n: int, c: int, hw: int, co: int, stride: int = 1, groups: int = 1) -> Case:
+    """A 3x3 convolution, padding 1, bias and ReLU (``groups == c``: depthwise)."""
+    cig = c // groups
+
+    def build() -> tuple[list, Any]:
+        x = td.placeholder((n, c, hw, hw), name="x")
+        w = td.placeholder((co, cig, 3, 3), name="w")
+        b = td.placeholder((co,), name="b")
+        return [x, w, b], ops.conv2d(x, w, stride=stride, padding=1, groups=groups, bias=b,
+                                     activation="relu")
+
+    def torch_fn(x: Any, w: Any, b: Any) -> Any:
+        import torch
+        return torch.relu(torch.nn.functional.conv2d(x, w, b, stride=stride, padding=1,
+                                                     groups=groups))
+
+    group = "dwconv" if groups > 1 else "conv3x3"
+    return Case(group, f"{n}x{c}x{hw}x{hw}->{co} s{stride}", build,
+                [(n, c, hw, hw), (co, cig, 3, 3), (co,)],
+                lambda x, w, b: _conv_np(x, w, b, stride, 1, groups), torch_fn)
 
 
 def bmm(b: int, m: int, n: int, k: int, ta: bool, tb: bool) -> Case:
@@ -156,10 +199,16 @@ def cases() -> list[Case]:
         conv1x1(8, 512, 7, 2048), conv1x1(1, 256, 56, 512, stride=2),
         conv1x1(8, 1024, 14, 2048, stride=2), conv1x1(1, 144, 56, 24), conv1x1(1, 96, 14, 576),
         conv1x1(1, 320, 7, 1280),
+        conv3x3(1, 96, 112, 96, 2, groups=96), conv3x3(1, 144, 56, 144, 2, groups=144),
+        conv3x3(1, 576, 14, 576, 2, groups=576), conv3x3(1, 144, 56, 144, 1, groups=144),
+        conv3x3(1, 32, 112, 32, 1, groups=32),
+        conv3x3(1, 512, 7, 512), conv3x3(1, 256, 14, 256), conv3x3(1, 64, 56, 64),
         bmm(12, 128, 128, 64, False, True), bmm(12, 512, 512, 64, False, True),
         bmm(12, 128, 64, 128, False, False), bmm(12, 64, 128, 128, True, False),
-        matmul(100, 300, 200), dense(1, 768, 3072), dense(128, 768, 2304),
-        dense(197, 768, 768),
+        matmul(100, 300, 200),
+        matmul(1, 4096, 4096), matmul(1, 1280, 1000),   # the graph's dense (weight pre-transposed)
+        dense(1, 768, 3072), dense(1, 4096, 4096),
+        dense(1, 1024, 4096), dense(1, 4096, 1024), dense(128, 768, 2304), dense(197, 768, 768),
         reduce_case("gap", (8, 512, 7, 7), (2, 3), "mean"),
         reduce_case("gap", (1, 1280, 7, 7), (2, 3), "mean"),
         reduce_case("colred", (4096, 1024), 0, "sum"),

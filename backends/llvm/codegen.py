@@ -39,7 +39,7 @@ from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, Fo
 
 from . import bfloat, cabi, externs, parallel, vectorize
 from .exprs import ExprEmitter
-from .lanes import UNIFORM, VVal, is_zero, uniform
+from .lanes import UNIFORM, VECTOR, VVal, is_zero, uniform
 from .speculate import speculatable_loads
 from .lltypes import (I1, I8, I8P, I32, I64, VOID, StringAttributes, const, loop_metadata,
                       mem_type)
@@ -292,7 +292,7 @@ class CodeGen(ExprEmitter):
         base = self.buffer_ptr(buf)
         self.st.store_name = buf.name
         value = self.expr(s.value)
-        flat = self.expr(vectorize.flat_index(buf, s.indices))
+        flat = self.lane_index(buf, s.indices)
         if self.st.lanes == 1:
             self.b.store(self.to_memory(value.value, buf.dtype, 1),
                          self.b.gep(base, [flat.value]), align=buf.dtype.itemsize)
@@ -323,11 +323,27 @@ class CodeGen(ExprEmitter):
             raise BuildError(f"load from '{buf.name}' has {len(indices)} indices for "
                              f"{buf.ndim} dimensions")
         base = self.buffer_ptr(buf)
-        flat = self.expr(vectorize.flat_index(buf, indices))
+        flat = self.lane_index(buf, indices)
         if self.st.lanes == 1:
             raw = self.b.load(self.b.gep(base, [flat.value]), align=buf.dtype.itemsize)
             return uniform(self.from_memory(raw, buf.dtype, 1))
         return vectorize.load_lanes(self, buf, base, flat)
+
+    def lane_index(self, buf: Buffer, indices: tuple) -> VVal:
+        """The flat element index of ``buf[indices]``.  In a widened loop, an index that is
+        no ramp as written is simplified once more: a fused loop's ``f // W`` and ``f % W``
+        in consecutive dimensions of extent W flatten back to ``f``, a contiguous access
+        rather than a gather."""
+        e = vectorize.flat_index(buf, indices)
+        flat = self.expr(e)
+        if self.st.lanes > 1 and flat.kind == VECTOR:
+            from tdsl.arith import Analyzer
+            simple = Analyzer().simplify(e)
+            if simple is not e:
+                again = self.expr(simple)
+                if again.kind != VECTOR:
+                    return again
+        return flat
 
     def from_memory(self, raw: ir.Value, dtype: DType, lanes: int) -> ir.Value:
         if dtype is DType.BOOL:

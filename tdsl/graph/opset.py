@@ -10,6 +10,8 @@ Ops added here beyond MODEL.md's table (graph-internal, made by passes):
 
 * ``dense`` takes ``weight_layout``: "NK" (PyTorch's (out, in), the default) or "KN" (the
   weight pre-transposed at compile time by ``passes.prepack``: the GEMM reads it in rows);
+* ``conv2d`` takes ``kernel_layout``: "OIHW" (PyTorch's, the default) or "HWIO" (a constant
+  weight re-laid at compile time by ``passes.prepack``: the filter panels copy runs of it);
 * ``causal_mask`` (x; offset): ``x`` where ``col <= row + offset`` on the last two axes,
   else -inf -- the causal attention mask as an elementwise op (fuses into softmax).
 * ``attention`` takes ``impl``: "auto" (the default), "fused" or "decomposed" -- whether it
@@ -256,7 +258,8 @@ def _conv2d(xs: list, a: dict) -> Tensor:
     x, w = xs[0], xs[1]
     b = xs[2] if len(xs) > 2 else None
     return ops.conv2d(x, w, stride=a.get("stride", 1), padding=a.get("padding", 0),
-                      dilation=a.get("dilation", 1), groups=a.get("groups", 1), bias=b)
+                      dilation=a.get("dilation", 1), groups=a.get("groups", 1),
+                      kernel_layout=a.get("kernel_layout", "OIHW"), bias=b)
 
 
 _op("dense", Kind.ANCHOR, _dense, _np_dense, cheap=False)

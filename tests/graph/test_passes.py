@@ -71,6 +71,41 @@ def test_constant_folding_of_a_weight_transpose(rng):
     close(cg(xa)[0], xa @ (2 * w))
 
 
+def test_conv_weights_are_prepacked_hwio_after_batch_norm_folding(rng):
+    """A constant conv2d weight (groups 1) is stored HWIO once, after batch-norm folding
+    scaled it in PyTorch's OIHW; a depthwise weight and a non-constant one stay OIHW."""
+    import torch
+    b = Builder()
+    x = b.input((td.var("n"), 6, 9, 9), name="x")
+    w = rand(rng, 10, 6, 3, 3)
+    c = b.op("conv2d", x, b.const(w), stride=(2, 2), padding=(1,) * 4, dilation=(1, 1),
+             groups=1)
+    bn = bn_params(rng, 10)
+    c = b.op("batch_norm", c, *map(b.const, bn), eps=1e-5, axis=1)
+    wd = rand(rng, 10, 1, 3, 3)
+    d = b.op("conv2d", c, b.const(wd), stride=(1, 1), padding=(1,) * 4, dilation=(1, 1),
+             groups=10)
+    wv = b.input((4, 10, 1, 1), name="wv")
+    e = b.op("conv2d", d, wv, stride=(1, 1), padding=(0,) * 4, dilation=(1, 1), groups=1)
+    b.output(e)
+    g, st = optimize(b.graph)
+    convs = [n for n in g.nodes if n.op == "conv2d"]
+    assert [n.attrs.get("kernel_layout", "OIHW") for n in convs] == ["HWIO", "OIHW", "OIHW"]
+    assert convs[0].inputs[1].const.shape == (3, 3, 6, 10) and st.prepacked == 1
+    cg = compile_graph(b.graph)
+    gamma, beta, mean, var = (np.asarray(a, np.float64) for a in bn)
+    scale = gamma / np.sqrt(var + 1e-5)
+    for n in (1, 3):
+        xa, wva = rand(rng, n, 6, 9, 9), rand(rng, 4, 10, 1, 1)
+        t = torch.nn.functional.conv2d(torch.from_numpy(xa).double(),
+                                       torch.from_numpy(w).double(), stride=2, padding=1)
+        t = (t - torch.from_numpy(mean)[:, None, None]) * torch.from_numpy(scale)[:, None, None]
+        t = t + torch.from_numpy(beta)[:, None, None]
+        t = torch.nn.functional.conv2d(t, torch.from_numpy(wd).double(), padding=1, groups=10)
+        t = torch.nn.functional.conv2d(t, torch.from_numpy(wva).double())
+        close(cg(xa, wva)[0], t.float().numpy())
+
+
 def test_cse_merges_duplicates_and_dce_removes_unused(rng):
     b = Builder()
     x = b.input((4, 7), name="x")

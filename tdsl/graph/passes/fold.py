@@ -89,7 +89,8 @@ def fold_batch_norm(graph: Graph) -> int:
             w = p.inputs[1].const
             bias = p.inputs[2].const if len(p.inputs) > 2 else None
             if p.op == "conv2d":
-                w2, b2 = ops.fold_batch_norm(w, bias, g, b, m, v, eps)
+                w2, b2 = ops.fold_batch_norm(w, bias, g, b, m, v, eps,
+                                             kernel_layout=p.attrs.get("kernel_layout", "OIHW"))
             else:
                 scale, shift = bn_scale_shift(g, b, m, v, eps)
                 s64 = np.asarray(g, np.float64) / np.sqrt(np.asarray(v, np.float64) + eps)

@@ -159,24 +159,46 @@ def _skinny_matmul(anchor: Stage, symbolic: bool = False) -> bool:
     return M is None if symbolic else (M is not None and M <= SKINNY_M)
 
 
+#: Bytes of accumulators (M x bj outputs) a task of the small-M matmul keeps in L1, at most.
+SKINNY_ACC_BYTES = 16 * 1024
+#: Rows of ``b`` a small-M matmul adds per pass over its accumulators: as many streams read
+#: at once, and one load and store of each accumulator per that many FMAs.  1 x 4096 by
+#: 4096 x 4096 (one thread, AVX-512): 4.2 ms with 4 rows and blocks of 1024 columns (4 KiB
+#: runs, each a page of its own), 2.7 with 8 rows and whole rows (NumPy's sum of b: 2.7).
+SKINNY_K_ROWS = 8
+
+
+def skinny_block(M: "int | None", N: "int | None", lanes: int, bits: int, threads: int) -> int:
+    """Columns per task of the small-M matmul: the widest block whose accumulators fit in
+    ``SKINNY_ACC_BYTES`` (a symbolic M counts as ``SKINNY_M`` rows), cut to about ``N /
+    threads`` (one task per thread: each reads the longest runs of ``b``'s rows that it can;
+    a page-sized run costs the prefetcher a restart per page), a multiple of ``lanes``."""
+    rows = SKINNY_M if M is None else max(1, M)
+    most = max(lanes, _pow2_floor(SKINNY_ACC_BYTES * 8 // (rows * max(8, bits))))
+    if N is None:
+        return most
+    share = -(-N // max(1, threads))
+    return max(lanes, min(most, -(-share // lanes) * lanes))
+
+
 def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU) -> set:
     """``a (M, K) @ b (K, N)`` for small M: ``b`` read in place (no packing), each row of it
-    once, in whole pages: a task owns a block of ``bj`` columns (M x bj accumulators, at
-    most 16 KiB, in L1), and for each k adds ``a[:, k] x b[k, block]``, vector lanes along N;
-    tasks in parallel."""
+    once, in long runs: a task owns a block of ``bj`` columns (``skinny_block``: M x bj
+    accumulators, at most 16 KiB, in L1), and for each ``SKINNY_K_ROWS`` rows of ``b`` adds
+    ``a[:, k] x b[k, block]`` to them, vector lanes along N; tasks in parallel."""
     lanes = cpu.lanes(_out_dtype(anchor))
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
     if pack is not None:
         pack.compute_inline()
     M = _ext(anchor.op.axis[0])
+    parts = skinny_k_parts(M, _ext(anchor.op.axis[1]), _ext(anchor.op.reduce_axis[0]), lanes,
+                           _out_dtype(anchor).bits, cpu.threads)
+    if parts > 1:
+        return _skinny_matmul_k_split(s, anchor, out, cpu, parts) | {st for st in (pack,) if st}
     comp, write = accumulate_locally(s, anchor, out)
     wi, wj = write.op.axis[-2], write.op.axis[-1]
     N = _ext(wj)
-    rows_bound = SKINNY_M if M is None else M     # symbolic M: at most SKINNY_M (run-time test)
-    bj = max(lanes, _pow2_floor(4096 // (rows_bound * max(1, _out_dtype(anchor).bits // 32))))
-    bj = min(bj, 1024)
-    while bj > lanes and N is not None and N < bj * 2 * cpu.threads:
-        bj //= 2
+    bj = skinny_block(M, N, lanes, _out_dtype(anchor).bits, cpu.threads)
     jo, ji = write.split(wj, factor=bj)
     write.reorder(jo, wi, ji)
     write.parallel(jo)
@@ -187,7 +209,7 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
     (k,) = comp.op.reduce_axis
     cjo, cji = comp.split(cj, factor=lanes)
     kext = _ext(k)
-    kf = 4
+    kf = SKINNY_K_ROWS
     while kf > 1 and kext is not None and kext % kf:
         kf //= 2
     if kf > 1:        # kf rows of b per pass over the accumulators
@@ -200,6 +222,61 @@ def schedule_skinny_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu:
         comp.unroll(ci)
     comp.vectorize(cji)
     return {st for st in (anchor, out, pack, comp) if st is not None}
+
+
+def skinny_k_parts(M: "int | None", N: "int | None", K: "int | None", lanes: int, bits: int,
+                   threads: int) -> int:
+    """Parts the small-M matmul splits K into (1: none): ``threads`` when a split of N
+    would leave each task runs of ``b``'s rows shorter than ``SKINNY_ACC_BYTES`` while all of
+    a row's M x N accumulators fit in that many bytes (so a part reads whole rows), and K
+    has at least ``SKINNY_K_ROWS x lanes`` rows per part."""
+    if threads < 2 or M is None or N is None or K is None:
+        return 1
+    row = N * max(8, bits) // 8
+    if M * row > SKINNY_ACC_BYTES or row // threads >= SKINNY_ACC_BYTES:
+        return 1
+    return threads if K >= threads * SKINNY_K_ROWS * lanes else 1
+
+
+def _skinny_matmul_k_split(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
+                           parts: int) -> set:
+    """The small-M matmul with K in ``parts`` (``skinny_k_parts``): each part, in parallel,
+    reads whole rows of its share of ``b`` (one contiguous run) into all M x N partial sums
+    (``rf``, in L1), ``SKINNY_K_ROWS`` rows per pass; then the parts are added, vectorized
+    along N, with the epilogue."""
+    lanes = cpu.lanes(_out_dtype(anchor))
+    M = _ext(anchor.op.axis[0])
+    (k,) = anchor.op.reduce_axis
+    ko, _ = anchor.split(k, nparts=parts)
+    rf = s[_first(s.rfactor(anchor.op.outputs[0], ko, factor_axis=0))]
+    rp, ri, rj = rf.op.axis
+    (rk,) = rf.op.reduce_axis
+    rf.parallel(rp)
+    rjo, rji = rf.split(rj, factor=lanes)
+    kf = SKINNY_K_ROWS
+    rko, rki = rf.split(rk, factor=kf)
+    rf.reorder(rp, rko, rjo, rki, ri, rji)
+    rf.unroll(rki)
+    if M is not None and M <= 8:
+        rf.unroll(ri)
+    rf.vectorize(rji)
+    write = out if out is not None else anchor
+    wi, wj = write.op.axis[-2], write.op.axis[-1]
+    jo, ji = write.split(wj, factor=lanes)
+    if out is not None:
+        write.reorder(wi, jo, ji)
+        write.vectorize(ji)
+        anchor.set_scope("local")
+        anchor.compute_at(write, jo)
+        ai, aj = anchor.op.axis
+        (ap,) = anchor.op.reduce_axis
+        anchor.reorder(ai, ap, aj)
+        anchor.vectorize(aj)
+    else:
+        (ap,) = anchor.op.reduce_axis
+        write.reorder(wi, jo, ap, ji)
+        write.vectorize(ji)
+    return {st for st in (anchor, out, rf) if st is not None}
 
 
 def register_tile(N: "int | None", lanes: int, tiles: MatmulTiles) -> tuple[int, int]:

@@ -35,10 +35,10 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
     loads = [(p, idx) for p, idx in reduce_source_loads(s, st, bodies)
              if any(v in rvars for e in idx for v in free_vars(e))]
     spatial = list(op.axis)
-    k_last = op.reduce_axis[-1]
+    k_last, kext = _contiguous_reduce_axis(s, st, loads, lanes)
     j_last = spatial[-1] if spatial and (_ext(spatial[-1]) or 2) > 1 else None
-    kext = _ext(k_last)
-    inner_reduce = (innermost_use(loads, k_last.var)
+    fused = k_last not in op.reduce_axis     # trailing axes fused: a contiguous run
+    inner_reduce = ((fused or innermost_use(loads, k_last.var))
                     and (j_last is None or not uses_in_last_index(loads, j_last.var))
                     and (kext is None or kext >= lanes))
     if inner_reduce:
@@ -46,7 +46,7 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
         if chains > 1:
             rf, merge = rfactor_chains(s, st, k_last, lanes, chains, len(spatial))
         else:
-            ko, ki = st.split(k_last, factor=lanes)
+            ko, ki = st.split(k_last, factor=partial_lanes(kext, lanes))
             rf_out = s.rfactor(op.outputs[0], ki, factor_axis=len(spatial))
             rf, merge = s[_first(rf_out)], None
         if attach is not None:
@@ -100,6 +100,67 @@ def schedule_reduction(s: Schedule, st: Stage, cpu: CPU, bodies: dict,
         st.compute_at(*attach)
     elif spatial:
         st.parallel(_fuse(st, spatial))
+
+
+def partial_lanes(kext: "int | None", lanes: int) -> int:
+    """Lanes of partial results for a reduction along a contiguous run of ``kext``: the
+    run's vectors are one dependent chain of adds and the lanes are then combined one by one,
+    so about ``ceil(kext / w) + w`` adds wait on each other; a short run (global average
+    pooling's 49 points) takes fewer lanes than a register holds (8 for 49: 15 steps, not 20)."""
+    if kext is None:
+        return lanes
+    best = lanes
+    w = lanes
+    while w > 2:
+        w //= 2
+        if -(-kext // w) + w < -(-kext // best) + best:
+            best = w
+    return best
+
+
+def _contiguous_reduce_axis(s: Schedule, st: Stage, loads: list, lanes: int
+                            ) -> "tuple[IterVar, int | None]":
+    """The innermost reduction axis and its extent -- or, when it is shorter than ``lanes``
+    and the innermost reduction axes walk the trailing dimensions of every streamed input
+    whole (``x[n, c, k2, k3]`` over all of an ``H x W`` plane: global average pooling),
+    those axes fused into one (their points are one contiguous run, which vectorizes)."""
+    axes = list(st.op.reduce_axis)
+    k_last = axes[-1]
+    kext = _ext(k_last)
+    if kext is None or kext >= lanes or len(axes) < 2:
+        return k_last, kext
+    group = [k_last]
+    total = kext
+    for k in reversed(axes[:-1]):
+        if total >= lanes:
+            break
+        e = _ext(k)
+        if e is None or not _walks_trailing_dims(s, loads, group, k):
+            break
+        group.insert(0, k)
+        total *= e
+    if len(group) < 2:
+        return k_last, kext
+    return st.fuse(*group), total
+
+
+def _walks_trailing_dims(s: Schedule, loads: list, group: list, k: IterVar) -> bool:
+    """Whether every load indexes its last ``len(group) + 1`` dimensions by exactly ``k``
+    then ``group``'s variables, each of ``group``'s dimensions as long as its axis (so that
+    ``k`` moving by one moves the load by the whole run of ``group``)."""
+    want = [k] + group
+    for p, idx in loads:
+        if len(idx) < len(want):
+            return False
+        tail = idx[len(idx) - len(want):]
+        if any(e is not iv.var for e, iv in zip(tail, want)):
+            return False
+        shape = p.op.outputs[0].shape
+        for d, iv in zip(range(len(idx) - len(group), len(idx)), group):
+            dim = shape[d]
+            if getattr(dim, "value", None) != _ext(iv):
+                return False
+    return bool(loads)
 
 
 #: Independent vectors of partial results a column reduction in a row group (mean over a
