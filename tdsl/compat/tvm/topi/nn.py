@@ -1,10 +1,17 @@
-"""``topi.nn``: neural-network operators with TVM's signatures, built by ``tdsl.ops``."""
+"""``topi.nn``: neural-network operators with TVM's signatures.  The ones AutoTVM templates
+schedule (convolutions, dense/matmul, pooling, pad) are declared with TVM's stages, names
+and axes (``nn_conv``, ``nn_pool``); the others are built by ``tdsl.ops``."""
 from __future__ import annotations
 
 from typing import Any
 
+import tdsl
 from tdsl import ops as _ops
-from tdsl.errors import ArgumentError
+from tdsl.errors import ArgumentError, ShapeError
+
+from .nn_conv import conv2d_hwcn, conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw, pad
+from .nn_pool import pool2d
+from .utils import get_const_tuple
 
 
 def relu(x: Any) -> Any:
@@ -15,15 +22,40 @@ def leaky_relu(x: Any, alpha: float) -> Any:
     return _ops.leaky_relu(x, alpha)
 
 
-def dense(data: Any, weight: Any, bias: Any = None, out_dtype: Any = None) -> Any:
-    """``data`` (M, K) times ``weight`` (N, K) transposed, plus ``bias`` (N,)."""
-    return _ops.dense(data, weight, bias, out_dtype=out_dtype)
-
-
 def matmul(a: Any, b: Any, bias: Any = None, out_dtype: Any = None, transpose_a: bool = False,
            transpose_b: bool = False) -> Any:
-    out = _ops.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, out_dtype=out_dtype)
-    return out if bias is None else _ops.add(out, bias)
+    """2-d ``a @ b`` as TVM declares it: one compute ``T_matmul_{N,T}{N,T}`` (tag
+    ``"matmul"``, ``"dense"`` for NT) with reduce axis ``k``, then ``T_add`` for ``bias``."""
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ShapeError(f"topi.nn.matmul: tdsl.compat takes 2-d operands, got "
+                         f"{len(a.shape)}-d and {len(b.shape)}-d")
+    m, ka = (a.shape[1], a.shape[0]) if transpose_a else (a.shape[0], a.shape[1])
+    n, kb = (b.shape[0], b.shape[1]) if transpose_b else (b.shape[1], b.shape[0])
+    ca, cb = get_const_tuple((ka, kb))
+    if isinstance(ca, int) and isinstance(cb, int) and ca != cb:
+        raise ShapeError(f"topi.nn.matmul: reduction dimensions differ ({ca} vs {cb})")
+    dtype = out_dtype or str(a.dtype)
+    k = tdsl.reduce_axis((0, ka), name="k")
+
+    def body(i: Any, j: Any) -> Any:
+        av = a[k, i] if transpose_a else a[i, k]
+        bv = b[j, k] if transpose_b else b[k, j]
+        return tdsl.sum(av.astype(dtype) * bv.astype(dtype), axis=k)
+    name = "T_matmul_" + ("T" if transpose_a else "N") + ("T" if transpose_b else "N")
+    tag = "dense" if (transpose_a, transpose_b) == (False, True) else "matmul"
+    mat = tdsl.compute((m, n), body, name=name, tag=tag)
+    if bias is None:
+        return mat
+    if len(bias.shape) != 1:
+        raise ShapeError(f"topi.nn.{tag}: bias must be 1-d, got {len(bias.shape)}-d")
+    return tdsl.compute((m, n), lambda ax0, ax1: mat[ax0, ax1] + bias[ax1].astype(dtype),
+                        name="T_add", tag="broadcast")
+
+
+def dense(data: Any, weight: Any, bias: Any = None, out_dtype: Any = None) -> Any:
+    """``data`` (M, K) times ``weight`` (N, K) transposed, plus ``bias`` (N,): TVM's
+    ``T_matmul_NT`` (tag ``"dense"``, reduce axis ``k``) and ``T_add``."""
+    return matmul(data, weight, bias, out_dtype, False, True)
 
 
 def batch_matmul(x: Any, y: Any, oshape: Any = None, out_dtype: Any = None,
@@ -33,25 +65,16 @@ def batch_matmul(x: Any, y: Any, oshape: Any = None, out_dtype: Any = None,
                              out_dtype=out_dtype)
 
 
-def conv2d_nchw(Input: Any, Filter: Any, stride: Any, padding: Any, dilation: Any,  # noqa: N803
-                out_dtype: Any = None) -> Any:
-    return _ops.conv2d(Input, Filter, stride, padding, dilation, layout="NCHW",
-                       out_dtype=out_dtype)
-
-
-def conv2d_nhwc(Input: Any, Filter: Any, stride: Any, padding: Any, dilation: Any,  # noqa: N803
-                out_dtype: Any = None) -> Any:
-    return _ops.conv2d(Input, Filter, stride, padding, dilation, layout="NHWC",
-                       kernel_layout="HWIO", out_dtype=out_dtype)
-
-
 def conv2d(input: Any, filter: Any, strides: Any, padding: Any, dilation: Any,  # noqa: A002
            layout: str = "NCHW", out_dtype: Any = None) -> Any:
     if layout == "NCHW":
         return conv2d_nchw(input, filter, strides, padding, dilation, out_dtype)
     if layout == "NHWC":
         return conv2d_nhwc(input, filter, strides, padding, dilation, out_dtype)
-    raise ArgumentError(f"topi.nn.conv2d: layout {layout!r} is not supported (NCHW or NHWC)")
+    if layout == "HWCN":
+        return conv2d_hwcn(input, filter, strides, padding, dilation, out_dtype)
+    raise ArgumentError(f"topi.nn.conv2d: layout {layout!r} is not supported (NCHW, NHWC or "
+                        f"HWCN)")
 
 
 def softmax(x: Any, axis: int = -1) -> Any:
@@ -62,23 +85,11 @@ def log_softmax(x: Any, axis: int = -1) -> Any:
     return _ops.log_softmax(x, axis)
 
 
-def pool2d(data: Any, kernel: Any, stride: Any, dilation: Any, padding: Any, pool_type: str,
-           ceil_mode: bool = False, layout: str = "NCHW", count_include_pad: bool = True) -> Any:
-    """TVM's argument order; ``padding`` is (top, left, bottom, right)."""
-    return _ops.pool2d(data, kernel, stride, padding, dilation, pool_type, layout, ceil_mode,
-                       count_include_pad)
-
-
 def global_pool(data: Any, pool_type: str, layout: str = "NCHW") -> Any:
     if layout != "NCHW":
         raise ArgumentError("topi.nn.global_pool: only NCHW is supported")
     red = _ops.max if pool_type == "max" else _ops.mean
     return red(data, axis=(2, 3), keepdims=True)
-
-
-def pad(data: Any, pad_before: Any, pad_after: Any = None, pad_value: float = 0.0,
-        name: str = "PadInput") -> Any:
-    return _ops.pad(data, pad_before, pad_after, pad_value)
 
 
 def flatten(data: Any) -> Any:
@@ -90,5 +101,5 @@ def layer_norm(data: Any, gamma: Any, beta: Any, axis: Any, epsilon: float = 1e-
 
 
 __all__ = ["relu", "leaky_relu", "dense", "matmul", "batch_matmul", "conv2d", "conv2d_nchw",
-           "conv2d_nhwc", "softmax", "log_softmax", "pool2d", "global_pool", "pad", "flatten",
-           "layer_norm"]
+           "conv2d_nhwc", "conv2d_hwcn", "depthwise_conv2d_nchw", "softmax", "log_softmax",
+           "pool2d", "global_pool", "pad", "flatten", "layer_norm"]
