@@ -17,8 +17,8 @@ from tdsl.arith import Analyzer
 from tdsl.errors import ShapeError
 from tdsl.expr import Expr
 
-from ._args import pad4, pair
-from .utils import get_const_tuple
+from .._args import pad4, pair
+from ..utils import get_const_tuple
 
 _INJECTIVE_PAD = "injective,pad"
 

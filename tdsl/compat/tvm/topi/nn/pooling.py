@@ -9,9 +9,9 @@ import tdsl
 from tdsl.errors import ShapeError
 from tdsl.intrin import maximum, minimum
 
-from ._args import pad4, pair
-from .nn_conv import _out_dim, pad
-from .utils import get_const_tuple
+from .._args import pad4, pair
+from ..utils import get_const_tuple
+from .conv2d import _out_dim, pad
 
 
 def _hw_axes(layout: str) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """``topi.nn``: neural-network operators with TVM's signatures.  The ones AutoTVM templates
 schedule (convolutions, dense/matmul, pooling, pad) are declared with TVM's stages, names
-and axes (``nn_conv``, ``nn_pool``); the others are built by ``tdsl.ops``."""
+and axes (``nn.conv2d``, ``nn.pooling``); the others are built by ``tdsl.ops``."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,9 +9,9 @@ import tdsl
 from tdsl import ops as _ops
 from tdsl.errors import ArgumentError, ShapeError
 
-from .nn_conv import conv2d_hwcn, conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw, pad
-from .nn_pool import pool2d
-from .utils import get_const_tuple
+from ..utils import get_const_tuple
+from .conv2d import conv2d_hwcn, conv2d_nchw, conv2d_nhwc, depthwise_conv2d_nchw, pad
+from .pooling import pool2d
 
 
 def relu(x: Any) -> Any:
