@@ -283,3 +283,30 @@ def test_errors_are_runtime_errors_as_tvm_errors_are():
     assert issubclass(tvm.TVMError, RuntimeError)
     for cls in (tdsl.ShapeError, tdsl.DTypeError, tdsl.ScheduleError, tdsl.BuildError):
         assert issubclass(cls, tdsl.TDSLError) and issubclass(cls, RuntimeError)
+
+
+def test_cache_write_of_a_reduction_whose_range_and_combiner_read_the_data_axis(rng):
+    """``reduce_axis((0, n))`` with ``n`` the compute's own axis, a combiner and an init that
+    read it too (TVM's test_loop_dep_reduce_cache_write): the cache stage gets copies over
+    its own axes (the old ones named a loop the cache does not have)."""
+    X = te.placeholder((10,), name="x")
+
+    def f(n):
+        rv = te.reduce_axis((0, n), name="rv")
+        init = lambda dtype: tvm.tir.Select(n > 1, tvm.tir.const(0, dtype), n.astype(dtype))
+        red = te.comm_reducer(lambda a, b: te.max(a + b, n.astype("float32")), init, name="s")
+        return red(X[rv], axis=rv)
+    Y = te.compute((10,), f, name="y")
+    s = te.create_schedule([Y.op])
+    s.cache_write(Y, "local")
+    fn = tvm.build(s, [X, Y])
+    x = rng.standard_normal(10).astype("float32")
+    y = tvm.nd.empty((10,))
+    fn(tvm.nd.array(x), y)
+    want = []
+    for n in range(10):
+        acc = 0.0 if n > 1 else float(n)
+        for r in range(n):
+            acc = max(acc + x[r], float(n))
+        want.append(acc)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
