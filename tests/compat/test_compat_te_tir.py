@@ -310,3 +310,42 @@ def test_cache_write_of_a_reduction_whose_range_and_combiner_read_the_data_axis(
             acc = max(acc + x[r], float(n))
         want.append(acc)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+
+
+def test_tvm_error_te_schedule_and_driver_names():
+    """``tvm.error.TVMError``, ``tvm.te.schedule.Fuse/Split`` (the stage's relations),
+    ``tvm.driver.build_module.schedule_to_module`` and ``mod["main"]``; TVM's internal
+    passes are refused by name."""
+    from tvm.driver.build_module import schedule_to_module
+    m = te.size_var("m")
+    A = te.placeholder((m, 12), name="A")
+    T = te.compute((m, 12), lambda i, j: A[i, j] * 2.0, name="T")
+    s = te.create_schedule(T.op)
+    xo, yo, xi, yi = s[T].tile(T.op.axis[0], T.op.axis[1], x_factor=4, y_factor=3)
+    fused = s[T].fuse(xo, yo)
+    assert any(isinstance(r, te.schedule.Fuse) for r in s[T].relations)
+    assert any(isinstance(r, te.schedule.Split) for r in s[T].relations)
+    assert tuple(s[T].leaf_iter_vars) == (fused, xi, yi)
+    with pytest.raises(tvm.error.TVMError):
+        s[T].reorder(xi, yi, xi)
+    mod = schedule_to_module(s, [A, T])
+    assert isinstance(mod["main"], tvm.tir.PrimFunc) and "main" in mod
+    with pytest.raises(tvm.TVMError, match="no function"):
+        mod["other"]
+    with pytest.raises(tvm.TVMError, match="TVM internal"):
+        te.schedule.InferBound(s)
+    a = np.random.default_rng(1).standard_normal((10, 12)).astype("float32")
+    out = tvm.nd.empty((10, 12))
+    tvm.build(mod)(tvm.nd.array(a), out)
+    np.testing.assert_allclose(out.numpy(), a * 2.0)
+
+
+def test_reduce_axis_from_zero_has_the_bound_itself_as_extent():
+    n = te.size_var("n")
+    k = te.reduce_axis((0, n), name="k")
+    assert k.dom.extent is n or str(k.dom.extent) == "n"
+    A = te.placeholder((n, n), name="A")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    BF = s.rfactor(B, k)
+    assert str(BF.shape[0]) == "n"

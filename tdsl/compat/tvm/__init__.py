@@ -23,7 +23,7 @@ TVMError = TDSLError
 __version__ = "0.19.0+tdsl"
 
 #: submodules imported on first use (they pull in the autotuner or the operator library)
-_LAZY = ("topi", "autotvm", "auto_scheduler", "transform", "ir", "driver")
+_LAZY = ("topi", "autotvm", "auto_scheduler", "transform", "ir", "driver", "error")
 
 
 def lower(inputs: Any, args: "Sequence[Any] | None" = None, name: str = "main",
