@@ -13,6 +13,7 @@ from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, Te
 from tdsl.expr import Expr
 
 from . import te_schedule as schedule
+from .autodiff import gradient
 from .tir import (const, div, floordiv, floormod, indexdiv, indexmod, truncdiv, truncmod,
                   )
 
@@ -126,4 +127,4 @@ __all__ = ["placeholder", "compute", "var", "size_var", "reduce_axis", "thread_a
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
            "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin",
            "scan", "extern", "tag_scope", "div", "floordiv", "floormod", "indexdiv", "indexmod",
-           "truncdiv", "truncmod", "schedule"]
+           "truncdiv", "truncmod", "schedule", "gradient"]
