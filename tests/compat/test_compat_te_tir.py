@@ -349,3 +349,15 @@ def test_reduce_axis_from_zero_has_the_bound_itself_as_extent():
     s = te.create_schedule(B.op)
     BF = s.rfactor(B, k)
     assert str(BF.shape[0]) == "n"
+
+
+def test_extern_function_receives_te_schedule_buffers():
+    m = te.size_var("m")
+    A = te.placeholder((m,), name="A")
+    seen = []
+
+    def fn(ins, outs):
+        seen.append(all(isinstance(b, te.schedule.Buffer) for b in list(ins) + list(outs)))
+        return tir.call_packed("tdsl.compat.test.noop", ins[0].data, outs[0].data, m)
+    B = te.extern((m,), [A], fn, name="B")
+    assert tuple(B.shape) == (m,) and seen == [True]

@@ -1,5 +1,6 @@
 """``tvm.te.schedule``: the schedule classes (``Schedule``, ``Stage``, the loop relations
-``Split``/``Fuse``) and ``create_schedule``.  TVM's internal passes ``InferBound`` and
+``Split``/``Fuse``), ``create_schedule``, and ``Buffer`` (what ``te.extern``'s function
+receives for each tensor).  TVM's internal passes ``InferBound`` and
 ``ScheduleOps`` (bounds inference and statement building, which tdsl's ``lower`` does in
 one step) are refused with a ``TDSLError`` that says so."""
 from __future__ import annotations
@@ -8,6 +9,7 @@ from typing import Any
 
 from tdsl import Schedule, Stage, create_schedule
 from tdsl.errors import TDSLError
+from tdsl.extern_op import ExternBuffer as Buffer
 
 from tdsl.schedule.relations import Fuse, Split
 
@@ -22,4 +24,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tvm.te.schedule' (tdsl.compat) has no attribute {name!r}")
 
 
-__all__ = ["Schedule", "Stage", "create_schedule", "Split", "Fuse"]
+__all__ = ["Schedule", "Stage", "create_schedule", "Split", "Fuse", "Buffer"]
