@@ -91,5 +91,5 @@ def check_numerical_grads(function: Any, input_values: Any, grad_values: Any,
                                  f"{numeric.reshape(-1)[k]}")
 
 
-__all__ = ["check_numerical_grads", "assert_allclose", "device_enabled", "enabled_targets", "requires_cuda",
-           "requires_gpu", "requires_llvm"]
+__all__ = ["check_numerical_grads", "assert_allclose", "device_enabled", "enabled_targets",
+           "requires_cuda", "requires_gpu", "requires_llvm"]

@@ -70,4 +70,5 @@ __all__ = ["nn", "generic", "x86", "cuda", "utils", "add", "subtract", "multiply
            "logical_or", "logical_not", "where", "negative", "abs", "exp", "log", "sqrt", "rsqrt",
            "tanh", "sigmoid", "erf", "floor", "ceil", "round", "sin", "cos", "clip", "cast",
            "identity", "broadcast_to", "transpose", "reshape", "expand_dims", "squeeze",
-           "concatenate", "sum", "max", "min", "prod", "argmax", "argmin", "matmul", "full", "full_like"]
+           "concatenate", "sum", "max", "min", "prod", "argmax", "argmin", "matmul",
+           "full", "full_like"]
