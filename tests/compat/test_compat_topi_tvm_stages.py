@@ -213,3 +213,52 @@ def test_tvm_style_cuda_conv_schedule_emulated(rng, n, ci, co, size, tiles, rc_t
     f.emulate(tvm.nd.array(a), tvm.nd.array(w), out)
     np.testing.assert_allclose(out.numpy(), tvm.topi.testing.conv2d_nchw_python(a, w, 1, 1),
                                rtol=1e-4, atol=1e-4)
+
+
+@tvm.autotvm.template("compat_test/conv2d_nchw_cuda")
+def _conv_template(ci, co, size):
+    """An AutoTVM template over topi's conv2d_nchw as TVM's conv tutorials tune it: splits
+    defined on the compute's own axes and reduce axes, the padding stage inlined."""
+    data = te.placeholder((1, ci, size, size), name="data")
+    kernel = te.placeholder((co, ci, 3, 3), name="kernel")
+    conv = topi.nn.conv2d_nchw(data, kernel, 1, 1, 1, out_dtype="float32")
+    s = te.create_schedule([conv.op])
+    _, f, y, x = s[conv].op.axis
+    rc, ry, rx = s[conv].op.reduce_axis
+    cfg = tvm.autotvm.get_config()
+    for name, ax in (("f", f), ("y", y), ("x", x)):
+        cfg.define_split("tile_" + name, ax, num_outputs=3)
+    cfg.define_split("tile_rc", rc, num_outputs=2)
+    s[s[conv].op.input_tensors[0]].compute_inline()
+    OL = s.cache_write(conv, "local")
+    parts = [cfg["tile_" + nm].apply(s, conv, ax) for nm, ax in (("f", f), ("y", y), ("x", x))]
+    s[conv].reorder(*[p[0] for p in parts], *[p[1] for p in parts], *[p[2] for p in parts])
+    for (bo, th, _), nm in zip(parts, "zyx"):
+        s[conv].bind(bo, te.thread_axis("blockIdx." + nm))
+        s[conv].bind(th, te.thread_axis("threadIdx." + nm))
+    s[OL].compute_at(s[conv], parts[-1][1])
+    rco, rci = cfg["tile_rc"].apply(s, OL, s[OL].op.reduce_axis[0])
+    return s, [data, kernel, conv]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the CUDA emulation harness needs g++")
+def test_autotvm_template_over_topi_conv2d_configs_emulated(rng):
+    """Configs of the template's space (the default and seeded random ones), built for CUDA
+    and emulated, against NumPy; the space's splits come from conv2d_nchw's axes (8 and 5)."""
+    import random
+    task = tvm.autotvm.task.create("compat_test/conv2d_nchw_cuda", args=(4, 8, 5),
+                                   target="cuda")
+    space = task.config_space
+    assert space["tile_f"].num_outputs == 3 and space["tile_rc"].num_outputs == 2
+    a = rng.standard_normal((1, 4, 5, 5)).astype("float32")
+    w = rng.standard_normal((8, 4, 3, 3)).astype("float32")
+    want = tvm.topi.testing.conv2d_nchw_python(a, w, 1, 1)
+    pick = random.Random(5)
+    for index in [0] + [pick.randrange(len(space)) for _ in range(3)]:
+        with tvm.target.Target("cuda"):
+            s, args = task.instantiate(space.get(index))
+            f = tvm.build(s, args)
+        out = tvm.nd.array(np.full(want.shape, np.nan, "float32"))
+        f.emulate(tvm.nd.array(a), tvm.nd.array(w), out)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4,
+                                   err_msg=f"config {space.get(index)}")
