@@ -171,8 +171,15 @@ def _load_reference(path: str, args: Sequence[Tensor], arrays: Sequence[np.ndarr
 def _compute_reference(args: Sequence[Tensor], arrays: Sequence[np.ndarray], target: str,
                        name: str) -> dict[int, np.ndarray]:
     """Run the default (unscheduled) program on ``arrays``: the outputs every candidate
-    must reproduce."""
-    mod = compile_schedule(fresh_schedule(_outputs(args)), args, target, name + "_reference")
+    must reproduce.  For a CUDA task it runs on the CPU (llvm): an unscheduled program has
+    no loops bound to GPU threads, which a CUDA build of several stages refuses."""
+    ref_target = target
+    if target != INTERPRETER:
+        from tdsl.target import TargetKind, as_target
+        if as_target(target).kind is TargetKind.CUDA:
+            ref_target = "llvm"
+    mod = compile_schedule(fresh_schedule(_outputs(args)), args, ref_target,
+                           name + "_reference")
     mod(*arrays)
     return {i: a.copy() for i, (t, a) in enumerate(zip(args, arrays))
             if not isinstance(t.op, PlaceholderOp)}

@@ -127,14 +127,53 @@ def _fresh_cache(st: Any, name: str, names: list) -> ComputeOp:
     new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), f"{iv.name}.c", IterKind.DATA_PAR)
                 for iv in op.axis]
     vmap = {iv.var: n.var for iv, n in zip(op.axis, new_axis)}
+    red_map = _rebase_reduce_axes(op, vmap)
     body = []
     for b in op.body:
         if isinstance(b, Reduce):
-            body.append(Reduce(b.combiner, tuple(substitute(s, vmap) for s in b.source), b.axis,
-                               substitute(b.condition, vmap), b.value_index, b.init))
+            axis = [red_map.get(id(iv), iv) for iv in b.axis]
+            body.append(Reduce(_substitute_combiner(b.combiner, vmap),
+                               tuple(substitute(s, vmap) for s in b.source), axis,
+                               substitute(b.condition, vmap), b.value_index,
+                               tuple(substitute(e, vmap) for e in b.init)))
         else:
             body.append(substitute(b, vmap))
     return ComputeOp(name, op.tag, op.attrs, new_axis, body, names)
+
+
+def _rebase_reduce_axes(op: ComputeOp, vmap: dict) -> dict:
+    """A reduce axis whose range reads a data axis (``reduce_axis((0, i))``) gets a copy
+    over the cache's axes (its old range would name a loop the cache does not have): the
+    map old axis id -> copy; each copy's variable joins ``vmap``."""
+    red_map: dict = {}
+    for b in op.body:
+        if not isinstance(b, Reduce):
+            continue
+        for iv in b.axis:
+            if id(iv) in red_map:
+                continue
+            lo, ext = substitute(iv.dom.min, vmap), substitute(iv.dom.extent, vmap)
+            if lo is not iv.dom.min or ext is not iv.dom.extent:
+                red_map[id(iv)] = IterVar(Range(lo, ext), iv.name, iv.kind)
+    for b in op.body:
+        if isinstance(b, Reduce):
+            for iv in b.axis:
+                if id(iv) in red_map:
+                    vmap[iv.var] = red_map[id(iv)].var
+    return red_map
+
+
+def _substitute_combiner(comb: Any, vmap: dict) -> Any:
+    """The combiner with ``vmap`` applied to its result, identity and update (a combiner
+    may read a data axis: ``max(x + y, i)``); the same object when nothing changed."""
+    parts = [tuple(substitute(e, vmap) for e in comb.result),
+             tuple(substitute(e, vmap) for e in comb.identity),
+             None if comb.update is None else tuple(substitute(e, vmap) for e in comb.update)]
+    old = [comb.result, comb.identity, comb.update]
+    if all(a is None and b is None or a is not None and all(x is y for x, y in zip(a, b))
+           for a, b in zip(parts, old)):
+        return comb
+    return type(comb)(comb.name, comb.lhs, comb.rhs, parts[0], parts[1], parts[2])
 
 
 def _relayout_cache(sch: "Schedule", st: Any, name: str, names: list) -> tuple[ComputeOp, list]:

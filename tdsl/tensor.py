@@ -324,6 +324,8 @@ def reduce_axis(dom: Any, name: str = "rv") -> IterVar:
         lo_e, hi_e = _index(lo), _index(hi)
         if isinstance(lo_e, Const) and isinstance(hi_e, Const):
             rng = Range(lo_e, hi_e.value - lo_e.value)
+        elif isinstance(lo_e, Const) and lo_e.value == 0:
+            rng = Range(lo_e, hi_e)      # (0, n): extent n itself, not n - 0
         else:
             rng = Range(lo_e, hi_e - lo_e)
     return IterVar(rng, name, IterKind.REDUCE)

@@ -155,3 +155,57 @@ def test_measure_option_forms():
 def test_tuner_needs_a_compat_task():
     with pytest.raises(tvm.TVMError):
         autotvm.tuner.RandomTuner("not a task")
+
+
+def test_query_target_workload(tmp_path):
+    """TVM's ``dispatch_context.query(task.target, task.workload)``: the best logged config
+    as a ConfigEntity, or the template's default marked ``is_fallback``."""
+    task = autotvm.task.create("compat_test/matmul", args=(16, 16, 16, "float32"), target="llvm")
+    line = {"input": ["llvm -keys=cpu", "compat_test/matmul", [16, 16, 16, "float32"], {}],
+            "config": {"index": 3, "code_hash": None,
+                       "entity": [["tile_y", "sp", [-1, 4]], ["tile_x", "sp", [-1, 8]],
+                                  ["unroll_k", "ot", 1], ["ann", "an", ["vec"]]]},
+            "result": [[1e-5], 0, 0.1, 1700000000.0], "version": 0.2, "tvm_version": "0.19.0"}
+    log = tmp_path / "q.log"
+    log.write_text(json.dumps(line) + "\n")
+    cfg = autotvm.apply_history_best(str(log)).query(task.target, task.workload)
+    assert not cfg.is_fallback
+    assert cfg["tile_y"].size[-1] == 4 and cfg["tile_x"].size[-1] == 8
+    assert cfg["unroll_k"].val == 1
+    assert autotvm.apply_history_best(None).query(task.target, task.workload).is_fallback
+    # a record for llvm is not the best config for cuda
+    other = autotvm.apply_history_best(str(log)).query(tvm.target.Target("cuda"), task.workload)
+    assert other.is_fallback
+    # the (task name, args) form still gives the log record
+    rec = autotvm.apply_history_best(str(log)).query("compat_test/matmul",
+                                                     (16, 16, 16, "float32"))
+    assert rec.costs == (1e-5,)
+    with pytest.raises(tvm.TVMError, match="no template named"):
+        autotvm.apply_history_best(None).query(task.target, ("nope/none", 1))
+
+
+@pytest.mark.skipif(tvm.cuda(0).exist, reason="checks the notice given where no GPU is present")
+def test_cuda_tuning_without_gpu_is_skipped_with_a_notice(tmp_path):
+    task = autotvm.task.create("compat_test/matmul", args=(16, 16, 16, "float32"), target="cuda")
+    log = tmp_path / "cuda.log"
+    tuner = autotvm.tuner.RandomTuner(task)
+    with pytest.warns(autotvm.tuner.NoGPUTuningWarning, match="no CUDA device"):
+        assert tuner.tune(n_trial=3, measure_option=_fast(),
+                          callbacks=[autotvm.callback.log_to_file(str(log))]) is None
+    assert log.exists() and log.read_text() == ""
+    assert autotvm.apply_history_best(str(log)).query(task.target, task.workload).is_fallback
+
+
+def test_cuda_reference_output_runs_on_the_cpu(rng):
+    """The tuner's reference for a CUDA task is the unscheduled program, which has no GPU
+    bindings: it is computed on the CPU (a padding stage made the CUDA build refuse it)."""
+    from autotune import measure_jobs
+    X = te.placeholder((3, 5), name="X")
+    P = te.compute((3, 7), lambda i, j: tvm.tir.if_then_else(
+        tvm.tir.all(j >= 1, j < 6), X[i, j - 1], 0.0), name="P")
+    k = te.reduce_axis((0, 3), name="k")
+    Y = te.compute((3, 5), lambda i, j: te.sum(P[i, j + k], axis=k), name="Y")
+    x = rng.standard_normal((3, 5)).astype("float32")
+    ref = measure_jobs._compute_reference([X, Y], [x, np.zeros((3, 5), "float32")], "cuda", "t")
+    xp = np.pad(x, ((0, 0), (1, 1)))
+    np.testing.assert_allclose(ref[1], xp[:, :5] + xp[:, 1:6] + xp[:, 2:7], rtol=1e-5)

@@ -283,3 +283,81 @@ def test_errors_are_runtime_errors_as_tvm_errors_are():
     assert issubclass(tvm.TVMError, RuntimeError)
     for cls in (tdsl.ShapeError, tdsl.DTypeError, tdsl.ScheduleError, tdsl.BuildError):
         assert issubclass(cls, tdsl.TDSLError) and issubclass(cls, RuntimeError)
+
+
+def test_cache_write_of_a_reduction_whose_range_and_combiner_read_the_data_axis(rng):
+    """``reduce_axis((0, n))`` with ``n`` the compute's own axis, a combiner and an init that
+    read it too (TVM's test_loop_dep_reduce_cache_write): the cache stage gets copies over
+    its own axes (the old ones named a loop the cache does not have)."""
+    X = te.placeholder((10,), name="x")
+
+    def f(n):
+        rv = te.reduce_axis((0, n), name="rv")
+        init = lambda dtype: tvm.tir.Select(n > 1, tvm.tir.const(0, dtype), n.astype(dtype))
+        red = te.comm_reducer(lambda a, b: te.max(a + b, n.astype("float32")), init, name="s")
+        return red(X[rv], axis=rv)
+    Y = te.compute((10,), f, name="y")
+    s = te.create_schedule([Y.op])
+    s.cache_write(Y, "local")
+    fn = tvm.build(s, [X, Y])
+    x = rng.standard_normal(10).astype("float32")
+    y = tvm.nd.empty((10,))
+    fn(tvm.nd.array(x), y)
+    want = []
+    for n in range(10):
+        acc = 0.0 if n > 1 else float(n)
+        for r in range(n):
+            acc = max(acc + x[r], float(n))
+        want.append(acc)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+
+
+def test_tvm_error_te_schedule_and_driver_names():
+    """``tvm.error.TVMError``, ``tvm.te.schedule.Fuse/Split`` (the stage's relations),
+    ``tvm.driver.build_module.schedule_to_module`` and ``mod["main"]``; TVM's internal
+    passes are refused by name."""
+    from tvm.driver.build_module import schedule_to_module
+    m = te.size_var("m")
+    A = te.placeholder((m, 12), name="A")
+    T = te.compute((m, 12), lambda i, j: A[i, j] * 2.0, name="T")
+    s = te.create_schedule(T.op)
+    xo, yo, xi, yi = s[T].tile(T.op.axis[0], T.op.axis[1], x_factor=4, y_factor=3)
+    fused = s[T].fuse(xo, yo)
+    assert any(isinstance(r, te.schedule.Fuse) for r in s[T].relations)
+    assert any(isinstance(r, te.schedule.Split) for r in s[T].relations)
+    assert tuple(s[T].leaf_iter_vars) == (fused, xi, yi)
+    with pytest.raises(tvm.error.TVMError):
+        s[T].reorder(xi, yi, xi)
+    mod = schedule_to_module(s, [A, T])
+    assert isinstance(mod["main"], tvm.tir.PrimFunc) and "main" in mod
+    with pytest.raises(tvm.TVMError, match="no function"):
+        mod["other"]
+    with pytest.raises(tvm.TVMError, match="TVM internal"):
+        te.schedule.InferBound(s)
+    a = np.random.default_rng(1).standard_normal((10, 12)).astype("float32")
+    out = tvm.nd.empty((10, 12))
+    tvm.build(mod)(tvm.nd.array(a), out)
+    np.testing.assert_allclose(out.numpy(), a * 2.0)
+
+
+def test_reduce_axis_from_zero_has_the_bound_itself_as_extent():
+    n = te.size_var("n")
+    k = te.reduce_axis((0, n), name="k")
+    assert k.dom.extent is n or str(k.dom.extent) == "n"
+    A = te.placeholder((n, n), name="A")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    BF = s.rfactor(B, k)
+    assert str(BF.shape[0]) == "n"
+
+
+def test_extern_function_receives_te_schedule_buffers():
+    m = te.size_var("m")
+    A = te.placeholder((m,), name="A")
+    seen = []
+
+    def fn(ins, outs):
+        seen.append(all(isinstance(b, te.schedule.Buffer) for b in list(ins) + list(outs)))
+        return tir.call_packed("tdsl.compat.test.noop", ins[0].data, outs[0].data, m)
+    B = te.extern((m,), [A], fn, name="B")
+    assert tuple(B.shape) == (m,) and seen == [True]

@@ -23,17 +23,19 @@ TVMError = TDSLError
 __version__ = "0.19.0+tdsl"
 
 #: submodules imported on first use (they pull in the autotuner or the operator library)
-_LAZY = ("topi", "autotvm", "auto_scheduler", "transform", "ir")
+_LAZY = ("topi", "autotvm", "auto_scheduler", "transform", "ir", "driver", "error")
 
 
 def lower(inputs: Any, args: "Sequence[Any] | None" = None, name: str = "main",
           binds: Any = None, simple_mode: bool = False) -> Any:
-    """The loop IR of a schedule (``print`` it); tdsl's ``PrimFunc`` stands for TVM's IRModule."""
+    """The loop IR of a schedule (``print`` it): a tdsl ``PrimFunc`` that also answers
+    ``mod["main"]`` as TVM's ``IRModule`` does (``tvm.ir.IRModule``)."""
     if binds:
         raise TDSLError("tvm.lower: 'binds' (custom buffers) is not supported by tdsl.compat")
     if isinstance(inputs, tdsl.PrimFunc):
         return inputs
-    return tdsl.lower(inputs, list(args or []), name=name, simple_mode=simple_mode)
+    from .ir import IRModule
+    return IRModule.of(tdsl.lower(inputs, list(args or []), name=name, simple_mode=simple_mode))
 
 
 def build(inputs: Any, args: "Sequence[Any] | None" = None, target: Any = None,

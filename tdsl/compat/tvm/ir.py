@@ -1,5 +1,33 @@
-"""``tvm.ir``: the few names scripts touch (``IRModule`` stands for a lowered function)."""
-from tdsl.stmt import PrimFunc as IRModule
+"""``tvm.ir``: the few names scripts touch.  ``IRModule`` is the lowered function itself
+(a ``tdsl.PrimFunc``, so tdsl's interpreter and ``tvm.build`` take it) that also answers
+TVM's ``mod["main"]`` (and ``mod[<its name>]``) with itself."""
+from __future__ import annotations
+
+from tdsl.errors import ArgumentError
+from tdsl.stmt import PrimFunc
 from tdsl.tensor import Range
+
+
+class IRModule(PrimFunc):
+    """A lowered function that reads as TVM's one-function ``IRModule``."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, func: PrimFunc) -> "IRModule":
+        """``func`` as an ``IRModule`` (itself when it is one already)."""
+        if isinstance(func, IRModule):
+            return func
+        return cls(func.name, func.params, func.body, func.size_vars, func.bindings, func.attrs)
+
+    def __getitem__(self, name: str) -> "IRModule":
+        if name in ("main", self.name):
+            return self
+        raise ArgumentError(f"IRModule: no function {name!r} (this module holds "
+                            f"{self.name!r}, also found as 'main')")
+
+    def __contains__(self, name: object) -> bool:
+        return name in ("main", self.name)
+
 
 __all__ = ["IRModule", "Range"]

@@ -12,6 +12,8 @@ from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, Te
                   rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, trunc, var)
 from tdsl.expr import Expr
 
+from . import te_schedule as schedule
+from .autodiff import gradient
 from .tir import (const, div, floordiv, floormod, indexdiv, indexmod, truncdiv, truncmod,
                   )
 
@@ -125,4 +127,4 @@ __all__ = ["placeholder", "compute", "var", "size_var", "reduce_axis", "thread_a
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
            "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin",
            "scan", "extern", "tag_scope", "div", "floordiv", "floormod", "indexdiv", "indexmod",
-           "truncdiv", "truncmod"]
+           "truncdiv", "truncmod", "schedule", "gradient"]

@@ -40,5 +40,56 @@ def requires_llvm(func: Any) -> Any:
 
 
 requires_gpu = requires_cuda
-__all__ = ["assert_allclose", "device_enabled", "enabled_targets", "requires_cuda",
-           "requires_gpu", "requires_llvm"]
+
+
+def check_numerical_grads(function: Any, input_values: Any, grad_values: Any,
+                          function_value: Any = None, delta: float = 1e-3, atol: float = 1e-2,
+                          rtol: float = 0.1) -> None:
+    """Check ``grad_values`` against central finite differences of ``function`` (a scalar
+    function of ``input_values``, a list or a dict of arrays), element by element (in
+    float64): the distance between the two gradients must be at most
+    ``atol * sqrt(size) + rtol * |numerical gradient|`` (norms over each input's elements;
+    float32 forward functions make single elements noisy)."""
+    named = isinstance(input_values, dict)
+    names = list(input_values) if named else list(range(len(input_values)))
+    values = {n: np.array(_np(input_values[n]), dtype=np.float64) for n in names}
+    grads = grad_values if isinstance(grad_values, dict) else dict(zip(names, grad_values))
+
+    def call(vals: dict) -> float:
+        args = {n: v.astype(np.asarray(_np(input_values[n])).dtype) for n, v in vals.items()}
+        return float(function(**args) if named else function(*[args[n] for n in names]))
+
+    for n in names:
+        if n not in grads:
+            continue
+        grad = np.asarray(_np(grads[n]), dtype=np.float64)
+        if grad.shape != values[n].shape:
+            raise AssertionError(f"check_numerical_grads: gradient of input {n!r} has shape "
+                                 f"{grad.shape}, the input {values[n].shape}")
+        numeric = np.zeros_like(grad)
+        flat = values[n].reshape(-1)
+        for k in range(flat.size):
+            old = flat[k]
+            flat[k] = old + delta
+            up = call(values)
+            flat[k] = old - delta
+            down = call(values)
+            flat[k] = old
+            numeric.reshape(-1)[k] = (up - down) / (2 * delta)
+        dist = float(np.sqrt(np.sum((grad - numeric) ** 2)))
+        norm = float(np.sqrt(np.sum(numeric ** 2)))
+        if not (np.isfinite(dist) and np.isfinite(norm)):
+            raise AssertionError(f"check_numerical_grads: input {n!r}: NaN or infinity "
+                                 f"(analytical {grad}, numerical {numeric})")
+        if dist > atol * np.sqrt(grad.size) + rtol * norm:
+            bad = np.abs(grad - numeric) > atol + rtol * np.abs(numeric)
+            k = int(np.argmax(bad.reshape(-1)))
+            raise AssertionError(f"check_numerical_grads: input {n!r}: distance {dist:.4g} > "
+                                 f"{atol} * sqrt({grad.size}) + {rtol} * {norm:.4g}; "
+                                 f"{int(bad.sum())} of {bad.size} elements differ, e.g. element "
+                                 f"{k}: analytical {grad.reshape(-1)[k]}, numerical "
+                                 f"{numeric.reshape(-1)[k]}")
+
+
+__all__ = ["check_numerical_grads", "assert_allclose", "device_enabled", "enabled_targets",
+           "requires_cuda", "requires_gpu", "requires_llvm"]

@@ -142,7 +142,16 @@ def call_pure_extern(dtype: Any, func_name: str, *args: Any, span: Any = None) -
     return _EXTERN_MATH[base](*args_e)
 
 
+def vscale() -> Any:
+    """SVE's vector-length multiple: a symbolic size no tdsl target binds, so a program
+    using it is refused at build (unbound variable ``vscale``); expressions may hold it."""
+    return tdsl.size_var("vscale")
+
+
 def __getattr__(name: str) -> Any:
+    if name == "PrimFunc":
+        from tdsl.stmt import PrimFunc
+        return PrimFunc
     if name in ("call_intrin", "call_llvm_intrin", "decl_buffer"):
         raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no TIR "
                              f"intrinsic calls or custom buffers); see the README section "
@@ -158,4 +167,4 @@ __all__ = ["call_packed", "call_extern", "call_pure_extern", "const", "Select", 
            "power", "pow", "fmod", "if_then_else", "all", "any", "max_value", "min_value",
            "Add", "Sub", "Mul", "Div", "FloorDiv", "FloorMod", "Min", "Max", "EQ", "NE", "LT",
            "LE", "GT", "GE", "And", "Or", "Not", "Call", "PrimExpr", "bitwise_and", "bitwise_or",
-           "bitwise_xor", "bitwise_not", "shift_left", "shift_right"]
+           "bitwise_xor", "bitwise_not", "shift_left", "shift_right", "vscale"]

@@ -22,7 +22,7 @@ from tdsl.errors import TuningError
 
 from ..target import Target
 from .space import ConfigEntity, point_from_entity
-from .task import args_key
+from .task import TEMPLATES, args_key
 
 _ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("tdsl_compat_autotvm_best",
                                                                 default=())
@@ -142,8 +142,29 @@ class ApplyHistoryBest:
             if old is None or r.cost < old.cost:
                 self.best[key] = r
 
-    def query(self, task_name: str, args: Sequence[Any]) -> Optional[LogRecord]:
-        return self.best.get((task_name, args_key(args)))
+    def query(self, task_name: Any, args: Sequence[Any]) -> Any:
+        """``query(task_name, args)``: the best ``LogRecord`` of a workload (None: none).
+
+        ``query(target, workload)`` (TVM's form, ``workload = (task name, *args)`` as
+        ``task.workload`` gives it): the best config as a ``ConfigEntity`` of the registered
+        template's space, else the template's default config (``is_fallback`` True)."""
+        if isinstance(task_name, str) and not (isinstance(args, tuple) and args
+                                               and isinstance(args[0], str)
+                                               and args[0] in TEMPLATES):
+            return self.best.get((task_name, args_key(args)))
+        if not (isinstance(args, (tuple, list)) and args and isinstance(args[0], str)):
+            raise TuningError(f"ApplyHistoryBest.query: expected (task name, args) or (target, "
+                              f"workload), got ({task_name!r}, {args!r})")
+        name, wargs = args[0], tuple(args[1:])
+        tmpl = TEMPLATES.get(name)
+        if tmpl is None:
+            raise TuningError(f"ApplyHistoryBest.query: no template named {name!r}")
+        space = tmpl.space(wargs)
+        rec = self.best.get((name, args_key(wargs)))
+        tgt = Target(task_name) if isinstance(task_name, str) else task_name
+        if rec is not None and rec.target.split()[0] == tgt.kind.name:
+            return ConfigEntity(space, point_from_entity(space, rec.config["entity"]))
+        return ConfigEntity(space, space.default(), is_fallback=True)
 
     def __enter__(self) -> "ApplyHistoryBest":
         if self._tdsl_ctx is not None:

@@ -133,9 +133,12 @@ def _describe(knob: KnobSpace) -> str:
 class ConfigEntity:
     """One config of a space (TVM's ``ConfigEntity``): ``index``, ``cfg[name]``, ``to_json_dict``."""
 
-    def __init__(self, space: ConfigSpace, point: Sequence[int]):
+    def __init__(self, space: ConfigSpace, point: Sequence[int], is_fallback: bool = False):
         self.space = space
         self.point = tuple(point)
+        #: True for a template's default config given where no record matched (TVM's
+        #: ``FallbackConfigEntity``)
+        self.is_fallback = is_fallback
         self.index = flat_index(space, self.point)
 
     def __getitem__(self, name: str) -> Any:

@@ -4,6 +4,7 @@ measure_option, early_stopping, callbacks)`` calls each callback as
 ``callback(tuner, inputs, results)`` after every batch, as TVM does."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 from tdsl import autotune
@@ -21,12 +22,37 @@ class _CompatTuner:
     def tune(self, n_trial: int, measure_option: Any = None, early_stopping: "int | None" = None,
              callbacks: Sequence[Any] = (), si_prefix: str = "G") -> Any:
         n_trial = min(int(n_trial), len(self.compat_task.config_space))
+        if _skip_without_gpu(self.compat_task, n_trial, callbacks):
+            return None
         return super().tune(n_trial, measure_option=measure_option,  # type: ignore[misc]
                             callbacks=list(callbacks), early_stopping=early_stopping,
                             remeasure_top=0)
 
     def has_next(self) -> bool:
         return True
+
+
+def _skip_without_gpu(task: Task, n_trial: int, callbacks: Sequence[Any]) -> bool:
+    """A CUDA task where ``tvm.cuda(0).exist`` is False cannot be timed: warn once per call
+    (``NoGPUTuningWarning``), create the callbacks' log files empty (so
+    ``apply_history_best(log)`` reads them and templates use their default configs) and
+    tell ``tune`` to return."""
+    from ..runtime import cuda
+    if task.target.kind.name != "cuda" or cuda(0).exist:
+        return False
+    warnings.warn(f"autotvm: no CUDA device, so task {task.name!r} was not tuned ({n_trial} "
+                  f"trials skipped; emulated timings would say nothing about a GPU); "
+                  f"apply_history_best falls back to the template's default config",
+                  NoGPUTuningWarning, stacklevel=3)
+    for cb in callbacks:
+        path = getattr(cb, "file_out", None)
+        if isinstance(path, str):
+            open(path, "a").close()
+    return True
+
+
+class NoGPUTuningWarning(UserWarning):
+    """A CUDA tuning task was skipped because no GPU is present."""
 
 
 def _task(task: Any) -> Any:
@@ -103,4 +129,4 @@ class GATuner(_CompatTuner, autotune.Tuner):
                 self.scores.append((r.median, c.point))
 
 
-__all__ = ["RandomTuner", "GridSearchTuner", "XGBTuner", "GATuner"]
+__all__ = ["NoGPUTuningWarning", "RandomTuner", "GridSearchTuner", "XGBTuner", "GATuner"]

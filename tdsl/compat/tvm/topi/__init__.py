@@ -46,6 +46,20 @@ def argmin(data: Any, axis: Any = None, keepdims: bool = False) -> Any:
     return _ops.argmin(data, axis, keepdims)
 
 
+def full(shape: Any, dtype: str, fill_value: Any) -> Any:
+    """A tensor of ``shape`` filled with ``fill_value`` (one compute, ``T_full``)."""
+    import tdsl
+    return tdsl.compute(tuple(shape), lambda *i: tdsl.const(fill_value, dtype), name="T_full",
+                        tag="elemwise")
+
+
+def full_like(x: Any, fill_value: Any) -> Any:
+    """A tensor of ``x``'s shape and dtype filled with ``fill_value`` (``T_full_like``)."""
+    import tdsl
+    return tdsl.compute(x.shape, lambda *i: tdsl.const(fill_value, str(x.dtype)),
+                        name="T_full_like", tag="elemwise")
+
+
 def matmul(a: Any, b: Any, transp_a: bool = False, transp_b: bool = False) -> Any:
     return _ops.matmul(a, b, transpose_a=transp_a, transpose_b=transp_b)
 
@@ -56,4 +70,5 @@ __all__ = ["nn", "generic", "x86", "cuda", "utils", "add", "subtract", "multiply
            "logical_or", "logical_not", "where", "negative", "abs", "exp", "log", "sqrt", "rsqrt",
            "tanh", "sigmoid", "erf", "floor", "ceil", "round", "sin", "cos", "clip", "cast",
            "identity", "broadcast_to", "transpose", "reshape", "expand_dims", "squeeze",
-           "concatenate", "sum", "max", "min", "prod", "argmax", "argmin", "matmul"]
+           "concatenate", "sum", "max", "min", "prod", "argmax", "argmin", "matmul",
+           "full", "full_like"]

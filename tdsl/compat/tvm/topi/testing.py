@@ -8,31 +8,15 @@ import numpy as np
 
 from tdsl.errors import TDSLError
 
+from ._args import pad4, pair
+
 
 def _pair(v: Any, what: str) -> tuple[int, int]:
-    if isinstance(v, int):
-        return v, v
-    if isinstance(v, (tuple, list)) and len(v) == 2:
-        return int(v[0]), int(v[1])
-    raise TDSLError(f"topi.testing: {what} must be an int or a pair, got {v!r}")
+    return pair(v, what, "topi.testing")
 
 
 def _padding(padding: Any, kh: int, kw: int) -> tuple[int, int, int, int]:
-    """(top, left, bottom, right) from an int, a pair, four ints or "SAME"/"VALID"."""
-    if isinstance(padding, str):
-        if padding.upper() == "VALID":
-            return 0, 0, 0, 0
-        if padding.upper() == "SAME":
-            return (kh - 1) // 2, (kw - 1) // 2, kh // 2, kw // 2
-        raise TDSLError(f"topi.testing: unknown padding {padding!r}")
-    if isinstance(padding, int):
-        return padding, padding, padding, padding
-    p = [int(x) for x in padding]
-    if len(p) == 2:
-        return p[0], p[1], p[0], p[1]
-    if len(p) == 4:
-        return p[0], p[1], p[2], p[3]
-    raise TDSLError(f"topi.testing: padding must have 1, 2 or 4 values, got {padding!r}")
+    return pad4(padding, kh, kw, "topi.testing")
 
 
 def conv2d_nchw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,

@@ -1,0 +1,27 @@
+"""``tvm.te.schedule``: the schedule classes (``Schedule``, ``Stage``, the loop relations
+``Split``/``Fuse``), ``create_schedule``, and ``Buffer`` (what ``te.extern``'s function
+receives for each tensor).  TVM's internal passes ``InferBound`` and
+``ScheduleOps`` (bounds inference and statement building, which tdsl's ``lower`` does in
+one step) are refused with a ``TDSLError`` that says so."""
+from __future__ import annotations
+
+from typing import Any
+
+from tdsl import Schedule, Stage, create_schedule
+from tdsl.errors import TDSLError
+from tdsl.extern_op import ExternBuffer as Buffer
+
+from tdsl.schedule.relations import Fuse, Split
+
+_INTERNAL = ("InferBound", "ScheduleOps", "Singleton", "Rebase", "PostProcessFeatures",
+             "VerifyCompactBuffer", "SchedulePostProcRewriteForTensorCore")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _INTERNAL:
+        raise TDSLError(f"tvm.te.schedule.{name} is a TVM internal (tdsl lowers a schedule in "
+                        f"one step: use tvm.lower); not in tdsl.compat")
+    raise AttributeError(f"module 'tvm.te.schedule' (tdsl.compat) has no attribute {name!r}")
+
+
+__all__ = ["Schedule", "Stage", "create_schedule", "Split", "Fuse", "Buffer"]
