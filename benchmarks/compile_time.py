@@ -24,7 +24,13 @@ The phases (seconds):
   generation), ``parse``, ``opt`` (LLVM's pipeline), ``emit`` (machine code), ``jit``
   (linking);
 * ``plan``: the first call's memory plan and launch lists; ``total``: compile plus the
-  first call (without ``imports``).
+  first call (without ``imports``), wall seconds; ``cpu``: the CPU seconds of the whole
+  process meanwhile (all threads: less sensitive to other processes' load than ``total``).
+
+``--cpu`` measures every phase in CPU seconds of the thread running it (``time.thread_time``)
+instead of wall seconds: with other processes on the cores, wall times mostly measure the
+wait for a core.  It implies ``--serial`` and runs tdsl's deep-recursion passes on the calling
+thread (so that each phase's work is on the thread that times it).
 
 ``--profile DIR`` writes a cProfile of each model's compile to ``DIR/<model>.prof`` (with
 ``--serial``, which builds on one thread, it includes the kernel builds).
@@ -47,14 +53,15 @@ ROOT = Path(__file__).resolve().parent
 MODELS = ("resnet18", "mobilenet_v2", "bert", "gpt2", "mlp")
 HEAD = ("export", "decomp", "import", "passes", "fusion", "declare", "build")
 STAGES = ("sched", "lower", "prep", "key", "cgen", "parse", "opt", "emit", "jit")
-TAIL = ("plan", "total")
+TAIL = ("plan", "total", "cpu")
 
 
 class Timers:
     """Inclusive seconds per phase, summed over threads; a phase re-entered on the same
     thread (recursion) counts once."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = time.perf_counter) -> None:
+        self.clock = clock
         self.seconds: dict[str, float] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -67,11 +74,11 @@ class Timers:
             if phase in active:
                 return fn(*a, **kw)
             active.add(phase)
-            t0 = time.perf_counter()
+            t0 = self.clock()
             try:
                 return fn(*a, **kw)
             finally:
-                dt = time.perf_counter() - t0
+                dt = self.clock() - t0
                 active.discard(phase)
                 with self._lock:
                     self.seconds[phase] = self.seconds.get(phase, 0.0) + dt
@@ -121,31 +128,32 @@ def preimport() -> None:
         importlib.import_module(m)
 
 
-def measure(name: str, size: str, batch: int, profile: "str | None", serial: bool = False
-            ) -> dict:
+def measure(name: str, size: str, batch: int, profile: "str | None", serial: bool = False,
+            cpu: bool = False) -> dict:
     """Compile ``name`` once in this process; its phases, kernel counts and total.
     ``serial``: build the kernels on one thread (cProfile sees only the calling thread)."""
     import torch
     import tdsl
-    if serial:
+    if serial or cpu:
         from tdsl.graph import runtime
         runtime.available_cpus = lambda: 1
-        if profile:   # and no worker thread for deep recursion (these models are shallow)
+        if profile or cpu:   # no worker thread for deep recursion (these models are shallow)
             import tdsl.deep
             tdsl.deep._run_deep = lambda fn, a, kw: fn(*a, **kw)
     from tdsl.testing import models
     torch.manual_seed(0)
     model, inputs = models.make(name, size, batch=batch)
-    t = Timers()
-    t0 = time.perf_counter()
+    clock = time.thread_time if cpu else time.perf_counter
+    t = Timers(clock)
+    t0 = clock()
     preimport()
-    t.seconds["imports"] = time.perf_counter() - t0
+    t.seconds["imports"] = clock() - t0
     prof = None
     if profile:
         import cProfile
         prof = cProfile.Profile()
     with instrumented(t):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if prof is not None:
             prof.enable()
         cm = tdsl.compile(model, inputs)
@@ -153,17 +161,18 @@ def measure(name: str, size: str, batch: int, profile: "str | None", serial: boo
         if prof is not None:
             prof.disable()
         total = time.perf_counter() - t0
+        cpu_s = time.process_time() - c0
     if prof is not None:
         Path(profile).mkdir(parents=True, exist_ok=True)
         prof.dump_stats(str(Path(profile) / f"{name}.prof"))
     rep = cm.report.graph
     row = {k: t.seconds.get(k, 0.0) for k in ("imports", *HEAD, *STAGES, "plan")}
-    row.update(model=name, total=total, kernels=rep.kernels, built=rep.built)
+    row.update(model=name, total=total, cpu=cpu_s, kernels=rep.kernels, built=rep.built)
     return row
 
 
 def child(args: argparse.Namespace) -> None:
-    row = measure(args.child, args.size, args.batch, args.profile, args.serial)
+    row = measure(args.child, args.size, args.batch, args.profile, args.serial, args.cpu)
     print("ROW " + json.dumps(row))
 
 
@@ -175,6 +184,8 @@ def run_one(name: str, args: argparse.Namespace, cache_dir: str) -> dict:
         cmd += ["--profile", args.profile]
     if args.serial:
         cmd += ["--serial"]
+    if args.cpu:
+        cmd += ["--cpu"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     rows = [ln[4:] for ln in r.stdout.splitlines() if ln.startswith("ROW ")]
     if r.returncode != 0 or not rows:
@@ -202,6 +213,8 @@ def main() -> None:
     p.add_argument("--profile", help="folder for cProfile dumps (one per model)")
     p.add_argument("--serial", action="store_true",
                    help="build on one thread (for --profile: cProfile sees one thread)")
+    p.add_argument("--cpu", action="store_true",
+                   help="phases in CPU seconds of the threads running them (load-robust)")
     p.add_argument("--json", help="write the rows here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
