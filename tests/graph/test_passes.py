@@ -270,6 +270,28 @@ def test_cse_checksums_each_weight_once_and_only_against_rivals(rng):
     close(compile_graph(g)(xa)[0], 2 * xa * w1 + xa * w3 + lone.const)
 
 
+def test_cse_sampled_checksum_never_merges_unequal_constants(rng):
+    """Two large weights that differ only between the checksum's samples have the same
+    checksum: ``array_equal`` keeps them apart; an equal copy still merges."""
+    from tdsl.graph.passes.cleanup import DIGEST_SAMPLE, ConstDigests
+    n = 4 * DIGEST_SAMPLE + 3
+    w = rand(rng, n)
+    w_odd = w.copy()
+    w_odd[1] += 1.0                                         # not a sampled element
+    digest = ConstDigests()
+    assert digest(w) == digest(w_odd)
+    b = Builder()
+    x = b.input((2, n), name="x")
+    c1, c2, c3 = b.const(w), b.const(w_odd), b.const(w.copy())
+    b.output(b.op("add", b.op("add", b.op("mul", x, c1), b.op("mul", x, c2)),
+                  b.op("mul", x, c3)))
+    g, st = optimize(b.graph)
+    consts = {id(v) for n_ in g.nodes for v in n_.inputs if v.is_const}
+    assert len(consts) == 2 and st.merged_common == 2       # c3 -> c1, then its mul
+    xa = rand(rng, 2, n)
+    close(compile_graph(b.graph)(xa)[0], 2 * xa * w + xa * w_odd)
+
+
 def test_prepacked_weight_transpose_in_bands(rng):
     """``transpose_2d`` (banded copy) equals ``a.T`` for row counts around the band,
     several dtypes, and a single row or column."""
