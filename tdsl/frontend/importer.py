@@ -20,6 +20,7 @@ import torch.fx
 
 from ..graph import Graph, Value, constant, fallback
 from .errors import ImportFailure, Unsupported
+from .supports_memo import SupportsMemo
 from .symbols import SymbolTable, is_symbolic, sym_expr
 
 #: torch dtypes a graph Value may have (others only flow between fallback nodes)
@@ -74,7 +75,7 @@ class Context:
                  ) -> None:
         self.graph = graph
         self.symbols = symbols
-        self._supports = supports
+        self._supports = SupportsMemo(supports) if supports is not None else None
         self.env: dict = {}            # fx.Node -> Value | tuple | Expr | int
         self.node: Optional[torch.fx.Node] = None
         self._pending: list = []

@@ -17,6 +17,26 @@ from .nest import seq
 MAX_PADDED_EXTENT = 256
 
 
+#: Loop kinds whose single-iteration loops ``simplify_stmt`` replaces by their body.
+_UNIT_KINDS = (ForKind.SERIAL, ForKind.UNROLLED, ForKind.VECTORIZED, ForKind.PARALLEL)
+
+
+def _drop_unit_loops(loop: For, lo: Expr, ana: Analyzer) -> Stmt:
+    """The body of the single-iteration ``loop`` (its variable bound to ``lo``), and of the
+    single-iteration loops nested directly in it, with one substitution for the whole
+    chain: a nest of k unit loops (a conv's kernel-size-1 axes, batch 1) rewrote the body
+    k times, one loop at a time."""
+    vmap = {loop.var: lo}
+    body = loop.body
+    while isinstance(body, For) and body.kind in _UNIT_KINDS:
+        ext = ana.simplify(substitute(body.extent, vmap))
+        if not (isinstance(ext, Const) and ext.value == 1):
+            break
+        vmap[body.var] = ana.simplify(substitute(body.min, vmap))
+        body = body.body
+    return substitute(body, vmap)
+
+
 def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
     """Simplify every expression with the loop bounds known; drop dead branches and
     unit loops.  Returns None for a statement that does nothing."""
@@ -26,9 +46,8 @@ def simplify_stmt(stmt: Stmt, ana: Analyzer) -> "Stmt | None":
         hi_bound = ana.const_int_bound(ext)[1]
         if hi_bound is not None and hi_bound <= 0:
             return None
-        if isinstance(ext, Const) and ext.value == 1 and stmt.kind in (ForKind.SERIAL, ForKind.UNROLLED,
-                                                                         ForKind.VECTORIZED, ForKind.PARALLEL):
-            return simplify_stmt(substitute(stmt.body, {stmt.var: lo}), ana)
+        if isinstance(ext, Const) and ext.value == 1 and stmt.kind in _UNIT_KINDS:
+            return simplify_stmt(_drop_unit_loops(stmt, lo, ana), ana)
         if stmt.kind in (ForKind.VECTORIZED, ForKind.UNROLLED) and not isinstance(ext, Const) \
                 and hi_bound is not None and hi_bound <= MAX_PADDED_EXTENT:
             return simplify_stmt(pad_to_constant(stmt, lo, ext, hi_bound), ana)

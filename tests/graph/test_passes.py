@@ -276,3 +276,65 @@ def test_layout_only_matmul_operands_are_read_in_place(rng):
         qt, kt = qa.transpose(0, 2, 1, 3), ka.transpose(0, 2, 1, 3)
         close(y1, qt @ np.swapaxes(kt, -1, -2))
         close(y2, np.swapaxes(np.exp(kt), -1, -2) @ qt)
+
+
+def test_cse_checksums_each_weight_once_and_only_against_rivals(rng):
+    """The three CSE passes of ``optimize`` share one ConstDigests: a weight with a
+    rival of its dtype and shape is checksummed once, one without a rival never; equal
+    data merges, same-shape different data (even one element apart) does not."""
+    from tdsl.graph.passes import eliminate_common_subexpressions
+    from tdsl.graph.passes.cleanup import ConstDigests
+    b = Builder()
+    x = b.input((3, 5), name="x")
+    w1 = rand(rng, 5)
+    w3 = w1.copy()
+    w3[4] += 1.0                                            # same shape, other data
+    c1, c2, c3 = b.const(w1), b.const(w1.copy()), b.const(w3)
+    lone = b.const(rand(rng, 3, 1))                         # no rival: never read whole
+    y = b.op("add", b.op("mul", x, c1), b.op("mul", x, c2))
+    b.output(b.op("add", b.op("add", y, b.op("mul", x, c3)), lone))
+    digest = ConstDigests()
+    g = b.graph
+    assert eliminate_common_subexpressions(g, digest) == 2   # c2 -> c1, then mul(x, c1)
+    assert digest.computed == 3
+    assert eliminate_common_subexpressions(g, digest) == 0
+    assert digest.computed == 3                              # the second pass reuses them
+    consts = {id(v) for n in g.nodes for v in n.inputs if v.is_const}
+    assert consts == {id(c1), id(c3), id(lone)}
+    xa = rand(rng, 3, 5)
+    close(compile_graph(g)(xa)[0], 2 * xa * w1 + xa * w3 + lone.const)
+
+
+def test_cse_sampled_checksum_never_merges_unequal_constants(rng):
+    """Two large weights that differ only between the checksum's samples have the same
+    checksum: ``array_equal`` keeps them apart; an equal copy still merges."""
+    from tdsl.graph.passes.cleanup import DIGEST_SAMPLE, ConstDigests
+    n = 4 * DIGEST_SAMPLE + 3
+    w = rand(rng, n)
+    w_odd = w.copy()
+    w_odd[1] += 1.0                                         # not a sampled element
+    digest = ConstDigests()
+    assert digest(w) == digest(w_odd)
+    b = Builder()
+    x = b.input((2, n), name="x")
+    c1, c2, c3 = b.const(w), b.const(w_odd), b.const(w.copy())
+    b.output(b.op("add", b.op("add", b.op("mul", x, c1), b.op("mul", x, c2)),
+                  b.op("mul", x, c3)))
+    g, st = optimize(b.graph)
+    consts = {id(v) for n_ in g.nodes for v in n_.inputs if v.is_const}
+    assert len(consts) == 2 and st.merged_common == 2       # c3 -> c1, then its mul
+    xa = rand(rng, 2, n)
+    close(compile_graph(b.graph)(xa)[0], 2 * xa * w + xa * w_odd)
+
+
+def test_prepacked_weight_transpose_in_bands(rng):
+    """``transpose_2d`` (banded copy) equals ``a.T`` for row counts around the band,
+    several dtypes, and a single row or column."""
+    from tdsl.graph.passes.prepack import TRANSPOSE_ROWS, transpose_2d
+    for rows, cols in [(1, 7), (9, 1), (TRANSPOSE_ROWS - 1, 5), (TRANSPOSE_ROWS, 3),
+                       (2 * TRANSPOSE_ROWS + 5, 17)]:
+        for dtype in ("float32", "float64", "int32"):
+            a = (rng.standard_normal((rows, cols)) * 100).astype(dtype)
+            t_ = transpose_2d(a)
+            assert t_.flags.c_contiguous and t_.dtype == a.dtype
+            np.testing.assert_array_equal(t_, a.T)

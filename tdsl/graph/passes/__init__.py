@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import Graph
-from .cleanup import eliminate_common_subexpressions, eliminate_dead_code
+from .cleanup import ConstDigests, eliminate_common_subexpressions, eliminate_dead_code
 from .decompose import decompose
 from .flatten import flatten_anchors, merge_reshapes, sink_reshapes
 from .fold import fold_batch_norm, fold_constants
@@ -42,19 +42,20 @@ def optimize(graph: Graph) -> tuple[Graph, PassStats]:
     g = clone(graph)
     g.verify()
     st = PassStats()
+    digest = ConstDigests()      # each weight's checksum once, for the three CSE passes
     st.removed_dead += eliminate_dead_code(g)
     st.decomposed += decompose(g)
     st.folded_constants += fold_constants(g)
-    st.merged_common += eliminate_common_subexpressions(g)
+    st.merged_common += eliminate_common_subexpressions(g, digest)
     st.folded_batch_norms += fold_batch_norm(g)
     st.folded_constants += fold_constants(g)
-    st.merged_common += eliminate_common_subexpressions(g)
+    st.merged_common += eliminate_common_subexpressions(g, digest)
     st.prepacked += prepack_weights(g)
     st.flattened += flatten_anchors(g)
     st.sunk_reshapes += sink_reshapes(g)
     merge_reshapes(g)
     st.folded_constants += fold_constants(g)
-    st.merged_common += eliminate_common_subexpressions(g)
+    st.merged_common += eliminate_common_subexpressions(g, digest)
     st.removed_dead += eliminate_dead_code(g)
     st.recomputed += recompute_cheap(g)
     g.verify()

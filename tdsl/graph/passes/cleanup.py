@@ -1,7 +1,8 @@
 """Dead code elimination and common subexpression elimination."""
 from __future__ import annotations
 
-from typing import Any
+import zlib
+from typing import Any, Optional
 
 import numpy as np
 
@@ -32,27 +33,67 @@ def _freeze(a: Any) -> Any:
     return repr(a)
 
 
-def _const_key(v: Value) -> tuple:
-    c = v.const
-    return (str(c.dtype), c.shape, hash(c.tobytes()))
+#: Elements of a constant (evenly spaced) that its checksum reads.
+DIGEST_SAMPLE = 4096
 
 
-def eliminate_common_subexpressions(graph: Graph) -> int:
+class ConstDigests:
+    """A checksum of each constant's data, computed once per array (by identity; the
+    array is held, so its id is not reused) and only for constants that have a rival of
+    the same dtype and shape: the CSE passes run several times over the same weights,
+    which can be hundreds of megabytes.  The checksum reads ``DIGEST_SAMPLE`` evenly
+    spaced elements, not the whole array: it only sorts out the candidates, and
+    ``array_equal`` decides every merge."""
+
+    def __init__(self) -> None:
+        self._sums: dict[int, tuple[np.ndarray, int]] = {}
+        self.computed = 0      # how many arrays were checksummed (for tests)
+
+    def __call__(self, a: np.ndarray) -> int:
+        hit = self._sums.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        flat = a.reshape(-1)
+        step = max(1, flat.size // DIGEST_SAMPLE)
+        sample = np.ascontiguousarray(flat[::step][:DIGEST_SAMPLE])
+        s = zlib.crc32(sample.view(np.uint8)) if sample.size else 0
+        self._sums[id(a)] = (a, s)
+        self.computed += 1
+        return s
+
+
+def _merge_constant(graph: Graph, v: Value, groups: dict, digest: ConstDigests) -> bool:
+    """Replace ``v`` by an earlier equal constant (True), or record it as the first of
+    its data.  Constants are grouped by dtype and shape; the data is compared (checksum,
+    then ``array_equal``) only inside a group of two or more."""
+    group = groups.setdefault((str(v.const.dtype), v.const.shape), [])
+    if any(u is v for u in group):
+        return False
+    if group:
+        d = digest(v.const)
+        for u in group:
+            if digest(u.const) == d and np.array_equal(u.const, v.const):
+                replace_uses(graph, v, u)
+                return True
+    group.append(v)
+    return False
+
+
+def eliminate_common_subexpressions(graph: Graph, digest: Optional[ConstDigests] = None
+                                    ) -> int:
     """Merge equal constants (same dtype, shape and data) and nodes with the same op,
     inputs and attrs (never fallbacks: a PyTorch op may not be pure); returns how many
-    nodes and constants were merged."""
+    nodes and constants were merged.  ``digest``: the constants' checksums, shared by
+    the passes of one ``optimize`` (each CSE pass would otherwise read every weight)."""
     merged = 0
-    consts: dict[tuple, Value] = {}
+    digest = digest if digest is not None else ConstDigests()
+    groups: dict[tuple, list] = {}
     seen: dict[tuple, Node] = {}
     keep: list[Node] = []
     for n in graph.nodes:
         for v in list(n.inputs):
-            if v.is_const:
-                k = _const_key(v)
-                first = consts.setdefault(k, v)
-                if first is not v and np.array_equal(first.const, v.const):
-                    replace_uses(graph, v, first)
-                    merged += 1
+            if v.is_const and _merge_constant(graph, v, groups, digest):
+                merged += 1
         if n.op == "torch":
             keep.append(n)
             continue

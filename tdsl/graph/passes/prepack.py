@@ -15,6 +15,20 @@ import numpy as np
 from ..ir import Graph, Node, constant
 
 
+#: Rows of the source transposed at a time by ``transpose_2d``.
+TRANSPOSE_ROWS = 64
+
+
+def transpose_2d(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``a.T`` (``a`` 2-D), written a band of ``TRANSPOSE_ROWS``
+    source rows at a time: NumPy's one-pass strided copy of a large transpose misses the
+    cache on every element (about 2x slower on a 4096 x 4096 float32 weight)."""
+    out = np.empty((a.shape[1], a.shape[0]), dtype=a.dtype)
+    for i in range(0, a.shape[0], TRANSPOSE_ROWS):
+        out[:, i:i + TRANSPOSE_ROWS] = a[i:i + TRANSPOSE_ROWS].T
+    return out
+
+
 def prepack_weights(graph: Graph) -> int:
     """Pre-transpose constant dense and conv2d weights; returns how many."""
     count = 0
@@ -29,7 +43,7 @@ def prepack_weights(graph: Graph) -> int:
         if not w.is_const or w.ndim != 2:
             continue
         if id(w) not in done:
-            done[id(w)] = constant(np.ascontiguousarray(w.const.T), w.name + "_kn")
+            done[id(w)] = constant(transpose_2d(w.const), w.name + "_kn")
         n.inputs = [n.inputs[0], done[id(w)], *n.inputs[2:]]
         n.attrs = {**n.attrs, "weight_layout": "KN"}
         count += 1
