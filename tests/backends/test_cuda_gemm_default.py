@@ -86,7 +86,7 @@ def test_dense_bias_relu_symbolic_rows_and_batch_matmul():
 
 
 def test_large_matmul_is_two_level_tiled():
-    """At 1024: 128x128 block tiles, 16x16 threads, 8x8 = 64 outputs per thread in
+    """At 1024: 128x128 block tiles, 32x8 threads, 16x4 = 64 outputs per thread in
     registers, A and B tiles in shared memory (double buffered), float4 fetches."""
     args, _ = _matmul(1024, 1024, 1024)
     f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda")
@@ -96,8 +96,9 @@ def test_large_matmul_is_two_level_tiled():
     names = sorted(b.name for b in k.shared)
     assert len(names) == 2 and k.shared_bytes <= 48 * 1024
     src = f.get_source()
-    # float4 / float2 fetches: cp.async copies of 16 / 8 bytes on sm_80+ (pipeline.py)
-    assert "tdsl_cp_async<16>(B_pack" in src and "tdsl_cp_async<8>(A_shared" in src
+    # float4 fetches: cp.async copies of 16 bytes on sm_80+ (pipeline.py)
+    assert "tdsl_cp_async<16>(B_pack" in src and "tdsl_cp_async<16>(A_shared" in src
+    assert [int(d.value) for d in k.block] == [32, 8, 1]
     body = src[src.index("for (int k_outer"):]
     assert body.count("__syncthreads();") == 2      # one barrier per k slice, one after
     inner = body[body.index("for (int k_inner"):]
