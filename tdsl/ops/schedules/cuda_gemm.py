@@ -120,7 +120,7 @@ def _fetch(s: Schedule, st: Stage, at: Stage, ko: object, vec: int, rows: int) -
         fused = st.fuse(c, r)
         vec = 1
         if 32 % rows == 0:
-            st.storage_align(r, 32, 32 // rows)
+            st.storage_align(r, 64 // rows, 32 // rows)
     else:
         fused = st.fuse(r, c)
     rest, vi = st.split(fused, factor=vec)
