@@ -46,6 +46,9 @@ THREADS = 16
 FILL_BLOCKS = 128
 #: Bytes of one copy of the two shared tiles (double buffering keeps two).
 SHARED_BUDGET = 16 * 1024
+#: ... for a block of 64 threads (16 channels): two copies and the 1 KB the SM reserves
+#: per block let 10 blocks (20 warps) stay resident on an sm_80 SM, 14 on sm_90.
+SMALL_BUDGET = 7680
 #: Split-K below this many blocks: under half an H100's 132 SMs, at most half of them
 #: would have work (a late 7x7 layer: 1 x 512 x 7 x 7 -> 512 has 32 blocks of 16 x 64).
 SPLIT_BELOW = FILL_BLOCKS // 2
@@ -101,9 +104,11 @@ def _pixel_tile(ow: int) -> tuple[int, int]:
 
 def _chunk(ci: int, taps: int, rows: int, cols: int, co_tile: int) -> "int | None":
     """Input channels per reduction chunk (``taps`` kernel positions each): the largest
-    of 8, 4, 2, 1 dividing ``ci`` whose two tiles fit ``SHARED_BUDGET``, or None."""
+    of 8, 4, 2, 1 dividing ``ci`` whose two tiles (the weights' rows padded by a word)
+    fit ``SHARED_BUDGET`` (``SMALL_BUDGET`` for 16 channels), or None."""
+    budget = SMALL_BUDGET if co_tile <= 16 else SHARED_BUDGET
     for rc in (8, 4, 2, 1):
-        if ci % rc == 0 and 4 * rc * (taps * co_tile + rows * cols) <= SHARED_BUDGET:
+        if ci % rc == 0 and 4 * rc * (taps * (co_tile + 1) + rows * cols) <= budget:
             return rc
     return None
 
