@@ -2,19 +2,23 @@
 
 Seen as a GEMM, the convolution multiplies the weights (``CO x (CI*KH*KW)``) by the input
 patches (``(CI*KH*KW) x (N*OH*OW)``).  Per block a tile of ``CO_TILE`` = 64 output
-channels by an 8 x 8 square of output pixels; 16 x 16 threads, each holding 4 channels x
-4 consecutive pixels of a row (16 outputs) in registers (``threadIdx.y``: channels,
-``threadIdx.x``: the 8 rows x 2 column groups).  Where that leaves the grid too small to
-fill the GPU, the block takes 32 or 16 channels (8 or 4 thread rows).
+channels by 4 x 16 output pixels (8 x 8 where the output is under 16 wide); 16 x 16
+threads, each holding 4 channels x 4 consecutive pixels of a column (16 outputs) in
+registers (``threadIdx.y``: channels, ``threadIdx.x``: the tile's columns, innermost,
+by its groups of 4 rows).  A warp's reads of the input tile are then consecutive words
+(stride 1) or every other word (stride 2) of a row: no bank conflict; its stores are
+rows of consecutive pixels.  Where that leaves the grid too small to fill the GPU, the
+block takes 32 or 16 channels (8 or 4 thread rows).
 
 The reduction over (ic, kh, kw) runs in chunks: per ``RC`` input channels, the block
 fetches the weight tile (``RC x KH x KW x 64``, from the packed ``(CI, KH, KW, CO)``
-weights) and the input patch the 8 x 8 pixels read (``RC x rows x cols``, the padding
-computed by the fetch: zeros outside the image) cooperatively into shared memory, double
-buffered; each thread then does ``RC*KH*KW*16`` FMAs from shared memory.  Where the
-window's tiles would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one kernel row
-(``RC x KW`` taps).  Bias and activation run on the accumulators before the store (4
-consecutive pixels: float4 where aligned).
+weights: lanes along the taps, which the OIHW weights hold contiguously, the tile's rows
+padded by a word against bank conflicts) and the input patch the pixel tile reads
+(``RC x rows x cols``, the padding computed by the fetch: zeros outside the image)
+cooperatively into shared memory, double buffered; each thread then does
+``RC*KH*KW*16`` FMAs from shared memory.  Where the window's tiles would not fit
+``SHARED_BUDGET`` (large kernels), a chunk is one kernel row (``RC x KW`` taps).  Bias and
+activation run on the accumulators before the stores.
 
 At sizes that don't divide the tiles the fetches zero-fill what lies outside the input
 and only the final store is guarded (tdsl/lowering/padding.py): the FMAs run unguarded.

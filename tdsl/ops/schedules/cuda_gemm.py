@@ -108,11 +108,12 @@ def _rows_contiguous(st: Stage) -> bool:
 
 
 def _fetch(s: Schedule, st: Stage, at: Stage, ko: object, vec: int, rows: int) -> None:
-    """``st`` (a 2-D tile of ``rows`` rows) computed at ``ko`` of ``at``, its elements fetched by all the
-    block's threads with consecutive lanes on consecutive elements of the axis the global
-    source is contiguous along (coalesced reads): ``vec`` at a time (the vector loop) along
-    the tile's rows, or one at a time down its columns, which then are padded to a stride
-    of ``32 / rows`` (mod 32) words so the lanes' stores fall on distinct banks."""
+    """``st`` (a 2-D tile of ``rows`` rows) computed at ``ko`` of ``at``, its elements
+    fetched by all the block's threads with consecutive lanes on consecutive elements of
+    the axis its global source is contiguous along (coalesced reads): ``vec`` at a time
+    (the vector loop) along a row, or, for a source contiguous down the tile's columns
+    (``dense``'s W), one at a time down a column; the rows are then padded to an odd
+    multiple of ``32 / rows`` words so those lanes' stores fall on distinct banks."""
     st.compute_at(at, ko)
     r, c = st.op.axis[-2:]
     if _rows_contiguous(st):
