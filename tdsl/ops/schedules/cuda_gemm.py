@@ -334,9 +334,7 @@ def _tile(s: Schedule, o: Stage, acc: Stage, pack: Stage, a_t: object) -> None:
     a_reg.unroll(a_reg.op.axis[-2])
     if tj > 1:
         b_reg.vectorize(b_reg.op.axis[-1])
-    # float4 fills (fewer where a small tile leaves a thread less than 4 elements): a
-    # warp stores 4 whole rows of the unpadded A tile (BK = 8 words) or one row of the B
-    # tile, all 32 banks once per 8-lane phase
-    threads = THREADS_X * THREADS_Y
-    _fetch(s, a_sh, acc, ko, max(1, min(4, bm * BK // threads)), bm)
-    _fetch(s, pack, acc, ko, max(1, min(4, bn * BK // threads)), BK)
+    # float4 fills: a warp stores 4 whole rows of the unpadded A tile (BK = 8 words) or
+    # one row of the B tile, all 32 banks once per 8-lane phase
+    _fetch(s, a_sh, acc, ko, 4, bm)
+    _fetch(s, pack, acc, ko, 4, BK)
