@@ -67,6 +67,8 @@ def _locals_and_shared(f):
     ((2, 6, 9, 11), 80, 3, 2, 1, 1, True),        # stride 2, N=2, 80 channels, bias+relu
     ((1, 4, 12, 13), 8, 3, 1, 2, 2, False),       # dilation 2
     ((1, 3, 15, 15), 20, 7, 2, 3, 1, False),      # a 7x7 stem, stride 2
+    ((1, 5, 18, 21), 12, 3, 1, 1, 1, True),       # 21 wide: 4 x 16 pixel tiles with tails
+    ((1, 3, 35, 37), 8, 3, 2, 1, 1, False),       # stride 2, 19 wide: 4 x 16 tiles
 ])
 def test_conv_default_matches_numpy(shape, co, ksize, stride, pad, dil, epi):
     args = _conv(shape, co, ksize, stride, pad, dil, epi)

@@ -88,7 +88,7 @@ def test_dense_bias_relu_symbolic_rows_and_batch_matmul():
 
 
 def test_large_matmul_is_two_level_tiled():
-    """At 1024: 128x128 block tiles, 16x16 threads, 8x8 = 64 outputs per thread in
+    """At 1024: 128x128 block tiles, 32x8 threads, 16x4 = 64 outputs per thread in
     registers, A and B tiles in shared memory (double buffered), float4 fetches."""
     args, _ = _matmul(1024, 1024, 1024)
     f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda")
@@ -98,8 +98,9 @@ def test_large_matmul_is_two_level_tiled():
     names = sorted(b.name for b in k.shared)
     assert len(names) == 2 and k.shared_bytes <= 48 * 1024
     src = f.get_source()
-    # float4 / float2 fetches: cp.async copies of 16 / 8 bytes on sm_80+ (pipeline.py)
-    assert "tdsl_cp_async<16>(B_pack" in src and "tdsl_cp_async<8>(A_shared" in src
+    # float4 fetches: cp.async copies of 16 bytes on sm_80+ (pipeline.py)
+    assert "tdsl_cp_async<16>(B_pack" in src and "tdsl_cp_async<16>(A_shared" in src
+    assert [int(d.value) for d in k.block] == [32, 8, 1]
     body = src[src.index("for (int k_outer"):]
     assert body.count("__syncthreads();") == 2      # one barrier per k slice, one after
     inner = body[body.index("for (int k_inner"):]
@@ -232,3 +233,29 @@ def test_index_arithmetic_is_32_bit_where_it_provably_fits():
     out = ops.relu(big)
     src = td.build(ops.schedule(out, "cuda"), [big, out], target="cuda").get_source()
     assert "(long long)blockIdx.x" in src
+
+
+@needs_gxx
+def test_transposed_b_is_fetched_down_the_tile_columns():
+    """``b`` given as (N, K) (transpose_b, dense's W): the B tile is fetched along K (a
+    column of the tile) into rows padded to 132 words; checked at sizes the tiles don't
+    divide, 2-D and batched."""
+    g = np.random.default_rng(7)
+    A, B = td.placeholder((70, 37), name="A"), td.placeholder((300, 37), name="B")
+    C = ops.matmul(A, B, transpose_b=True)
+    f = _build([A, B, C])
+    # two copies of 8 rows of 132 words (the last row's padding is not allocated)
+    assert "tdsl_shared<float, 2108> B_pack;" in f.get_source()
+    a = g.standard_normal((70, 37)).astype("float32")
+    b = g.standard_normal((300, 37)).astype("float32")
+    c = np.full((70, 300), np.nan, "float32")
+    f.emulate(a, b, c)
+    np.testing.assert_allclose(c, a @ b.T, rtol=1e-4, atol=1e-4)
+    P, Q = td.placeholder((2, 33, 20), name="P"), td.placeholder((2, 45, 20), name="Q")
+    R = ops.batch_matmul(P, Q, transpose_b=True)
+    f = _build([P, Q, R])
+    p = g.standard_normal((2, 33, 20)).astype("float32")
+    q = g.standard_normal((2, 45, 20)).astype("float32")
+    r = np.full((2, 33, 45), np.nan, "float32")
+    f.emulate(p, q, r)
+    np.testing.assert_allclose(r, p @ q.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)

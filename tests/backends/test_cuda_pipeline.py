@@ -39,7 +39,7 @@ def test_sm80_fills_are_cp_async_with_one_barrier_per_step():
     src = f.get_source()
     body = _loop_body(src)
     assert "tdsl_cp_async<16>(B_pack.ptr(" in body          # float4 fetch of B: 16 bytes
-    assert "tdsl_cp_async<8>(A_shared.ptr(" in body         # float2 fetch of A
+    assert "tdsl_cp_async<16>(A_shared.ptr(" in body        # float4 fetch of A
     assert body.count("__syncthreads();") == 1
     assert body.index("tdsl_cp_async_wait_all();") < body.index("__syncthreads();") < \
         body.index("tdsl_cp_async<16>")

@@ -2,19 +2,23 @@
 
 Seen as a GEMM, the convolution multiplies the weights (``CO x (CI*KH*KW)``) by the input
 patches (``(CI*KH*KW) x (N*OH*OW)``).  Per block a tile of ``CO_TILE`` = 64 output
-channels by an 8 x 8 square of output pixels; 16 x 16 threads, each holding 4 channels x
-4 consecutive pixels of a row (16 outputs) in registers (``threadIdx.y``: channels,
-``threadIdx.x``: the 8 rows x 2 column groups).  Where that leaves the grid too small to
-fill the GPU, the block takes 32 or 16 channels (8 or 4 thread rows).
+channels by 4 x 16 output pixels (8 x 8 where the output is under 16 wide); 16 x 16
+threads, each holding 4 channels x 4 consecutive pixels of a column (16 outputs) in
+registers (``threadIdx.y``: channels, ``threadIdx.x``: the tile's columns, innermost,
+by its groups of 4 rows).  A warp's reads of the input tile are then consecutive words
+(stride 1) or every other word (stride 2) of a row: no bank conflict; its stores are
+rows of consecutive pixels.  Where that leaves the grid too small to fill the GPU, the
+block takes 32 or 16 channels (8 or 4 thread rows).
 
 The reduction over (ic, kh, kw) runs in chunks: per ``RC`` input channels, the block
 fetches the weight tile (``RC x KH x KW x 64``, from the packed ``(CI, KH, KW, CO)``
-weights) and the input patch the 8 x 8 pixels read (``RC x rows x cols``, the padding
-computed by the fetch: zeros outside the image) cooperatively into shared memory, double
-buffered; each thread then does ``RC*KH*KW*16`` FMAs from shared memory.  Where the
-window's tiles would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one kernel row
-(``RC x KW`` taps).  Bias and activation run on the accumulators before the store (4
-consecutive pixels: float4 where aligned).
+weights: lanes along the taps, which the OIHW weights hold contiguously, the tile's rows
+padded by a word against bank conflicts) and the input patch the pixel tile reads
+(``RC x rows x cols``, the padding computed by the fetch: zeros outside the image)
+cooperatively into shared memory, double buffered; each thread then does
+``RC*KH*KW*16`` FMAs from shared memory.  Where the window's tiles would not fit
+``SHARED_BUDGET`` (large kernels), a chunk is one kernel row (``RC x KW`` taps).  Bias and
+activation run on the accumulators before the stores.
 
 At sizes that don't divide the tiles the fetches zero-fill what lies outside the input
 and only the final store is guarded (tdsl/lowering/padding.py): the FMAs run unguarded.
@@ -36,15 +40,19 @@ from .graph import fusable_anchor, stage_kind, stage_pattern
 
 #: Output channels per block and per thread.
 CO_TILE, CO_THREAD = 64, 4
-#: The square of output pixels per block, and consecutive pixels of a row per thread.
-PIX_TILE, PIX_THREAD = 8, 4
-#: Threads per block along the pixels (8 rows x 2 column groups).
+#: Output pixels per block (rows x columns: 4 x 16 where the output is 16 or more wide,
+#: else 8 x 8), and consecutive pixels of a column per thread.
+PIX_WIDE, PIX_SQUARE, PIX_THREAD = (4, 16), (8, 8), 4
+#: Threads per block along the pixels (one per column of the tile and group of rows).
 THREADS = 16
 #: Blocks a launch should have to fill the GPU (an H100 has 132 SMs): the block's channel
 #: tile shrinks (64 -> 32 -> 16 channels, 256 -> 64 threads) until the grid has that many.
 FILL_BLOCKS = 128
 #: Bytes of one copy of the two shared tiles (double buffering keeps two).
 SHARED_BUDGET = 16 * 1024
+#: ... for a block of 64 threads (16 channels): two copies and the 1 KB the SM reserves
+#: per block let 10 blocks (20 warps) stay resident on an sm_80 SM, 14 on sm_90.
+SMALL_BUDGET = 7680
 #: Split-K below this many blocks: under half an H100's 132 SMs, at most half of them
 #: would have work (a late 7x7 layer: 1 x 512 x 7 x 7 -> 512 has 32 blocks of 16 x 64).
 SPLIT_BELOW = FILL_BLOCKS // 2
@@ -91,11 +99,20 @@ def _input_stages(s: Schedule, anchor: Stage) -> "tuple[Stage | object, Stage] |
     return data, pack
 
 
+def _pixel_tile(ow: int) -> tuple[int, int]:
+    """(rows, columns) of the block's pixel tile: 16 columns (a half-warp of threads along
+    a row: conflict-free reads of the input tile at stride 1 or 2, coalesced stores) where
+    the output is that wide; else 8 x 8 (less of the tile lies past a narrow output)."""
+    return PIX_WIDE if ow >= PIX_WIDE[1] else PIX_SQUARE
+
+
 def _chunk(ci: int, taps: int, rows: int, cols: int, co_tile: int) -> "int | None":
     """Input channels per reduction chunk (``taps`` kernel positions each): the largest
-    of 8, 4, 2, 1 dividing ``ci`` whose two tiles fit ``SHARED_BUDGET``, or None."""
+    of 8, 4, 2, 1 dividing ``ci`` whose two tiles (the weights' rows padded by a word)
+    fit ``SHARED_BUDGET`` (``SMALL_BUDGET`` for 16 channels), or None."""
+    budget = SMALL_BUDGET if co_tile <= 16 else SHARED_BUDGET
     for rc in (8, 4, 2, 1):
-        if ci % rc == 0 and 4 * rc * (taps * co_tile + rows * cols) <= SHARED_BUDGET:
+        if ci % rc == 0 and 4 * rc * (taps * (co_tile + 1) + rows * cols) <= budget:
             return rc
     return None
 
@@ -105,8 +122,9 @@ def _co_threads(n: int, co: int, oh: int, ow: int) -> int:
     the largest whose grid has ``FILL_BLOCKS`` blocks."""
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
+    ph, pw = _pixel_tile(ow)
     for ty in (16, 8, 4):
-        if n * cdiv(co, ty * CO_THREAD) * cdiv(oh, PIX_TILE) * cdiv(ow, PIX_TILE) >= FILL_BLOCKS:
+        if n * cdiv(co, ty * CO_THREAD) * cdiv(oh, ph) * cdiv(ow, pw) >= FILL_BLOCKS:
             return ty
     return 4
 
@@ -124,6 +142,29 @@ def _fetch(st: Stage, at: Stage, where: object, ty_threads: int) -> None:
     st.double_buffer()
 
 
+def _fetch_weights(pack: Stage, at: Stage, where: object, ty_threads: int, taps: int) -> None:
+    """The packed weights' tile (``(ic, kh, kw) x co``: ``taps`` rows of ``co`` channels,
+    from OIHW weights, which are contiguous along the taps) fetched per chunk with
+    consecutive lanes on ``run`` consecutive taps of one channel (a warp reads whole
+    128-byte lines of the weights; the last run of a channel may be partial), its rows
+    padded to an odd multiple of ``32 / run`` words so the lanes' stores (a column of the
+    tile) hit distinct banks: 17 words for 16 channels, 5% more shared memory than 16."""
+    pack.set_scope("shared")
+    pack.compute_at(at, where)
+    c, y, x, o = pack.op.axis
+    run = min(32, 1 << (taps.bit_length() - 1))
+    t_out, t_in = pack.split(pack.fuse(c, y, x), factor=run)
+    pack.reorder(t_out, o, t_in)
+    fused = pack.fuse(t_out, o, t_in)
+    rest, tx = pack.split(fused, factor=THREADS)
+    _, ty = pack.split(rest, factor=ty_threads)
+    pack.bind(tx, thread_axis("threadIdx.x"))
+    pack.bind(ty, thread_axis("threadIdx.y"))
+    if run > 1:
+        pack.storage_align(x, 64 // run, 32 // run)
+    pack.double_buffer()
+
+
 def split_k(n: int, co: int, oh: int, ow: int, ci: int, taps: int) -> int:
     """K slices of the split-K variant: 1 (no split) unless the grid of output tiles has
     fewer than ``SPLIT_BELOW`` blocks; then the smallest power of two that brings it to
@@ -131,8 +172,8 @@ def split_k(n: int, co: int, oh: int, ow: int, ci: int, taps: int) -> int:
     not divide ``ci``: the last one's tail reads the zero fill of the fetches."""
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
-    blocks = n * cdiv(co, _co_threads(n, co, oh, ow) * CO_THREAD) * cdiv(oh, PIX_TILE) * \
-        cdiv(ow, PIX_TILE)
+    ph, pw = _pixel_tile(ow)
+    blocks = n * cdiv(co, _co_threads(n, co, oh, ow) * CO_THREAD) * cdiv(oh, ph) * cdiv(ow, pw)
     if blocks >= SPLIT_BELOW:
         return 1
     best = 1
@@ -157,25 +198,28 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     if slices > 1:
         return _schedule_split_k(s, anchor, out, slices)
     n, co, y, x = out.op.axis
-    tys, (cob, ty, coi), (yb, yi), (xb, xt, xi) = _split_tiles(out, n, co, y, x)
-    out.reorder(n, cob, yb, xb, ty, yi, xt, coi, xi)
+    tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(out, n, co, y, x)
+    out.reorder(n, cob, yb, xb, ty, yg, xt, coi, yi)
     out.bind(out.fuse(n, cob), thread_axis("blockIdx.z"))
-    out.vectorize(xi)                 # 4 consecutive pixels: a float4 store where aligned
-    return _tile(s, anchor, out, yb, xb, ty, yi, xt, coi, rc_ax, tys)
+    out.unroll(yi)                    # a warp stores rows of consecutive pixels: coalesced
+    return _tile(s, anchor, out, yb, xb, ty, yg, xt, coi, rc_ax, tys, ph)
 
 
 def _split_tiles(st: Stage, n: object, co: object, y: object, x: object) -> tuple:
     """The output tiling shared by the plain and split-K schedules: threads along the output
-    channels (``tys``), ``CO_THREAD`` channels and ``PIX_THREAD`` pixels per thread,
-    ``PIX_TILE`` x ``PIX_TILE`` pixels per block.  Returns ``tys, (cob, ty, coi), (yb, yi),
-    (xb, xt, xi)``."""
-    tys = _co_threads(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
+    channels (``tys``), ``CO_THREAD`` channels and ``PIX_THREAD`` consecutive pixels of a
+    column per thread, a ``ph x pw`` pixel tile per block (``_pixel_tile``; a thread per
+    column and group of rows, the columns innermost).  Returns ``tys, ph, (cob, ty, coi),
+    (yb, yg, yi), (xb, xt)``."""
+    extents = [_const(ax.dom.extent) for ax in (n, co, y, x)]
+    tys = _co_threads(*extents)
+    ph, pw = _pixel_tile(extents[3])
     cob, cor = st.split(co, factor=tys * CO_THREAD)
     ty, coi = st.split(cor, factor=CO_THREAD)
-    yb, yi = st.split(y, factor=PIX_TILE)
-    xb, xr = st.split(x, factor=PIX_TILE)
-    xt, xi = st.split(xr, factor=PIX_THREAD)
-    return tys, (cob, ty, coi), (yb, yi), (xb, xt, xi)
+    yb, yr = st.split(y, factor=ph)
+    yg, yi = st.split(yr, factor=PIX_THREAD)
+    xb, xt = st.split(x, factor=pw)
+    return tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt)
 
 
 def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> set:
@@ -190,23 +234,32 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> se
     rf = s[part]
     acc = s[s.cache_write(part, "local")]
     ks, n, y, x, co = rf.op.axis
-    tys, (cob, ty, coi), (yb, yi), (xb, xt, xi) = _split_tiles(rf, n, co, y, x)
-    rf.reorder(ks, n, cob, yb, xb, ty, yi, xt, xi, coi)
+    tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(rf, n, co, y, x)
+    rf.reorder(ks, n, cob, yb, xb, ty, yg, xt, yi, coi)
     rf.bind(rf.fuse(ks, n, cob), thread_axis("blockIdx.z"))
     rf.vectorize(coi)                 # NHWC partials: 4 consecutive channels, a float4 store
-    done = _tile(s, acc, rf, yb, xb, ty, yi, xt, xi, acc.op.reduce_axis[0], tys)
-    # kernel 2: per output, the slices summed in order, then the epilogue
-    f = out.fuse(*out.op.axis)
-    bx, tx = out.split(f, factor=REDUCE_THREADS)
+    done = _tile(s, acc, rf, yb, xb, ty, yg, xt, yi, acc.op.reduce_axis[0], tys, ph)
+    # kernel 2: per output, the slices summed in order, then the epilogue; a thread per
+    # pixel and 4 consecutive channels, two threads per 8 channels (a float4 each of the
+    # NHWC partials: whole sectors), the pixels across the lanes (NCHW stores: coalesced)
+    n, co, y, x = out.op.axis
+    coo, cr = out.split(co, factor=2 * CO_THREAD)
+    half, coi = out.split(cr, factor=CO_THREAD)
+    out.reorder(coo, n, y, x, half, coi)
+    bx, tx = out.split(out.fuse(coo, n, y, x, half), factor=REDUCE_THREADS)
     out.bind(bx, thread_axis("blockIdx.x"))
     out.bind(tx, thread_axis("threadIdx.x"))
+    out.unroll(coi)
     anchor.set_scope("local")
     anchor.compute_at(out, tx)
+    (ks_ax,) = anchor.op.reduce_axis
+    anchor.reorder(ks_ax, *anchor.op.axis)
+    anchor.vectorize(anchor.op.axis[-1])
     return done | {anchor, out, rf, acc}
 
 
 def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: object,
-          yi: object, xt: object, unrolled: object, rc_ax: object, tys: int) -> set:
+          yg: object, xt: object, unrolled: object, rc_ax: object, tys: int, ph: int) -> set:
     """Bind ``out``'s tile loops (``unrolled``: the per-thread loop that is not the vector
     one), compute ``anchor`` (the accumulators) per thread, and fetch its operands into
     shared memory per reduction chunk; the stages done."""
@@ -214,18 +267,19 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: ob
     (sh, sw), (dh, dw) = anchor.op.attrs["stride"], anchor.op.attrs["dilation"]
     _, ry_ax, rx_ax = anchor.op.reduce_axis
     ci, kh, kw = (_const(r.dom.extent) for r in (rc_ax, ry_ax, rx_ax))
-    cols = (PIX_TILE - 1) * sw + (kw - 1) * dw + 1
+    pw = 16 * PIX_THREAD // ph
+    cols = (pw - 1) * sw + (kw - 1) * dw + 1
     co_tile = tys * CO_THREAD
     # a chunk: RC input channels x the whole kernel window (the input patch fetched
     # once), or where that does not fit, x one kernel row
-    rc = _chunk(ci, kh * kw, (PIX_TILE - 1) * sh + (kh - 1) * dh + 1, cols, co_tile)
+    rc = _chunk(ci, kh * kw, (ph - 1) * sh + (kh - 1) * dh + 1, cols, co_tile)
     whole = rc is not None
     if not whole:
-        rc = _chunk(ci, kw, (PIX_TILE - 1) * sh + 1, cols, co_tile) or 1
+        rc = _chunk(ci, kw, (ph - 1) * sh + 1, cols, co_tile) or 1
     out.bind(yb, thread_axis("blockIdx.y"))
     out.bind(xb, thread_axis("blockIdx.x"))
     out.bind(ty, thread_axis("threadIdx.y"))
-    tx = out.fuse(yi, xt)
+    tx = out.fuse(yg, xt)
     out.bind(tx, thread_axis("threadIdx.x"))
     out.unroll(unrolled)
 
@@ -245,5 +299,5 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: ob
     else:
         d_sh = s[s.cache_read(data, "shared", [anchor])]
     _fetch(d_sh, anchor, chunk, tys)
-    _fetch(pack, anchor, chunk, tys)
+    _fetch_weights(pack, anchor, chunk, tys, rc * (kh * kw if whole else kw))
     return {anchor, out, pack} | ({d_sh} if d_sh is not data else set())

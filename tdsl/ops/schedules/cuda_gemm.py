@@ -1,17 +1,20 @@
 """Default CUDA schedule of the matmul family (matmul, dense, batch_matmul): 2-level tiles.
 
 Per block a ``BM x BN`` output tile (128 x 128 where the problem is that large, smaller
-tiles for small problems so the grid still fills the GPU); 16 x 16 threads, each computing
-a contiguous ``BM/16 x BN/16`` block of outputs (8 x 8 at full size) in registers.  Per
-``BK`` = 8 slice of k, the block fetches an A tile (``BM x BK``, float2 per thread) and a
-B tile (``BK x BN``, float4 per thread; vector accesses where the analyzer proves the
-alignment, with the scalar loop for tails and misaligned arrays) cooperatively into shared
+tiles for small problems so the grid still fills the GPU); 32 x 8 threads (a warp is one
+row of threads), each computing ``BM/8`` consecutive rows by ``BN/32`` consecutive
+columns of outputs (16 x 4 at full size) in registers.  Per ``BK`` = 8 slice of k, the
+block fetches an A tile (``BM x BK``) and a B tile (``BK x BN``) cooperatively into shared
 memory, double buffered (the next slice is fetched before the current one is used: one
-barrier per slice).  The A tile's rows are padded to a stride of 10 so the two rows a warp
-reads per step fall on different banks (the B row is read as float4s and the A column is a
-broadcast across threadIdx.x).  Each k step copies the thread's A column and B row into
-registers and does ``(BM/16)*(BN/16)`` FMAs from them; the elementwise epilogue (bias,
-activation) runs on the accumulators before the one (float4) store per output.
+barrier per slice), with consecutive lanes on consecutive elements of the axis the global
+array is contiguous along: float4 rows of A and of B (vector accesses where the analyzer
+proves the alignment, the scalar loop for tails and misaligned arrays), down the columns
+of ``dense``'s B tile (W is (N, K): a W row is a column of the tile, whose rows are then
+padded so those stores hit distinct banks).  Each k step copies the thread's A column (one
+word per warp: a broadcast) and B row (consecutive 16-byte chunks across the warp: no bank
+conflict) into registers and does ``(BM/8)*(BN/32)`` FMAs from them; the elementwise
+epilogue (bias, activation) runs on the accumulators before the one (float4) store per 4
+outputs, a warp storing whole rows of the block tile (coalesced).
 
 At sizes the tiles don't divide, the fetches zero-fill and only the final store is
 guarded (tdsl/lowering/padding.py).  A grid of fewer than ``SPLIT_BELOW`` blocks (small
@@ -33,10 +36,14 @@ from ..tags import OpKind
 from ..tags import Pattern
 from .graph import fusable_anchor, stage_kind, stage_pattern
 
-#: Threads per block along each of the two output dimensions.
-THREADS = 16
+#: Threads per block along the output's columns (a warp: one row of threads) and rows.
+THREADS_X, THREADS_Y = 32, 8
+#: Outputs per thread along the columns and the rows at the full 128 x 128 block tile.
+THREAD_COLS, THREAD_ROWS = 4, 16
 #: Depth of a shared-memory k slice.
 BK = 8
+#: k steps per unrolled group of a slice (see ``_tile``).
+UNROLL_K = 2
 #: Resident blocks per SM the register budget is planned for (``__launch_bounds__``).
 MIN_BLOCKS = 2
 #: Blocks a launch should have to fill the GPU (an H100 has 132 SMs), and the grid below
@@ -53,16 +60,15 @@ def _const(e: object) -> Optional[int]:
     return int(v) if isinstance(v, (int,)) or (v is not None and float(v).is_integer()) else None
 
 
-def _per_thread(extent: Optional[int]) -> int:
-    """Outputs per thread along a dimension of ``extent``: 8 (128-wide block tiles), 4 or
-    2 for small sizes; symbolic sizes get the full tile."""
+def _block_tile(extent: Optional[int]) -> int:
+    """The block tile along an output dimension of ``extent``: 128, or 64 or 32 for small
+    sizes (the grid still fills the GPU); symbolic sizes get the full tile."""
     if extent is None:
-        return 8
-    for t in (8, 4, 2):
-        if extent >= THREADS * t * 2 or t == 2:
-            if extent >= THREADS * t or t == 2:
-                return t
-    return 2
+        return THREAD_ROWS * THREADS_Y
+    for t in (128, 64):
+        if extent >= 2 * t:
+            return t
+    return 32
 
 
 def _pack_of(s: Schedule, st: Stage) -> "Stage | None":
@@ -75,14 +81,52 @@ def _pack_of(s: Schedule, st: Stage) -> "Stage | None":
     return None
 
 
-def _fetch(s: Schedule, st: Stage, at: Stage, ko: object, vec: int) -> None:
-    """``st`` computed at ``ko`` of ``at``, its elements fetched by all 256 threads,
-    ``vec`` consecutive ones each (the vector loop)."""
+def _source_index(st: Stage) -> "object | None":
+    """The index expression ``st``'s body reads its source's innermost dimension at."""
+    from tdsl.expr import TensorLoad
+    found: list = []
+
+    def walk(e: object) -> None:
+        if isinstance(e, TensorLoad):
+            found.append(e.indices[-1])
+            return
+        for f in getattr(e, "_fields", ()):
+            v = getattr(e, f, None)
+            for x in (v if isinstance(v, tuple) else (v,)):
+                if hasattr(x, "_fields"):
+                    walk(x)
+    for b in st.op.body:
+        walk(b)
+    return found[0] if len(found) == 1 else None
+
+
+def _rows_contiguous(st: Stage) -> bool:
+    """True when the global source of the 2-D tile ``st`` is contiguous along the tile's
+    rows (its second-to-last axis: ``dense``'s ``W[j, k]`` read as ``w_pack[k, j]``)."""
+    idx = _source_index(st)
+    return idx is not None and idx is st.op.axis[-2].var
+
+
+def _fetch(s: Schedule, st: Stage, at: Stage, ko: object, vec: int, rows: int) -> None:
+    """``st`` (a 2-D tile of ``rows`` rows) computed at ``ko`` of ``at``, its elements
+    fetched by all the block's threads with consecutive lanes on consecutive elements of
+    the axis its global source is contiguous along (coalesced reads): ``vec`` at a time
+    (the vector loop) along a row, or, for a source contiguous down the tile's columns
+    (``dense``'s W), one at a time down a column; the rows are then padded to an odd
+    multiple of ``32 / rows`` words so those lanes' stores fall on distinct banks."""
     st.compute_at(at, ko)
-    fused = st.fuse(*st.op.axis[-2:])
+    r, c = st.op.axis[-2:]
+    if _rows_contiguous(st):
+        st.reorder(c, r)
+        fused = st.fuse(c, r)
+        vec = 1
+        if 32 % rows == 0:
+            st.storage_align(r, 64 // rows, 32 // rows)
+    else:
+        fused = st.fuse(r, c)
     rest, vi = st.split(fused, factor=vec)
-    rest, tx = st.split(rest, factor=THREADS)
-    _, ty = st.split(rest, factor=THREADS)
+    rest, tx = st.split(rest, factor=THREADS_X)
+    _, ty = st.split(rest, factor=THREADS_Y)
     st.bind(tx, thread_axis("threadIdx.x"))
     st.bind(ty, thread_axis("threadIdx.y"))
     if vec > 1:
@@ -197,8 +241,7 @@ def _blocks(extents: "list[int]") -> int:
     for e in extents[:-2]:
         out *= e
     for e in extents[-2:]:
-        t = THREADS * _per_thread(e)
-        out *= -(-e // t)
+        out *= -(-e // _block_tile(e))
     return out
 
 
@@ -238,7 +281,7 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: "Stage | None", pack: Sta
     _tile(s, rf, acc, pack, a_t)
     o = out if out is not None else anchor
     f = o.fuse(*o.op.axis) if len(o.op.axis) > 1 else o.op.axis[0]
-    bx, tx = o.split(f, factor=THREADS * THREADS)
+    bx, tx = o.split(f, factor=THREADS_X * THREADS_Y)
     o.bind(bx, thread_axis("blockIdx.x"))
     o.bind(tx, thread_axis("threadIdx.x"))
     if out is not None:
@@ -249,13 +292,19 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: "Stage | None", pack: Sta
 
 def _tile(s: Schedule, o: Stage, acc: Stage, pack: Stage, a_t: object) -> None:
     """The 2-level tiles of ``o`` (its last two axes; the others: ``blockIdx.z``) with
-    ``acc`` (the accumulators) per thread and the shared A and B tiles."""
+    ``acc`` (the accumulators) per thread and the shared A and B tiles.
+
+    A warp is one row of ``THREADS_X`` threads, each holding ``tj`` consecutive columns
+    (float4 at full size) of ``ti`` consecutive rows: its B-row reads are consecutive
+    16-byte chunks (no bank conflict), its A-column reads one word (a broadcast) and
+    its stores cover whole rows of the output tile (coalesced)."""
     axes = list(o.op.axis)
     i, j = axes[-2], axes[-1]
-    ti = _per_thread(_const(o.op.axis[-2].dom.extent))
-    tj = _per_thread(_const(o.op.axis[-1].dom.extent))
-    bi_, ii = o.split(i, factor=THREADS * ti)
-    bj_, jj = o.split(j, factor=THREADS * tj)
+    bm = _block_tile(_const(i.dom.extent))
+    bn = _block_tile(_const(j.dom.extent))
+    ti, tj = bm // THREADS_Y, bn // THREADS_X
+    bi_, ii = o.split(i, factor=bm)
+    bj_, jj = o.split(j, factor=bn)
     ty, ii = o.split(ii, factor=ti)
     tx, jj = o.split(jj, factor=tj)
     lead = axes[:-2]
@@ -270,29 +319,30 @@ def _tile(s: Schedule, o: Stage, acc: Stage, pack: Stage, a_t: object) -> None:
     o.bind(ty, thread_axis("threadIdx.y"))
     o.bind(tx, thread_axis("threadIdx.x"))
     o.unroll(ii)
-    if tj % 4 == 0:
-        o.vectorize(o.split(jj, factor=4)[1])       # float4 stores of the outputs
+    if tj > 1:
+        o.vectorize(jj)                 # float4 (float2) stores of the outputs
     acc.compute_at(o, tx)
     (k,) = acc.op.reduce_axis
-    ko, ki = acc.split(k, factor=BK)
-    acc.reorder(ko, ki, *acc.op.axis)
+    ko, kr = acc.split(k, factor=BK)
+    # the k steps of a slice unrolled by UNROLL_K (a loop of BK / UNROLL_K): fully
+    # unrolled, ptxas hoists later steps' 20 operands each and spills at 128 registers
+    # (148 B at 1024, 324 B at 1000 on sm_90); by 4 the tails still spill; by 2: 113
+    kl, ki = acc.split(kr, factor=UNROLL_K)
+    acc.reorder(ko, kl, ki, *acc.op.axis)
     for ax in (ki, *acc.op.axis[-2:]):             # registers: every index a constant
         acc.unroll(ax)
-    # shared tiles: A through a cache stage (rows padded), B through the PACK stage
+    # shared tiles: A through a cache stage, B through the PACK stage
     a_sh = s[s.cache_read(a_t, "shared", [acc])]
     pack.set_scope("shared")
-    # registers: per k step the thread's A column and B row (float4 reads of B)
+    # registers: per k step the thread's A column and B row (a vector read of B)
     a_reg = s[s.cache_read(a_sh.op.output(0), "local", [acc])]
     b_reg = s[s.cache_read(pack.op.output(0), "local", [acc])]
     a_reg.compute_at(acc, ki)
     b_reg.compute_at(acc, ki)
     a_reg.unroll(a_reg.op.axis[-2])
-    if tj % 4 == 0:
-        bo, bv = b_reg.split(b_reg.op.axis[-1], factor=4)
-        b_reg.unroll(bo)
-        b_reg.vectorize(bv)
-    _fetch(s, a_sh, acc, ko, 2)
-    _fetch(s, pack, acc, ko, 4)
-    # A tile row stride 10: the two rows a warp reads per step (8 apart) sit on
-    # different banks; 8-byte aligned rows keep the float2 fetch
-    a_sh.storage_align(a_sh.op.axis[-2], 16, BK + 2)
+    if tj > 1:
+        b_reg.vectorize(b_reg.op.axis[-1])
+    # float4 fills: a warp stores 4 whole rows of the unpadded A tile (BK = 8 words) or
+    # one row of the B tile, all 32 banks once per 8-lane phase
+    _fetch(s, a_sh, acc, ko, 4, bm)
+    _fetch(s, pack, acc, ko, 4, BK)
