@@ -22,7 +22,7 @@
 Only the merge runs over the whole key sequence; every per-key stage is indexed by a key
 block, and the default schedules compute them inside the merge's key-block loop, so no
 buffer larger than a (query block x key block) tile exists and the keys are read once.  The
-merge's rescale exponentials are per (query, key block, d): ``2 d / block_k`` per key.
+merge's rescale exponential is per (query, key block, d): ``d / block_k`` per key.
 """
 from __future__ import annotations
 
@@ -50,11 +50,21 @@ BLOCK_K = 128
 
 
 def _merge(x: tuple, y: tuple) -> tuple:
-    """Combine two (max, sum, acc) partial softmax states (commutative, associative)."""
+    """Combine two (max, sum, acc) partial softmax states (commutative, associative).
+
+    One of the two rescale factors is 1 (the side holding the larger max), the other
+    ``exp(-|m1 - m2|)``: one exponential per merge rather than two (the merge runs per
+    (query, key block, d), so its exponentials would otherwise match the probabilities').
+    An empty side (``m = -inf``) gets factor 0; two empty sides give an empty state."""
     m = _i.maximum(x[0], y[0])
     zero = Const(0.0, x[1].dtype)
-    ex = _i.if_then_else(x[0] == min_value(x[0].dtype), zero, _i.exp(x[0] - m))
-    ey = _i.if_then_else(y[0] == min_value(y[0].dtype), zero, _i.exp(y[0] - m))
+    one = Const(1.0, x[1].dtype)
+    neg = min_value(x[0].dtype)
+    t = _i.if_then_else(_i.minimum(x[0], y[0]) == neg, zero,
+                        _i.exp(_i.minimum(x[0], y[0]) - m))
+    x_big = x[0] >= y[0]
+    ex = _i.if_then_else(x_big, one, t)
+    ey = _i.if_then_else(x_big, t, one)
     return m, x[1] * ex + y[1] * ey, x[2] * ex + y[2] * ey
 
 
