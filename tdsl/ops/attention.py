@@ -41,12 +41,27 @@ from tdsl.tensor import Tensor, compute, reduce_axis
 from ._util import broadcast_shape, check_tensor, const_value, same_size, shape_str, size_str
 from .tags import OpKind
 
-__all__ = ["attention", "online_softmax", "BLOCK_K"]
+__all__ = ["attention", "online_softmax", "BLOCK_K", "default_block_k"]
 
 #: Default key block: the per-key stages' tile width (a multiple of every vector width).
 #: 128 ran 16% faster than 64 at seq 1024 (AVX-512, one thread: the merge's rescale
-#: exponentials are per key block), 256 about as fast as 128, causal or not.
+#: exponentials are per key block).  Causal attention and short or symbolic key sequences
+#: keep it (causal: the diagonal block is computed whole, so a wider block wastes more).
 BLOCK_K = 128
+#: The key block of a non-causal attention over ``LONG_SEQ_K`` keys or more: half the merge
+#: work per key.  Interleaved with 128 (12 heads, d 64, 32 queries per task, one thread,
+#: loaded 2-core Zen 4): 1.14-1.24x faster at seq 512 and 2048 (benchmarks/attention.py).
+BLOCK_K_LONG = 256
+LONG_SEQ_K = 512
+
+
+def default_block_k(seq_q: Any, seq_k: Any, causal: bool) -> int:
+    """The key block ``attention`` uses when none is given (a rule by key count).  A decode
+    step (one query) keeps ``BLOCK_K``: its merge is cheap, and more blocks make more parts
+    to split across threads (``llvm_attention.split_parts``)."""
+    n = const_value(seq_k)
+    long_k = n is not None and n >= LONG_SEQ_K
+    return BLOCK_K_LONG if long_k and not causal and const_value(seq_q) != 1 else BLOCK_K
 
 
 def _merge(x: tuple, y: tuple) -> tuple:
@@ -127,7 +142,7 @@ def _mask_reader(mask: Any, full: tuple, dtype: Any) -> Any:
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any = None,
-              mask: "Tensor | None" = None, block_k: int = BLOCK_K) -> Tensor:
+              mask: "Tensor | None" = None, block_k: "int | None" = None) -> Tensor:
     """``softmax(q kᵀ · scale + mask) v`` (PyTorch's ``scaled_dot_product_attention``).
 
     ``q`` (B, H, Sq, D), ``k``/``v`` (B, H, Sk, D) (``v`` may have its own head size);
@@ -135,8 +150,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
     ``scale`` defaults to ``1 / sqrt(D)``; ``mask`` broadcasts to (B, H, Sq, Sk): a bool mask
     says which keys take part, a float mask is added to the scores.  A query row that sees
     no key (fully masked) gives zeros, as PyTorch 2.13's CPU SDPA does.  ``block_k`` is
-    the key block of the one-pass schedule (a compile-time constant)."""
+    the key block of the one-pass schedule (a compile-time constant; None:
+    ``default_block_k``'s rule)."""
     _check(q, k, v)
+    if block_k is None:
+        block_k = default_block_k(q.shape[2], k.shape[2], causal)
     if not isinstance(block_k, int) or block_k < 1:
         raise ShapeError(f"ops.attention: block_k must be a positive int, got {block_k!r}")
     if causal and mask is not None:
