@@ -58,3 +58,21 @@ def test_mha_symbolic_seq_runs_fused():
         with torch.no_grad():
             ref = m(x)
         assert rel_err(c(x), ref) <= TOL, seq
+
+
+def test_mha_tuning_tasks_cover_its_attention():
+    """``tune_model``'s tasks include the attention kernel as one FUSED sketch plan whose
+    space has several candidates; sampled ones build and are legal."""
+    import random
+
+    from tdsl.autotune.model_tuning import model_tasks
+    from tdsl.autotune.sketch import Rule
+    tasks, _ = model_tasks(_model(), (torch.randn(1, 40, 32),), dynamic={1: "seq"})
+    att = [t for t in tasks if any(p.rule is Rule.FUSED for p in t.source.plans)]
+    assert len(att) == 1, [t.name for t in tasks]
+    t = att[0]
+    assert "T_attn.rows" in t.space.names and len(t.space) > 1
+    r = random.Random(2)
+    for _ in range(2):
+        c = t.candidate(t.space.random(r))
+        assert c.valid, (c.config, c.error)
