@@ -1,7 +1,7 @@
 """Applying the sketch rules (planned by ``sketch.SketchSource``) with one config.
 
-Order: composite kernels (FUSED: ``sketch_fused``), inline (INLINE stages, MATERIALIZE ones whose knob says so), accumulators of
-TILE stages (``cache_write``), ``rfactor`` of REDUCE stages, tiling (a TILE stage whose
+Order: composite kernels (FUSED: ``sketch_fused``), inline (INLINE stages, MATERIALIZE
+ones whose knob says so), accumulators of TILE stages (``cache_write``), ``rfactor`` of REDUCE stages, tiling (a TILE stage whose
 ``rf`` knob is set: ``rfactor`` first, then its partial-result stage tiled), ROOT stages
 (their row loops are where REDUCE/MATERIALIZE stages may go), then placement of
 REDUCE and MATERIALIZE stages consumers first, so a stage goes to a row loop only
