@@ -34,6 +34,9 @@ schedule (facts from ``sketch_analysis``) and plans one rule per stage:
   ``rfactor`` into several register-wide chains of partial results, or the innermost spatial
   axis vectorized with the reduction loops moved inside it (column reductions,
   pooling) — with an ``auto_unroll_max_step`` knob when its loops are short;
+* ``FUSED`` — the stages of a composite kernel (attention) that only work scheduled
+  together: planned as one, with its default schedule's parameters as knobs
+  (``sketch_fused``);
 * ``ROOT`` — an elementwise output: outer axes fused and parallel, innermost
   split and vectorized (1-D: parallel, serial and vector levels); transposes
   also get a 2-D tile knob.
@@ -59,6 +62,7 @@ from . import sketch_analysis as facts
 from .irutil import eval_int
 from .replay import fresh_schedule
 from .space import ConfigSpace, OtherOptionSpace, SplitSpace
+from .sketch_fused import attention_knobs, fused_groups
 
 #: ``auto_unroll_max_step`` choices (MetaSchedule's and Ansor's CPU set).
 AUTO_UNROLL = [0, 16, 64, 512]
@@ -96,6 +100,7 @@ class Rule(enum.Enum):
     TILE = "tile"
     REDUCE = "reduce"
     ROOT = "root"
+    FUSED = "fused"
 
 
 class Form(enum.IntEnum):
@@ -206,21 +211,26 @@ class SketchSource:
     def _analyze(self) -> None:
         sch = fresh_schedule(self.outputs)
         lab = stage_labels(sch)
+        groups = {} if self.gpu else fused_groups(sch)
+        claimed = {id(m): a for a, ms in groups.items() for m in ms}
         plans: dict[str, StagePlan] = {}
         for st in sch.stages:
             if st.is_placeholder or is_opaque(st.op):   # extern/scan: nothing to schedule
                 continue
             op = st.op
+            fused = id(st) in groups or id(st) in claimed
             plans[lab[id(st)]] = StagePlan(
-                lab[id(st)], self._classify(sch, st), [self._ext(iv) for iv in op.axis],
+                lab[id(st)], Rule.FUSED if fused else self._classify(sch, st),
+                [self._ext(iv) for iv in op.axis],
                 [self._ext(iv) for iv in op.reduce_axis], op.output(0).dtype.bits,
-                transpose=facts.is_transpose(op), outputs=len(op.body))
+                transpose=facts.is_transpose(op), outputs=len(op.body),
+                attach_to=lab[claimed[id(st)]] if id(st) in claimed else None)
         for st in sch.stages:
             if lab[id(st)] in plans and plans[lab[id(st)]].rule is Rule.INLINE:
                 st.compute_inline()
         for st in sch.stages:
             plan = plans.get(lab[id(st)])
-            if plan is None or plan.rule in (Rule.INLINE, Rule.ROOT):
+            if plan is None or plan.rule in (Rule.INLINE, Rule.ROOT, Rule.FUSED):
                 continue
             cons = sch.consumers(st)
             root_cons = [c for c in cons
@@ -236,6 +246,7 @@ class SketchSource:
             elif not st.is_output:
                 plan.attach_to = self._row_target(sch, st, plans, lab)
         self.plans = [plans[n] for n in plans]
+        self._ops = {lab[id(st)]: st.op for st in sch.stages}
         fused_consumers = {p.consumer for p in self.plans if p.consumer}
         for p in self.plans:
             if p.rule is Rule.TILE:
@@ -246,6 +257,10 @@ class SketchSource:
                 self._materialize_knobs(p)
             elif p.rule is Rule.ROOT and p.name not in fused_consumers:
                 self._root_knobs(p)
+            elif p.rule is Rule.FUSED and p.attach_to is None:
+                merge = next(q for q in self.plans if q.attach_to == p.name and
+                             q.name.startswith("T_attn_merge"))
+                attention_knobs(self, p.name, self._ops[p.name], merge.reduce[0] or None)
 
     def _row_target(self, sch: Any, st: Any, plans: dict, lab: dict) -> Optional[str]:
         """The one ROOT output every path from ``st`` ends at (through REDUCE and MATERIALIZE

@@ -1,7 +1,7 @@
 """Applying the sketch rules (planned by ``sketch.SketchSource``) with one config.
 
-Order: inline (INLINE stages, MATERIALIZE ones whose knob says so), accumulators of
-TILE stages (``cache_write``), ``rfactor`` of REDUCE stages, tiling (a TILE stage whose
+Order: composite kernels (FUSED: ``sketch_fused``), inline (INLINE stages, MATERIALIZE
+ones whose knob says so), accumulators of TILE stages (``cache_write``), ``rfactor`` of REDUCE stages, tiling (a TILE stage whose
 ``rf`` knob is set: ``rfactor`` first, then its partial-result stage tiled), ROOT stages
 (their row loops are where REDUCE/MATERIALIZE stages may go), then placement of
 REDUCE and MATERIALIZE stages consumers first, so a stage goes to a row loop only
@@ -18,6 +18,7 @@ from .replay import fresh_schedule
 from .sketch import (GPU_REDUCE_BLOCK, GPU_TRANSPOSE_ROWS, Form, Place, Rule, SketchSource,
                      StagePlan, stage_labels)
 from .sketch_analysis import transposed_inputs
+from .sketch_fused import apply_attention
 from tdsl.schedule.rfactor import first_output as _first
 
 
@@ -48,6 +49,9 @@ class Apply:
 
     def run(self) -> Any:
         plans = self.src.plans
+        for p in plans:
+            if p.rule is Rule.FUSED and p.attach_to is None:
+                apply_attention(self, p.name)
         for p in plans:
             if p.rule is Rule.INLINE or (p.rule is Rule.MATERIALIZE and
                                          self.val(f"{p.name}.at") == Place.INLINE):

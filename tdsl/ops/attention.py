@@ -22,7 +22,7 @@
 Only the merge runs over the whole key sequence; every per-key stage is indexed by a key
 block, and the default schedules compute them inside the merge's key-block loop, so no
 buffer larger than a (query block x key block) tile exists and the keys are read once.  The
-merge's rescale exponentials are per (query, key block, d): ``2 d / block_k`` per key.
+merge's rescale exponential is per (query, key block, d): ``d / block_k`` per key.
 """
 from __future__ import annotations
 
@@ -41,20 +41,45 @@ from tdsl.tensor import Tensor, compute, reduce_axis
 from ._util import broadcast_shape, check_tensor, const_value, same_size, shape_str, size_str
 from .tags import OpKind
 
-__all__ = ["attention", "online_softmax", "BLOCK_K"]
+__all__ = ["attention", "online_softmax", "BLOCK_K", "default_block_k"]
 
 #: Default key block: the per-key stages' tile width (a multiple of every vector width).
 #: 128 ran 16% faster than 64 at seq 1024 (AVX-512, one thread: the merge's rescale
-#: exponentials are per key block), 256 about as fast as 128, causal or not.
+#: exponentials are per key block).  Causal attention and short or symbolic key sequences
+#: keep it (causal: the diagonal block is computed whole, so a wider block wastes more).
 BLOCK_K = 128
+#: The key block of a non-causal attention over ``LONG_SEQ_K`` keys or more: half the merge
+#: work per key.  Interleaved with 128 (12 heads, d 64, 32 queries per task, one thread,
+#: loaded 2-core Zen 4): 1.14-1.24x faster at seq 512 and 2048 (benchmarks/attention.py).
+BLOCK_K_LONG = 256
+LONG_SEQ_K = 512
+
+
+def default_block_k(seq_q: Any, seq_k: Any, causal: bool) -> int:
+    """The key block ``attention`` uses when none is given (a rule by key count).  A decode
+    step (one query) keeps ``BLOCK_K``: its merge is cheap, and more blocks make more parts
+    to split across threads (``llvm_attention.split_parts``)."""
+    n = const_value(seq_k)
+    long_k = n is not None and n >= LONG_SEQ_K
+    return BLOCK_K_LONG if long_k and not causal and const_value(seq_q) != 1 else BLOCK_K
 
 
 def _merge(x: tuple, y: tuple) -> tuple:
-    """Combine two (max, sum, acc) partial softmax states (commutative, associative)."""
+    """Combine two (max, sum, acc) partial softmax states (commutative, associative).
+
+    One of the two rescale factors is 1 (the side holding the larger max), the other
+    ``exp(-|m1 - m2|)``: one exponential per merge rather than two (the merge runs per
+    (query, key block, d), so its exponentials would otherwise match the probabilities').
+    An empty side (``m = -inf``) gets factor 0; two empty sides give an empty state."""
     m = _i.maximum(x[0], y[0])
     zero = Const(0.0, x[1].dtype)
-    ex = _i.if_then_else(x[0] == min_value(x[0].dtype), zero, _i.exp(x[0] - m))
-    ey = _i.if_then_else(y[0] == min_value(y[0].dtype), zero, _i.exp(y[0] - m))
+    one = Const(1.0, x[1].dtype)
+    neg = min_value(x[0].dtype)
+    t = _i.if_then_else(_i.minimum(x[0], y[0]) == neg, zero,
+                        _i.exp(_i.minimum(x[0], y[0]) - m))
+    x_big = x[0] >= y[0]
+    ex = _i.if_then_else(x_big, one, t)
+    ey = _i.if_then_else(x_big, t, one)
     return m, x[1] * ex + y[1] * ey, x[2] * ex + y[2] * ey
 
 
@@ -117,7 +142,7 @@ def _mask_reader(mask: Any, full: tuple, dtype: Any) -> Any:
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any = None,
-              mask: "Tensor | None" = None, block_k: int = BLOCK_K) -> Tensor:
+              mask: "Tensor | None" = None, block_k: "int | None" = None) -> Tensor:
     """``softmax(q kᵀ · scale + mask) v`` (PyTorch's ``scaled_dot_product_attention``).
 
     ``q`` (B, H, Sq, D), ``k``/``v`` (B, H, Sk, D) (``v`` may have its own head size);
@@ -125,8 +150,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
     ``scale`` defaults to ``1 / sqrt(D)``; ``mask`` broadcasts to (B, H, Sq, Sk): a bool mask
     says which keys take part, a float mask is added to the scores.  A query row that sees
     no key (fully masked) gives zeros, as PyTorch 2.13's CPU SDPA does.  ``block_k`` is
-    the key block of the one-pass schedule (a compile-time constant)."""
+    the key block of the one-pass schedule (a compile-time constant; None:
+    ``default_block_k``'s rule)."""
     _check(q, k, v)
+    if block_k is None:
+        block_k = default_block_k(q.shape[2], k.shape[2], causal)
     if not isinstance(block_k, int) or block_k < 1:
         raise ShapeError(f"ops.attention: block_k must be a positive int, got {block_k!r}")
     if causal and mask is not None:

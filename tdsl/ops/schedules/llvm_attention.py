@@ -28,8 +28,12 @@ from .._util import const_value, simplify
 from ..tags import OpKind
 from .graph import stage_kind
 
-#: Queries per parallel task (the rows whose state stays in L1 through the key loop).
-BLOCK_Q = 16
+#: Query vectors per parallel task (the rows whose state stays in L1 through the key loop):
+#: two vectors read each key block from L2 half as often as one, and make the scores'
+#: register tile keys x 2 vectors.  Interleaved with one vector (12 heads, d 64, one
+#: thread, loaded 2-core Zen 4): with 256-key blocks 1.16x faster at seq 2048 and 1.25x at
+#: 512 (non-causal); causal (128-key blocks) from equal (seq 2048) to 1.12x (seq 1024).
+QUERY_VECTORS = 2
 
 
 @dataclass
@@ -87,23 +91,33 @@ def _vectorize_last(st: Stage, iv, lanes: int) -> None:
 @dataclass(frozen=True)
 class AttentionTiles:
     """``rows``: queries per parallel task (a multiple of the vector lanes: the per-query
-    statistics are vectors); ``score_keys``: keys per register tile of the scores (x one
-    vector of queries); ``acc_rows``: queries per register tile of the weighted values (x d).
-    """
+    statistics are vectors); ``score_keys``: keys per register tile of the scores (x the
+    task's vectors of queries, unrolled); ``acc_rows``: queries per register tile of the
+    weighted values (x d, unrolled); ``parts``: a decode step's key blocks split into this
+    many parts reduced in parallel (None: ``split_parts``'s rule).  These are the knobs the
+    tuner's sketch offers (``autotune.sketch_fused``)."""
 
     rows: int
     score_keys: int
     acc_rows: int
+    parts: "int | None" = None
 
 
 def default_tiles(cpu, dtype, d: "int | None", seq_q: "int | None") -> AttentionTiles:
-    """One vector of queries per task (all of them when fewer: a decode step has no query
-    tail to guard); register tiles of half the vector registers."""
+    """``QUERY_VECTORS`` vectors of queries per task (one when there are fewer queries, all of
+    them when fewer than a vector: a decode step has no query tail to guard); register
+    tiles of half the vector registers."""
     lanes = cpu.lanes(dtype)
     regs = 32 if cpu.vector_bits >= 512 else 16
     dvec = max(1, -(-(d or 4 * lanes) // lanes))
-    rows = seq_q if seq_q is not None and seq_q < lanes else lanes
-    return AttentionTiles(rows=rows, score_keys=max(1, regs // 2),
+    if seq_q is not None and seq_q < lanes:
+        rows = seq_q
+    elif seq_q is not None and seq_q < QUERY_VECTORS * lanes:
+        rows = lanes
+    else:
+        rows = QUERY_VECTORS * lanes
+    qvec = max(1, rows // lanes)
+    return AttentionTiles(rows=rows, score_keys=max(1, regs // 2 // qvec),
                           acc_rows=max(1, min(rows, (regs // 2) // dvec)))
 
 
@@ -137,7 +151,7 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
     m = a.merge
     mb, mh, mi, md = m.op.axis
     (kb,) = m.op.reduce_axis
-    parts = split_parts(_ext(kb)) if decode else 1
+    parts = (split_parts(_ext(kb)) if t.parts is None else t.parts) if decode else 1
     if parts > 1:
         # split-K: the key blocks in ``parts`` parts reduced in parallel (partial
         # statistics, ``rfactor``), merged per output by the combiner
@@ -159,8 +173,8 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
 
     for st in (a.bacc, a.bsum, a.prob, a.bmax, a.score):
         st.compute_at(host, at)
-    # scores (keys x a vector of queries): register tiles of score_keys keys, the head
-    # dimension reduced outside them
+    # scores (keys x the task's queries): register tiles of score_keys keys x the query
+    # vectors, the head dimension reduced outside them
     if score_rf is not None:
         score_rf.compute_at(a.score, a.score.op.axis[3])
         score_rf.vectorize(score_rf.op.axis[5])
@@ -172,9 +186,17 @@ def schedule_attention(s: Schedule, anchor: Stage, out: "Stage | None", cpu,
         score_c.compute_at(a.score, sjo)
         cb, ch, cjb, cjj, ci = score_c.op.axis
         (cdk,) = score_c.op.reduce_axis
-        score_c.reorder(cb, ch, cjb, cdk, cjj, ci)
-        score_c.unroll(cjj)
-        _vectorize_last(score_c, ci, lanes)
+        ce = _ext(ci)
+        if ce is not None and ce > lanes:
+            cio, cii = score_c.split(ci, factor=lanes)
+            score_c.reorder(cb, ch, cjb, cdk, cjj, cio, cii)
+            score_c.unroll(cjj)
+            score_c.unroll(cio)
+            score_c.vectorize(cii)
+        else:
+            score_c.reorder(cb, ch, cjb, cdk, cjj, ci)
+            score_c.unroll(cjj)
+            _vectorize_last(score_c, ci, lanes)
     a.qt.compute_at(qt_host, qt_at)
     _vectorize_last(a.qt, a.qt.op.axis[-1], lanes)
     # per-query block max / sum: keys reduced outside a vector of queries
