@@ -52,6 +52,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from tdsl.errors import InternalError
 from tdsl.expr import TensorLoad
 from tdsl.opaque import is_opaque
 from tdsl.target import Target, TargetKind, cpu_facts
@@ -258,8 +259,10 @@ class SketchSource:
             elif p.rule is Rule.ROOT and p.name not in fused_consumers:
                 self._root_knobs(p)
             elif p.rule is Rule.FUSED and p.attach_to is None:
-                merge = next(q for q in self.plans if q.attach_to == p.name and
-                             q.name.startswith("T_attn_merge"))
+                merge = next((q for q in self.plans if q.attach_to == p.name and
+                              q.name.startswith("T_attn_merge")), None)
+                if merge is None:     # fused_groups() puts the merge in every group
+                    raise InternalError(f"sketch: the attention '{p.name}' has no merge stage")
                 attention_knobs(self, p.name, self._ops[p.name], merge.reduce[0] or None)
 
     def _row_target(self, sch: Any, st: Any, plans: dict, lab: dict) -> Optional[str]:

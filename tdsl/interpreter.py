@@ -712,7 +712,8 @@ class _Codegen:
 
     # ---- the two generated functions ---------------------------------------------------------
     def prologue(self) -> None:
-        """``_prologue(shapes)``: bind size vars, check shapes, return sizes and strides."""
+        """``_prologue(shapes, arrays)``: bind size vars (scalar sizes from ``arrays``), check
+        shapes, return sizes and strides."""
         f = self.func
         from .runtime.args import SCALAR_VALUE
         self.emit(0, "def _prologue(_shapes, _arrays):")

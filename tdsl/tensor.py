@@ -252,29 +252,42 @@ class TensorSlice:
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _misuse
     __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _misuse
-    __neg__ = __lt__ = __le__ = __gt__ = __ge__ = astype = _misuse
+    __pow__ = __rpow__ = __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _misuse
+    __neg__ = __pos__ = __abs__ = __invert__ = __bool__ = astype = _misuse
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _misuse
+    __hash__ = None    # type: ignore[assignment]  # compared only to raise
 
     def __repr__(self) -> str:
         return f"TensorSlice({self.tensor.name}, {len(self.indices)} of {self.tensor.ndim})"
 
 
-def _elementwise(op: str, swap: bool = False) -> Callable[[Tensor, Any], Tensor]:
+def _elementwise(name: str, op: str, swap: bool = False) -> Callable[[Tensor, Any], Any]:
     """A ``Tensor`` operator as TVM's: ``A + B``, ``A * 2``, ``1 - A`` are ``tdsl.ops``'s
-    broadcast operators (a new stage)."""
+    broadcast operators (a new stage).  A 0-d tensor stays what it was in expressions, its
+    one element (``s + A[i]``, as ``convert`` reads it); beside an element expression
+    (``A + A[i]``) an n-d tensor defers to the expression, whose error names the misuse."""
+    dunder = f"__{'r' if swap else ''}{name}__"
+
     def method(self: Tensor, other: Any) -> Any:
+        if self.ndim == 0:
+            return getattr(convert(self), dunder)(other)
+        if isinstance(other, Expr):
+            return NotImplemented
         from . import ops
         return getattr(ops, op)(other, self) if swap else getattr(ops, op)(self, other)
-    method.__name__ = f"__{'r' if swap else ''}{op}__"
+    method.__name__ = dunder
     return method
 
 
 for _name, _op in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"),
                    ("truediv", "divide"), ("floordiv", "floor_divide"), ("mod", "mod")):
-    setattr(Tensor, f"__{_name}__", _elementwise(_op))
-    setattr(Tensor, f"__r{_name}__", _elementwise(_op, swap=True))
+    setattr(Tensor, f"__{_name}__", _elementwise(_name, _op))
+    setattr(Tensor, f"__r{_name}__", _elementwise(_name, _op, swap=True))
 
 
-def _negate(self: Tensor) -> Tensor:
+def _negate(self: Tensor) -> Any:
+    if self.ndim == 0:
+        return -convert(self)
     from . import ops
     return ops.negative(self)
 

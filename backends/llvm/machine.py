@@ -252,19 +252,21 @@ def llvm_diagnostics(sink: "list[str] | None" = None) -> Iterator[None]:
         yield
         return
     fd, path = tempfile.mkstemp(prefix=f"tdsl-llvm-stderr-{os.getpid()}-", suffix=".log")
-    with os.fdopen(fd, "w+b") as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            text = tmp.read().decode(errors="replace")
     try:
-        os.unlink(path)
-    except OSError:
-        pass
+        with os.fdopen(fd, "w+b") as tmp:
+            os.dup2(tmp.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                tmp.seek(0)
+                text = tmp.read().decode(errors="replace")
+    finally:      # an exception inside the block leaves no file behind either
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
     kept = []
     for line in text.split("\n"):     # not splitlines(): a progress bar's "\r" stays put
         if _DIAGNOSTIC.search(line):

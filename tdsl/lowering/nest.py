@@ -374,10 +374,12 @@ class NestBuilder:
         ann = {f"pragma_{k}": v for k, v in a.pragmas.items()} if a is not None else {}
         extent = self.ana.simplify(extent)
         declared = a.thread_extent if a is not None else None
-        if (declared is not None and isinstance(declared, Const) and isinstance(extent, Const)
-                and extent.value > declared.value):
-            raise LoweringError(f"bind: stage '{st.name}', loop '{iv.name}' has {extent.value} "
-                                f"iterations but is bound to {tag.value}, declared with "
+        if (declared is not None and isinstance(declared, Const)
+                and not self.ana.can_prove(extent <= declared)):
+            runs = (f"{extent.value} iterations" if isinstance(extent, Const) else
+                    f"{extent!r} iterations, which cannot be proven at most {declared.value}")
+            raise LoweringError(f"bind: stage '{st.name}', loop '{iv.name}' has {runs} "
+                                f"but is bound to {tag.value}, declared with "
                                 f"extent {declared.value} (thread_axis((0, {declared.value}), "
                                 f"...)); split the loop to at most {declared.value}")
         if tag is ThreadTag.VTHREAD:

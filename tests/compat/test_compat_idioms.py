@@ -197,3 +197,16 @@ def test_thread_axis_with_a_range(rng):
         tvm.lower(s2, [A, B])
     with pytest.raises(TDSLError, match="starts at 0"):
         te.thread_axis((2, 8), "threadIdx.x")
+    # a symbolic loop bound to it: refused unless provably short enough
+    n = te.var("n")
+    C = te.placeholder((n,), name="C")
+    D = te.compute((n,), lambda i: C[i] + 1.0, name="D")
+    s3 = te.create_schedule(D.op)
+    s3[D].bind(D.op.axis[0], te.thread_axis((0, 8), "threadIdx.x"))
+    with pytest.raises(LoweringError, match=r"n iterations, which cannot be proven at most 8"):
+        tvm.lower(s3, [C, D])
+    s4 = te.create_schedule(D.op)
+    bx, tx = s4[D].split(D.op.axis[0], factor=8)
+    s4[D].bind(bx, te.thread_axis("blockIdx.x"))
+    s4[D].bind(tx, te.thread_axis((0, 8), "threadIdx.x"))
+    tvm.lower(s4, [C, D])          # 8 per block: proven

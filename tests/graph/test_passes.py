@@ -327,6 +327,25 @@ def test_cse_sampled_checksum_never_merges_unequal_constants(rng):
     close(compile_graph(b.graph)(xa)[0], 2 * xa * w + xa * w_odd)
 
 
+def test_cse_keeps_constants_that_differ_in_the_sign_of_zero(rng):
+    """-0.0 and 0.0 compare equal, but ``x / w`` gives -inf and +inf: such weights are
+    different constants (compared by their bytes)."""
+    from tdsl.graph.passes.cleanup import DIGEST_SAMPLE
+    n = 4 * DIGEST_SAMPLE + 3
+    w = rand(rng, n)
+    w[1] = 0.0                                              # not a sampled element
+    w_neg = w.copy()
+    w_neg[1] = -0.0
+    b = Builder()
+    x = b.input((n,), name="x")
+    b.output(b.op("add", b.op("div", x, b.const(w)), b.op("div", x, b.const(w_neg))))
+    g, st = optimize(b.graph)
+    assert st.merged_common == 0
+    xa = np.abs(rand(rng, n)) + 0.5
+    got = compile_graph(b.graph)(xa)[0]
+    assert np.isnan(got[1])                                 # +inf + -inf, not 2 * inf
+
+
 def test_prepacked_weight_transpose_in_bands(rng):
     """``transpose_2d`` (banded copy) equals ``a.T`` for row counts around the band,
     several dtypes, and a single row or column."""

@@ -422,3 +422,34 @@ def test_symbolic_and_float_sizes_do_not_convert():
         int(td.const(1.5, "float32"))
     with pytest.raises(TypeError):           # DTypeError is a TypeError, as int() users expect
         int(A.shape[0])
+
+
+@pytest.mark.parametrize("order", ["left", "right"])
+def test_zero_d_tensor_is_its_element_on_either_side(rng, order):
+    """``s + A[i]`` and ``A[i] + s`` of a 0-d ``s`` both read its element (the tensor
+    operators that build broadcast stages must not catch a 0-d tensor on the left)."""
+    s = td.placeholder((), name="s")
+    A = td.placeholder((8,), name="A")
+    body = (lambda i: s * A[i] - s) if order == "left" else (lambda i: A[i] * s - s)
+    B = td.compute((8,), body, name="B")
+    f = td.build(td.create_schedule(B.op), [s, A, B])
+    sv, a = random_array(rng, ()), random_array(rng, (8,))
+    b = np.empty(8, np.float32)
+    f(sv, a, b)
+    np.testing.assert_allclose(b, sv * a - sv, rtol=1e-6)
+    N = td.compute((8,), lambda i: -s + A[i], name="N")
+    g = td.build(td.create_schedule(N.op), [s, A, N])
+    g(sv, a, b)
+    np.testing.assert_allclose(b, -sv + a, rtol=1e-6)
+
+
+@pytest.mark.parametrize("use", [lambda x: x == 0, lambda x: x != 0, lambda x: x ** 2,
+                                 lambda x: abs(x), lambda x: x & 1, lambda x: ~x,
+                                 lambda x: bool(x)],
+                         ids=["eq", "ne", "pow", "abs", "and", "invert", "bool"])
+def test_partial_index_used_as_a_value_is_a_shape_error(use):
+    """``A[i]`` of a 2-d tensor is only a step towards ``A[i][j]``: comparing it (which
+    built ``if_then_else(False, ...)``) or any other operator names the missing index."""
+    A = td.placeholder((4, 5), name="A")
+    with pytest.raises(td.ShapeError, match="indexed with 1 index"):
+        td.compute((4, 5), lambda i, j: td.if_then_else(use(A[i]), 1.0, A[i, j]))

@@ -42,8 +42,8 @@ class ConstDigests:
     array is held, so its id is not reused) and only for constants that have a rival of
     the same dtype and shape: the CSE passes run several times over the same weights,
     which can be hundreds of megabytes.  The checksum reads ``DIGEST_SAMPLE`` evenly
-    spaced elements, not the whole array: it only sorts out the candidates, and
-    ``array_equal`` decides every merge."""
+    spaced elements, not the whole array: it only sorts out the candidates, and the
+    bytes decide every merge."""
 
     def __init__(self) -> None:
         self._sums: dict[int, tuple[np.ndarray, int]] = {}
@@ -65,14 +65,15 @@ class ConstDigests:
 def _merge_constant(graph: Graph, v: Value, groups: dict, digest: ConstDigests) -> bool:
     """Replace ``v`` by an earlier equal constant (True), or record it as the first of
     its data.  Constants are grouped by dtype and shape; the data is compared (checksum,
-    then ``array_equal``) only inside a group of two or more."""
+    then the bytes) only inside a group of two or more."""
     group = groups.setdefault((str(v.const.dtype), v.const.shape), [])
     if any(u is v for u in group):
         return False
     if group:
         d = digest(v.const)
         for u in group:
-            if digest(u.const) == d and np.array_equal(u.const, v.const):
+            # bytes, not array_equal: -0.0 and 0.0 (the sign of x / w's infinities) differ
+            if digest(u.const) == d and u.const.tobytes() == v.const.tobytes():
                 replace_uses(graph, v, u)
                 return True
     group.append(v)
