@@ -1,0 +1,86 @@
+"""Behaviours TVM's own ``tests/python/te`` files rely on, through the public API:
+``fuse()`` with no loops (a new extent-1 loop), ``iter_var_attrs`` and the ``IterVar``
+iteration-type codes, ``pragma(iv, "vectorize")``.  Results are checked against NumPy."""
+import pickle
+
+import numpy as np
+import pytest
+
+import tdsl.interpreter
+import tvm
+from tvm import te
+
+
+def _run_both(s, args, arrays):
+    """The interpreter and LLVM on copies of ``arrays``; both results."""
+    ref = [a.copy() for a in arrays]
+    tdsl.interpreter.run(tvm.lower(s, args), *ref)
+    got = [a.copy() for a in arrays]
+    tvm.build(s, args, "llvm")(*got)
+    return ref, got
+
+
+def test_fuse_of_no_loops_adds_a_singleton_loop(rng):
+    A = te.placeholder((), name="A")
+    T = te.compute((), lambda: A() * 2.0 + 1.0, name="T")
+    s = te.create_schedule(T.op)
+    one = s[T].fuse()
+    assert [type(r) for r in s[T].relations] == [tvm.te.schedule.Singleton]
+    assert tuple(s[T].leaf_iter_vars) == (one,)
+    assert isinstance(pickle.loads(pickle.dumps(s)), tvm.te.schedule.Schedule)
+    a = np.array(rng.standard_normal(), dtype="float32")
+    for out in _run_both(s, [A, T], [a, np.zeros((), "float32")]):
+        np.testing.assert_allclose(out[1], a * 2 + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("nparts", [1, 3, 20])
+def test_singleton_of_a_full_reduction_can_be_split(rng, nparts):
+    X = te.placeholder((13,), dtype="int32", name="X")
+    k = te.reduce_axis((0, 13), name="k")
+    Y = te.compute((), lambda: te.sum(X[k], k), name="Y")
+    s = te.create_schedule(Y.op)
+    one = s[Y].fuse(*Y.op.axis)
+    assert s[Y].leaf_iter_vars[0] is one and s[Y].leaf_iter_vars[1] is k
+    s[Y].split(one, nparts=nparts)
+    x = rng.integers(-50, 50, 13).astype("int32")
+    for out in _run_both(s, [Y, X], [np.zeros((), "int32"), x]):
+        assert out[0] == x.sum()
+
+
+def test_iter_var_attrs_report_tvm_iteration_types(rng):
+    n = te.size_var("n")
+    A = te.placeholder((n, 12), name="A")
+    T = te.compute((n, 12), lambda i, j: A[i, j] + 1.0, name="T")
+    s = te.create_schedule(T.op)
+    xo, yo, xi, yi = s[T].tile(T.op.axis[0], T.op.axis[1], x_factor=4, y_factor=4)
+    s[T].vectorize(yi)
+    s[T].unroll(xi)
+    s[T].parallel(xo)
+    s[T].pragma(yo, "my_hint", 3)
+    IV = tvm.te.schedule.IterVar
+    attrs = s[T].iter_var_attrs
+    assert attrs[xi].iter_type == IV.Unrolled == 5
+    assert attrs[yi].iter_type == IV.Vectorized == 6
+    assert attrs[xo].iter_type == IV.Parallelized == 7
+    assert attrs[yo].iter_type == IV.DataPar
+    assert attrs[yo].pragma_keys[0].value == "my_hint" and attrs[yo].pragma_values == (3,)
+    for m in (5, 8):
+        a = rng.standard_normal((m, 12)).astype("float32")
+        for out in _run_both(s, [A, T], [a, np.zeros((m, 12), "float32")]):
+            np.testing.assert_allclose(out[1], a + 1, rtol=1e-6)
+
+
+def test_pragma_vectorize_and_unroll_are_those_annotations(rng):
+    A = te.placeholder((30,), name="A")
+    T = te.compute((30,), lambda i: A[i] * 3.0, name="T")
+    s = te.create_schedule(T.op)
+    xo, xi = s[T].split(T.op.axis[0], factor=10)
+    s[T].pragma(xi, "vectorize")
+    s[T].pragma(xo, "unroll")
+    IV = tvm.te.schedule.IterVar
+    assert s[T].iter_var_attrs[xi].iter_type == IV.Vectorized
+    assert s[T].iter_var_attrs[xo].iter_type == IV.Unrolled
+    assert "vectorized(10)" in str(tvm.lower(s, [A, T]))
+    a = rng.standard_normal(30).astype("float32")
+    for out in _run_both(s, [A, T], [a, np.zeros(30, "float32")]):
+        np.testing.assert_allclose(out[1], a * 3, rtol=1e-6)
