@@ -106,6 +106,9 @@ class Stage:
         #: True once compute_at/compute_root/compute_inline was called on this stage itself;
         #: a lifted reduction stage not yet placed follows its reader (``attach.followers``)
         self.placed = False
+        #: why the last compute_at is invalid, when the schedule defers that error to
+        #: ``lower`` (``Schedule.defer_attach_errors``); None otherwise
+        self.attach_error: Optional[str] = None
         #: where the output lives; None: global at root, inferred when attached in a kernel
         self.scope: Optional[StorageScope] = None
         self.is_output = False

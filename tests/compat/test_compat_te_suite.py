@@ -84,3 +84,46 @@ def test_pragma_vectorize_and_unroll_are_those_annotations(rng):
     a = rng.standard_normal(30).astype("float32")
     for out in _run_both(s, [A, T], [a, np.zeros(30, "float32")]):
         np.testing.assert_allclose(out[1], a * 3, rtol=1e-6)
+
+
+def _add():
+    A = te.compute((16, 16), lambda i, j: i.astype("float32") * 1.5 + j.astype("float32"), name="A")
+    B = te.compute((16, 16), lambda i, j: i.astype("float32") - j.astype("float32") * 0.5, name="B")
+    C = te.compute((16, 16), lambda i, j: A[i, j] + B[i, j], name="C")
+    return A, B, C
+
+
+def test_invalid_compute_at_is_refused_by_lower_as_in_tvm(rng):
+    A, B, C = _add()
+    s = te.create_schedule(C.op)
+    s[C].compute_at(s[C], C.op.axis[0])          # TVM accepts the call; lower refuses
+    with pytest.raises(RuntimeError, match=r"compute_at: stage 'C': an output"):
+        tvm.lower(s, [A, B, C])
+    A, B, C = _add()
+    s = te.create_schedule(C.op)
+    s[A].compute_at(s[C], C.op.axis[0])
+    s[C].compute_at(s[A], A.op.axis[0])
+    with pytest.raises(RuntimeError, match=r"compute_at.*'C'.*output must be computed whole"):
+        tvm.lower(s, [C])
+    # placing the stage again makes the schedule valid
+    s[C].compute_root()
+    i, j = np.meshgrid(np.arange(16), np.arange(16), indexing="ij")
+    want = (i * 1.5 + j) + (i - j * 0.5)
+    for out in _run_both(s, [C], [np.zeros((16, 16), "float32")]):
+        np.testing.assert_allclose(out[0], want, rtol=1e-6)
+
+
+def test_compute_at_cycle_is_refused_by_lower(rng):
+    X = te.placeholder((8,), name="X")
+    P = te.compute((8,), lambda i: X[i] * 2.0, name="P")
+    Q = te.compute((8,), lambda i: P[i] + 1.0, name="Q")
+    R = te.compute((8,), lambda i: Q[i] * Q[i], name="R")
+    s = te.create_schedule(R.op)
+    s[P].compute_at(s[Q], Q.op.axis[0])
+    s[Q].compute_at(s[P], P.op.axis[0])
+    with pytest.raises(RuntimeError, match=r"compute_at.*'Q'.*cycle"):
+        tvm.lower(s, [X, R])
+    s[Q].compute_at(s[R], R.op.axis[0])
+    x = rng.standard_normal(8).astype("float32")
+    for out in _run_both(s, [X, R], [x, np.zeros(8, "float32")]):
+        np.testing.assert_allclose(out[1], (x * 2 + 1) ** 2, rtol=1e-5)

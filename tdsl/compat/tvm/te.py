@@ -6,13 +6,14 @@ from typing import Any
 
 import tdsl
 from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, TensorIntrin,
-                  abs, all, any, ceil, comm_reducer, cos, create_schedule,
+                  abs, all, any, ceil, comm_reducer, cos,
                   decl_tensor_intrin, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
                   log10, max, max_value, min, min_value, power, reduce_axis, round,
                   rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, trunc, var)
 from tdsl.expr import Expr
 
 from . import te_schedule as schedule
+from .te_schedule import create_schedule
 from .autodiff import gradient
 from .tir import (const, div, floordiv, floormod, indexdiv, indexmod, truncdiv, truncmod,
                   )

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tdsl import IterVar, Schedule, Stage, create_schedule
+from tdsl import IterVar, Schedule, Stage
+from tdsl import create_schedule as _create_schedule
 from tdsl.errors import TDSLError
 from tdsl.extern_op import ExternBuffer as Buffer
 
@@ -15,6 +16,14 @@ from tdsl.schedule.relations import Fuse, Singleton, Split
 
 _INTERNAL = ("InferBound", "ScheduleOps", "Rebase", "PostProcessFeatures",
              "VerifyCompactBuffer", "SchedulePostProcRewriteForTensorCore")
+
+
+def create_schedule(ops: Any) -> Schedule:
+    """tdsl's ``create_schedule``, reporting an invalid ``compute_at`` (a stage attached to
+    itself, a cycle, an output attached) when the schedule is lowered, as TVM does."""
+    sch = _create_schedule(ops)
+    sch.defer_attach_errors = True
+    return sch
 
 
 def __getattr__(name: str) -> Any:
