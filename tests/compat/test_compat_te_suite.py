@@ -151,3 +151,26 @@ def test_rfactor_keeps_the_reduce_axes_it_leaves_alone(rng, n):
     assert list(BF.op.body[0].axis) == [k2] and BF.op.body[0].axis[0] is k2
     for out in _run_both(s, [A, B], [a, np.zeros(n, "float32")]):
         np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", [7, 16])
+def test_int_operands_of_float_operations_are_cast_as_in_tvm(rng, n):
+    import tdsl as td
+    from tdsl.errors import DTypeError
+    N = te.size_var("n")
+    v = te.var("v", "int32")
+    x = te.placeholder((N,), name="x")
+    z = te.compute((N,), lambda i: x[i] * v + i * 1.5 - 2 * i, name="z")
+    assert z.dtype == "float32"
+    s = te.create_schedule(z.op)
+    f = tvm.build(s, [x, z, v], "llvm")
+    a = rng.standard_normal(n).astype("float32")
+    out = np.zeros(n, "float32")
+    f(a, out, 3)
+    i = np.arange(n, dtype="float32")
+    np.testing.assert_allclose(out, a * 3 + i * 1.5 - 2 * i, rtol=1e-5, atol=1e-5)
+    # tdsl's own compute keeps refusing the implicit cast, and the rule ends with the call
+    with pytest.raises(DTypeError, match=r"mixes dtypes float32 and int"):
+        td.compute((N,), lambda i: x[i] * v, name="y")
+    with pytest.raises(DTypeError, match=r"mixes dtypes"):
+        x[0] * v

@@ -10,7 +10,7 @@ from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, Te
                   decl_tensor_intrin, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
                   log10, max, max_value, min, min_value, power, reduce_axis, round,
                   rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, trunc, var)
-from tdsl.expr import Expr
+from tdsl.expr import Expr, int_to_float_promotion
 
 from . import te_schedule as schedule
 from .te_schedule import create_schedule
@@ -36,9 +36,11 @@ def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -
 
 def compute(shape: Any, fcompute: Any, name: str = "compute", tag: str = "",
             attrs: Any = None, varargs_names: Any = None) -> Any:
-    """A computed tensor (``fcompute`` maps indices to the element)."""
+    """A computed tensor (``fcompute`` maps indices to the element); in its body an integer
+    operand of a float operation is cast to the float, as in TVM."""
     tag = tag or _TAG.get()
-    return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
+    with int_to_float_promotion():      # TVM casts an int operand of a float operation
+        return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
 
 
 def extern(shape: Any, inputs: Any, fcompute: Any, name: str = "extern", dtype: Any = None,
