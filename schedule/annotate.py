@@ -131,9 +131,17 @@ def _thread_tag_of(v: Any) -> "ThreadTag | None":
 
 
 def pragma(stage: Stage, var: IterVar, pragma_type: str, pragma_value: Any = None) -> None:
+    """A backend hint on a loop; the pragmas ``"unroll"`` and ``"vectorize"`` are the
+    annotations of those names (as in TVM), not hints a backend may ignore."""
     var = stage.find_leaf("pragma", var)
     if not isinstance(pragma_type, str) or not pragma_type:
         raise ScheduleError("pragma", stage.name, "pragma_type must be a non-empty string", var.name)
+    if pragma_type == "unroll":
+        unroll(stage, var)
+        return
+    if pragma_type == "vectorize":
+        vectorize(stage, var)
+        return
     stage.attr(var).pragmas[pragma_type] = 1 if pragma_value is None else pragma_value
 
 

@@ -40,10 +40,9 @@ def check_compute_at(stage: Stage, parent: Stage, scope: IterVar, final: bool = 
     if not isinstance(stage.op, ComputeOp):
         raise ScheduleError("compute_at", stage.name, f"a {stage.op.kind} stage computes its "
                             f"whole output at root; it cannot be attached to a loop")
-    if stage.is_output:
-        raise ScheduleError("compute_at", stage.name, "an output must be computed whole (at root)")
-    if parent is stage:
-        raise ScheduleError("compute_at", stage.name, "cannot attach a stage to its own loop")
+    defer = sch.defer_attach_errors
+    if not defer:
+        _raise_conflict(stage, parent, scope, early=True)
     if not isinstance(parent.op, ComputeOp) and not parent.is_placeholder:
         raise ScheduleError("compute_at", stage.name, f"the {parent.op.kind} stage "
                             f"'{parent.name}' reads whole tensors from memory, so nothing can be "
@@ -59,18 +58,42 @@ def check_compute_at(stage: Stage, parent: Stage, scope: IterVar, final: bool = 
         reason = missed_uses(stage, parent, scope)
         if reason:
             raise ScheduleError("compute_at", stage.name, reason, loop=scope.name)
-    p = parent
-    while p is not None:
-        if p is stage:
-            raise ScheduleError("compute_at", stage.name, f"stage '{parent.name}' is itself attached "
-                                f"inside '{stage.name}': that would be a cycle", loop=scope.name)
-        p = p.attach_stage
+    if not defer:
+        _raise_conflict(stage, parent, scope, early=False)
     region = region_loops(parent)
     if scope in region:
         raise ScheduleError("compute_at", stage.name, f"loop '{scope.name}' of stage '{parent.name}' is "
                             f"inside the region tensorized at '{region[0].name}', which one intrinsic "
                             f"call replaces; attach outside it", loop=scope.name)
     return scope
+
+
+def attach_conflict(stage: Stage, parent: Stage, scope: IterVar, early: "bool | None" = None
+                    ) -> "str | None":
+    """Why attaching ``stage`` at ``scope`` of ``parent`` is invalid whatever else the
+    schedule does: an output, the stage itself, or a cycle (None when it is none of them).
+    ``early`` picks the checks that come before (True) or after (False) the loop checks."""
+    if early is not False:
+        if stage.is_output:
+            return "an output must be computed whole (at root)"
+        if parent is stage:
+            return "cannot attach a stage to its own loop"
+    if early is not True:
+        p, seen = parent, set()
+        while p is not None and id(p) not in seen:
+            if p is stage:
+                return (f"stage '{parent.name}' is itself attached inside '{stage.name}': that "
+                        f"would be a cycle")
+            seen.add(id(p))
+            p = p.attach_stage
+    return None
+
+
+def _raise_conflict(stage: Stage, parent: Stage, scope: IterVar, early: bool) -> None:
+    reason = attach_conflict(stage, parent, scope, early)
+    if reason:
+        raise ScheduleError("compute_at", stage.name, reason,
+                            loop=None if early else getattr(scope, "name", None))
 
 
 def missed_uses(stage: Stage, parent: Stage, scope: IterVar) -> "str | None":
@@ -86,7 +109,11 @@ def missed_uses(stage: Stage, parent: Stage, scope: IterVar) -> "str | None":
 
 def check_attachments(sch: object) -> None:
     """The attachment checks that only the final schedule decides (see ``check_compute_at``),
-    run by ``lower``: a ``LoweringError`` with the message the call used to raise."""
+    run by ``lower``: a ``LoweringError`` with the message the call used to raise.  Under
+    ``Schedule.defer_attach_errors`` that includes the conflicts ``compute_at`` recorded."""
+    for st in sch.stages:   # type: ignore[attr-defined]
+        if st.attach_error:
+            raise LoweringError(str(ScheduleError("compute_at", st.name, st.attach_error)))
     for st in sch.stages:   # type: ignore[attr-defined]
         if st.attach_type is AttachType.SCOPE:
             reason = missed_uses(st, st.attach_stage, st.attach_ivar)
@@ -98,6 +125,12 @@ def check_attachments(sch: object) -> None:
 def compute_at(stage: Stage, parent: Stage, scope: IterVar) -> None:
     scope = check_compute_at(stage, parent, scope)
     stage.placed = True
+    if stage._sch.defer_attach_errors:
+        # the attachment is not made (the stage stays where it was, so the attach chains stay
+        # acyclic); lowering refuses the schedule unless a later call places the stage again
+        stage.attach_error = attach_conflict(stage, parent, scope)
+        if stage.attach_error:
+            return
     _attach(stage, parent, scope)
 
 
@@ -167,12 +200,14 @@ def compute_inline(stage: Stage) -> None:
     except ScheduleError:
         stage.attach_type, stage.attach_stage, stage.attach_ivar = before
         raise
+    stage.attach_error = None
 
 
 def compute_root(stage: Stage) -> None:
     if stage.is_placeholder:
         raise ScheduleError("compute_root", stage.name, "an input has no loop nest")
     stage.placed = True
+    stage.attach_error = None
     _to_root(stage)
 
 

@@ -15,7 +15,7 @@ from tdsl.errors import ScheduleError, TDSLError
 from tdsl.expr import Const, Expr, convert
 from tdsl.tensor import IterKind, IterVar
 
-from .relations import Fuse, Split
+from .relations import Fuse, Singleton, Split
 from .stage import Stage, position
 from .tensorize import check_outside_region, check_reorder_keeps_region
 
@@ -84,8 +84,6 @@ def _move_attachments(stage: Stage, old: list[IterVar], new: IterVar) -> None:
 
 
 def check_fuse(stage: Stage, ivs: tuple) -> list[IterVar]:
-    if not ivs:
-        raise ScheduleError("fuse", stage.name, "give at least one loop")
     leaves = [stage.find_leaf("fuse", iv) for iv in ivs]
     pos = [position(stage.leaf_iter_vars, iv) for iv in leaves]
     for a, b, pa, pb in zip(leaves, leaves[1:], pos, pos[1:]):
@@ -103,7 +101,14 @@ def check_fuse(stage: Stage, ivs: tuple) -> list[IterVar]:
 
 
 def fuse(stage: Stage, *ivs: IterVar) -> IterVar:
+    """Fuse adjacent loops; with none, add a new outermost loop of extent 1 (TVM's
+    singleton: a loop to split, bind or attach at in a stage that has none)."""
     leaves = check_fuse(stage, ivs)
+    if not leaves:
+        single = stage.new_iter_var("singleton", IterKind.DATA_PAR)
+        stage.relations.append(Singleton(single))
+        stage.leaf_iter_vars.insert(0, single)
+        return single
     fused = leaves[0]
     for inner in leaves[1:]:
         new = stage.new_iter_var(f"{fused.name}.{inner.name}.fused", fused.kind)

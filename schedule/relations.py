@@ -1,4 +1,5 @@
-"""How a stage's loops derive from its root axes: split and fuse relations.
+"""How a stage's loops derive from its root axes: split, fuse and singleton
+relations.
 
 ``pass_down`` turns root domains into leaf-loop extents; ``pass_up`` expresses
 each root axis as a function of the leaf loop variables.  Both are shared by
@@ -36,7 +37,15 @@ class Fuse:
     fused: IterVar
 
 
-Relation = "Split | Fuse"
+@dataclass(frozen=True, eq=False)
+class Singleton:
+    """A new loop of extent 1 derived from no axis (``fuse()`` with no loops: TVM's way to
+    give a stage with no loops, or no spatial loops, one to schedule at)."""
+
+    iter_var: IterVar
+
+
+Relation = "Split | Fuse | Singleton"
 
 
 def ceil_div(a: Expr, b: Expr) -> Expr:
@@ -63,6 +72,8 @@ def pass_down(relations: list, root_extents: Mapping[IterVar, Expr],
             outer, inner = split_extents(ext[rel.parent], rel)
             ext[rel.outer] = simp(outer)
             ext[rel.inner] = simp(inner)
+        elif isinstance(rel, Singleton):
+            ext[rel.iter_var] = Const(1, rel.iter_var.dtype)
         else:
             ext[rel.fused] = simp(ext[rel.outer] * ext[rel.inner])
     return ext
@@ -76,7 +87,7 @@ def pass_up(relations: list, leaf_values: Mapping[IterVar, Expr],
         if isinstance(rel, Split):
             _, inner_ext = split_extents(extents[rel.parent], rel)
             val[rel.parent] = val[rel.outer] * inner_ext + val[rel.inner]
-        else:
+        elif isinstance(rel, Fuse):
             inner_ext = extents[rel.inner]
             val[rel.outer] = val[rel.fused] // inner_ext
             val[rel.inner] = val[rel.fused] % inner_ext
@@ -145,12 +156,14 @@ def reduce_loops_in_order(stage: Any, exclude: "IterVar | None" = None) -> bool:
     return True
 
 
-def relation_vars(rel: "Split | Fuse") -> tuple[IterVar, ...]:
+def relation_vars(rel: "Split | Fuse | Singleton") -> tuple[IterVar, ...]:
     """Every iteration variable a relation mentions."""
     if isinstance(rel, Split):
         return (rel.parent, rel.outer, rel.inner)
+    if isinstance(rel, Singleton):
+        return (rel.iter_var,)
     return (rel.outer, rel.inner, rel.fused)
 
 
-__all__ = ["Split", "Fuse", "pass_down", "pass_up", "split_predicates", "split_extents",
+__all__ = ["Split", "Fuse", "Singleton", "pass_down", "pass_up", "split_predicates", "split_extents",
            "leaf_ancestry", "relation_vars", "ceil_div", "reduce_loops_in_order"]

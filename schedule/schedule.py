@@ -46,6 +46,10 @@ class Schedule:
         self._keepalive: list[Operation] = list(_topo_ops(self.outputs))
         #: ``(cond, schedule)`` pairs from ``specialize``, tried in order at run time
         self.variants: list[tuple[Any, "Schedule"]] = []
+        #: TVM's order of errors: a compute_at that attaches a stage to itself, makes a
+        #: cycle or attaches an output is refused by ``lower``, not by the call
+        #: (``tdsl.compat.tvm``'s ``create_schedule`` sets it; tdsl's own refuses at once)
+        self.defer_attach_errors = False
 
     # ---- lookup -------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Stage:

@@ -57,6 +57,38 @@ class IterAttr:
     tensor_intrin: Any = None
 
 
+class PragmaKey(str):
+    """A pragma name; ``.value`` is the string (TVM's ``StringImm``)."""
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+@dataclass(frozen=True)
+class IterVarAttrView:
+    """TVM's ``IterVarAttr`` of one loop, read-only (``s[C].iter_var_attrs[iv]``):
+    ``iter_type`` is one of the ``IterVar.DataPar``... codes."""
+
+    iter_type: int
+    bind_thread: Any
+    pragma_keys: tuple
+    pragma_values: tuple
+    tensor_intrin: Any
+
+
+def _iter_type(iv: IterVar, a: IterAttr) -> int:
+    if a.tensor_intrin is not None:
+        return IterVar.Tensorized
+    if a.thread_tag is not None:
+        return IterVar.ThreadIndex
+    codes = {ForKind.UNROLLED: IterVar.Unrolled, ForKind.VECTORIZED: IterVar.Vectorized,
+             ForKind.PARALLEL: IterVar.Parallelized}
+    if a.kind in codes:
+        return codes[a.kind]
+    return IterVar.CommReduce if iv.kind is IterKind.REDUCE else IterVar.DataPar
+
+
 class Stage:
     """The schedule of one operation (``s[C]``)."""
 
@@ -74,6 +106,9 @@ class Stage:
         #: True once compute_at/compute_root/compute_inline was called on this stage itself;
         #: a lifted reduction stage not yet placed follows its reader (``attach.followers``)
         self.placed = False
+        #: why the last compute_at is invalid, when the schedule defers that error to
+        #: ``lower`` (``Schedule.defer_attach_errors``); None otherwise
+        self.attach_error: Optional[str] = None
         #: where the output lives; None: global at root, inferred when attached in a kernel
         self.scope: Optional[StorageScope] = None
         self.is_output = False
@@ -105,6 +140,14 @@ class Stage:
         if a is None:
             a = self.iter_attrs[iv] = IterAttr()
         return a
+
+    @property
+    def iter_var_attrs(self) -> dict[IterVar, IterVarAttrView]:
+        """TVM's view of the annotated loops: iteration type, thread, pragmas (a copy)."""
+        return {iv: IterVarAttrView(_iter_type(iv, a), a.thread_tag,
+                                    tuple(PragmaKey(k) for k in a.pragmas),
+                                    tuple(a.pragmas.values()), a.tensor_intrin)
+                for iv, a in self.iter_attrs.items()}
 
     def is_scheduled(self) -> bool:
         return bool(self.relations) or self.leaf_iter_vars != list(self.root_iter_vars) \

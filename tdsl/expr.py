@@ -8,10 +8,12 @@ is refused, and Python literals take the dtype of the other operand.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import numbers
 import itertools
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .dtype import INDEX, DType, as_dtype
 from .errors import DTypeError, ShapeError
@@ -415,17 +417,46 @@ def convert(value: Any, like: "DType | None" = None) -> Expr:
     raise DTypeError(f"cannot use {type(value).__name__} {value!r} in a tdsl expression")
 
 
+#: True inside ``int_to_float_promotion()``: an integer operand of a float operation is
+#: cast to the float's dtype (TVM's rule) instead of refused.  A context variable, so it
+#: holds for one thread or task only.
+_INT_TO_FLOAT: contextvars.ContextVar[bool] = contextvars.ContextVar("tdsl_int_to_float",
+                                                                    default=False)
+
+
+@contextlib.contextmanager
+def int_to_float_promotion() -> Iterator[None]:
+    """Within the block, ``float_expr * int_expr`` (and ``int_expr * 1.5``) casts the
+    integer side to the float dtype, as TVM does.  ``tdsl.compat.tvm``'s ``te.compute``
+    declares bodies in it; tdsl's own ``compute`` refuses mixed dtypes (an implicit cast
+    is a common source of wrong answers)."""
+    token = _INT_TO_FLOAT.set(True)
+    try:
+        yield
+    finally:
+        _INT_TO_FLOAT.reset(token)
+
+
 def binary_dtype(op: str, a: DType, b: DType) -> DType:
-    """The dtype of ``a <op> b``: equal dtypes, or two integers (the wider wins)."""
+    """The dtype of ``a <op> b``: equal dtypes, or two integers (the wider wins); under
+    ``int_to_float_promotion`` also an integer and a float (the float)."""
     if a == b:
         return a
     if a.is_int and b.is_int:
         return a if (a.bits, a.is_signed) >= (b.bits, b.is_signed) else b
+    if _INT_TO_FLOAT.get():
+        if a.is_float and b.is_int:
+            return a
+        if b.is_float and a.is_int:
+            return b
     raise DTypeError(
         f"operator '{op}' mixes dtypes {a} and {b}; cast one side with .astype(...)")
 
 
 def _operands(op: str, a: Any, b: Any) -> tuple[Expr, Expr]:
+    if _INT_TO_FLOAT.get():     # TVM: a float literal next to an integer is a float32
+        a, b = (Const(float(x), DType.FLOAT32) if _float_literal(x) and isinstance(y, Expr)
+                and y.dtype.is_int else x for x, y in ((a, b), (b, a)))
     if not isinstance(a, Expr):
         b = convert(b)
         a = convert(a, b.dtype)
@@ -434,6 +465,10 @@ def _operands(op: str, a: Any, b: Any) -> tuple[Expr, Expr]:
     a, b = convert(a), convert(b)
     dtype = binary_dtype(op, a.dtype, b.dtype)
     return a.astype(dtype), b.astype(dtype)
+
+
+def _float_literal(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, numbers.Integral)
 
 
 def _binary(cls: type, a: Any, b: Any) -> Expr:

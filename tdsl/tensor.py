@@ -48,6 +48,11 @@ class IterVar(Expr):
 
     __slots__ = ("var", "dom", "kind", "thread_tag", "owner")
 
+    # TVM's iteration-type codes (``IterVar.Vectorized``...), the values of
+    # ``Stage.iter_var_attrs[iv].iter_type``
+    DataPar, ThreadIndex, CommReduce, Ordered, DimInfo = 0, 1, 2, 3, 4
+    Unrolled, Vectorized, Parallelized, Tensorized = 5, 6, 7, 8
+
     def __init__(self, dom: "Range | None", var: "Var | str", kind: IterKind,
                  thread_tag: "ThreadTag | None" = None):
         self.var = var if isinstance(var, Var) else Var(var, INDEX)

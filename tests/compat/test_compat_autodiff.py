@@ -102,9 +102,10 @@ def test_gradient_refusals():
     with pytest.raises(tvm.TVMError, match="head has shape"):
         te.gradient(B, [A], head=te.placeholder((4,), name="H"))
     k = te.reduce_axis((0, 4), name="k")
-    prod = te.comm_reducer(lambda x, y: x * y, lambda t: tvm.tir.const(1, t), name="prod")
-    P = te.compute((4,), lambda i: prod(A[i, k], axis=k), name="P")
-    with pytest.raises(tvm.TVMError, match="reducer 'prod'"):
+    lse = te.comm_reducer(lambda x, y: te.log(te.exp(x) + te.exp(y)),
+                          lambda t: tvm.tir.const(-1e30, t), name="lse")
+    P = te.compute((4,), lambda i: lse(A[i, k], axis=k), name="P")
+    with pytest.raises(tvm.TVMError, match="reducer 'lse'"):
         te.gradient(P, [A], head=topi.full_like(P, 1.0))
     I = te.placeholder((4,), name="I", dtype="int32")
     with pytest.raises(tvm.TVMError, match="only float"):
@@ -116,3 +117,31 @@ def test_check_numerical_grads_catches_a_wrong_gradient(rng):
     tvm.testing.check_numerical_grads(lambda v: float((v ** 2).sum()), [x], [2 * x])
     with pytest.raises(AssertionError, match="distance"):
         tvm.testing.check_numerical_grads(lambda v: float((v ** 2).sum()), [x], [3 * x])
+
+
+@pytest.mark.parametrize("n", [4, 7])
+def test_product_reduction_against_numpy(rng, n):
+    prod = te.comm_reducer(lambda x, y: x * y, lambda t: tvm.tir.const(1, t), name="prod")
+    a = rng.uniform(-1.5, 1.5, (n, 5)).astype("float32")
+    a[0, 2] = -0.5                      # a zero factor (a + 0.5 == 0): still a gradient
+    A = te.placeholder(a.shape, name="A")
+    k = te.reduce_axis((1, 5), name="k")      # starts at 1: column 0 gets no gradient
+    B = te.compute((n,), lambda i: prod(A[i, k] + 0.5, axis=k), name="B")
+    (ga,) = _grads(B, [A], [a])
+    f = a.astype("float64") + 0.5
+    want = np.zeros_like(f)
+    for i in range(n):
+        for c in range(1, 5):
+            want[i, c] = np.prod([f[i, j] for j in range(1, 5) if j != c])
+    np.testing.assert_allclose(ga, want, rtol=1e-4, atol=1e-5)
+    assert want[0, 1] == 0 and want[0, 2] != 0
+
+
+def test_product_reduction_reading_the_input_twice():
+    prod = te.comm_reducer(lambda x, y: x * y, lambda t: tvm.tir.const(1, t), name="prod")
+    A = te.placeholder((6, 6), name="A")
+    k = te.reduce_axis((0, 6), name="k")
+    B = te.compute((6, 6), lambda i, j: prod(A[i, k] + A[k, i], axis=k), name="B")
+    a = np.random.default_rng(7).uniform(0.3, 1.2, (6, 6)).astype("float32")
+    (ga,) = _grads(B, [A], [a])
+    tvm.testing.check_numerical_grads(_forward_sum(B, [A]), [a], [ga])

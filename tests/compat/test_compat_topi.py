@@ -91,3 +91,31 @@ def test_topi_names_exist():
     for mod in (topi, topi.nn, topi.generic, topi.x86, topi.cuda):
         for name in mod.__all__:
             assert callable(getattr(mod, name)) or name in ("nn", "generic", "x86", "cuda", "utils")
+
+
+@pytest.mark.parametrize("n", [3, 6])
+def test_einsum_and_tensordot_against_numpy(rng, n):
+    from tdsl.errors import ShapeError
+    X = te.placeholder((n, n), name="X")
+    A = te.placeholder((n, 4, 5), name="A")
+    B = te.placeholder((4, 5, 2), name="B")
+    x = rng.standard_normal((n, n)).astype("float32")
+    a = rng.standard_normal((n, 4, 5)).astype("float32")
+    b = rng.standard_normal((4, 5, 2)).astype("float32")
+    cases = [(topi.einsum("ii->i", X), [X], [x], np.einsum("ii->i", x)),
+             (topi.einsum("ij,jk", X, X), [X], [x], x @ x),
+             (topi.einsum("ijk,jkl->il", A, B), [A, B], [a, b], np.einsum("ijk,jkl->il", a, b)),
+             (topi.tensordot(A, B, 2), [A, B], [a, b], np.tensordot(a, b, 2)),
+             (topi.tensordot(A, B, ([1], [0])), [A, B], [a, b], np.tensordot(a, b, ([1], [0]))),
+             (topi.tensordot(X, X, 0), [X], [x], np.tensordot(x, x, 0))]
+    for out, ins, arrays, want in cases:
+        f = tvm.build(te.create_schedule(out.op), ins + [out])
+        got = tvm.nd.empty(want.shape, "float32")
+        f(*[tvm.nd.array(v) for v in arrays], got)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ShapeError, match=r"axis 'j' has extent"):
+        topi.einsum("ij,jk->ik", X, te.placeholder((7, 2), name="Y"))
+    with pytest.raises(ShapeError, match=r"'\.\.\.'"):
+        topi.einsum("...i->i", X)
+    with pytest.raises(ShapeError, match=r"pair 1 axis/axes of a with 2"):
+        topi.tensordot(A, B, ([1], [0, 1]))

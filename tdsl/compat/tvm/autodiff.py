@@ -9,10 +9,11 @@ the inputs; each stage ``C`` passes to every tensor ``T`` it reads::
                adj_C[a] * sum over the loads T[idx(a, r)] in C's body of
                           (d body / d that load) * (idx(a, r) == j)
 
-(a reduction by ``max``/``min`` only passes through the element equal to the result).
+(a reduction by ``max``/``min`` only passes through the element equal to the result; one
+by a product multiplies by the product of the other factors).
 The sum runs over C's whole domain for every ``j`` -- no index inversion, so any index
 expression is right, at a cost of |T| x |C domain| per stage: fine for the small tensors
-such tests use, not for training.  Reductions by ``sum``, ``max`` and ``min`` are
+such tests use, not for training.  Reductions by ``sum``, ``max``, ``min`` and products are
 differentiated; other combiners, scans and extern stages are refused with a TDSLError.
 """
 from __future__ import annotations
@@ -139,11 +140,36 @@ def _reducer_kind(red: Reduce) -> str:
         raise TDSLError("te.gradient: reductions with several values (argmax...) are not "
                         "differentiated")
     res = comb.result[0]
-    for cls, kind in ((Add, "sum"), (Max, "max"), (Min, "min")):
+    ident = comb.identity[0]
+    for cls, kind in ((Add, "sum"), (Max, "max"), (Min, "min"), (Mul, "prod")):
         if isinstance(res, cls) and {id(res.a), id(res.b)} == {id(comb.lhs[0]), id(comb.rhs[0])}:
+            if kind == "prod" and not (isinstance(ident, Const) and ident.value == 1):
+                break
             return kind
-    raise TDSLError(f"te.gradient: the reducer {comb.name!r} is not differentiated (sum, max "
-                    f"and min are)")
+    raise TDSLError(f"te.gradient: the reducer {comb.name!r} is not differentiated (sum, max, "
+                    f"min and a product with identity 1 are)")
+
+
+def _others(op: ComputeOp, red: Reduce, expr: Expr) -> Tensor:
+    """For a product reduction ``C[a] = prod_r e(a, r)``: ``O[a, r] = prod_{r' != r} e(a, r')``
+    (the derivative of ``C[a]`` by the factor ``e(a, r)``), over the 0-based domain of
+    ``C``'s axes then its reduce axes.  A product, not ``C[a] / e(a, r)``: a zero factor
+    has a gradient too."""
+    n_sp = len(op.axis)
+    shape = [iv.dom.extent for iv in list(op.axis) + list(red.axis)]
+
+    def body(*idx: Expr) -> Expr:
+        rr = [tdsl.reduce_axis((r.dom.min, r.dom.min + r.dom.extent), name=f"{r.name}.o")
+              for r in red.axis]
+        vmap = {iv.var: idx[k] + iv.dom.min for k, iv in enumerate(op.axis)}
+        vmap.update({r.var: o.var for r, o in zip(red.axis, rr)})
+        same = tdsl.all(*[o.var == idx[n_sp + k] + r.dom.min
+                          for k, (r, o) in enumerate(zip(red.axis, rr))])
+        one = _c(1, expr)
+        value = tdsl.if_then_else(same, one, substitute(expr, vmap))
+        return Reduce(red.combiner.unordered(), (value,), tuple(rr),
+                      substitute(red.condition, vmap), 0)
+    return tdsl.compute(shape, body, name=f"{op.name}.others")
 
 
 def _contribution(c: Tensor, t: Tensor, adj_c: Tensor) -> Optional[Tensor]:
@@ -159,6 +185,7 @@ def _contribution(c: Tensor, t: Tensor, adj_c: Tensor) -> Optional[Tensor]:
         return None
     axes = list(op.axis) + (list(red.axis) if red is not None else [])
     kind = _reducer_kind(red) if red is not None else None
+    others = _others(op, red, expr) if kind == "prod" else None
 
     def fcompute(*j: Expr) -> Expr:
         rvs = [tdsl.reduce_axis((iv.dom.min, iv.dom.min + iv.dom.extent), name=f"{iv.name}.d")
@@ -175,6 +202,8 @@ def _contribution(c: Tensor, t: Tensor, adj_c: Tensor) -> Optional[Tensor]:
             conds = [red.condition]
             if kind in ("max", "min"):
                 conds.append(expr == c(*[iv.var for iv in op.axis]))
+            if others is not None:
+                total = total * others(*[iv.var - iv.dom.min for iv in axes])
             total = tdsl.if_then_else(tdsl.all(*conds), total, zero)
         full = adj_c(*[iv.var for iv in op.axis]).astype(str(expr.dtype)) * total
         return tdsl.sum(substitute(full, vmap), axis=rvs)

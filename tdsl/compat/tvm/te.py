@@ -6,13 +6,14 @@ from typing import Any
 
 import tdsl
 from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, TensorIntrin,
-                  abs, all, any, ceil, comm_reducer, cos, create_schedule,
+                  abs, all, any, ceil, comm_reducer, cos,
                   decl_tensor_intrin, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
                   log10, max, max_value, min, min_value, power, reduce_axis, round,
                   rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, trunc, var)
-from tdsl.expr import Expr
+from tdsl.expr import Expr, int_to_float_promotion
 
 from . import te_schedule as schedule
+from .te_schedule import create_schedule
 from .autodiff import gradient
 from .tir import (const, div, floordiv, floormod, indexdiv, indexmod, truncdiv, truncmod,
                   )
@@ -35,9 +36,11 @@ def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -
 
 def compute(shape: Any, fcompute: Any, name: str = "compute", tag: str = "",
             attrs: Any = None, varargs_names: Any = None) -> Any:
-    """A computed tensor (``fcompute`` maps indices to the element)."""
+    """A computed tensor (``fcompute`` maps indices to the element); in its body an integer
+    operand of a float operation is cast to the float, as in TVM."""
     tag = tag or _TAG.get()
-    return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
+    with int_to_float_promotion():      # TVM casts an int operand of a float operation
+        return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
 
 
 def extern(shape: Any, inputs: Any, fcompute: Any, name: str = "extern", dtype: Any = None,

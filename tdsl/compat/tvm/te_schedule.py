@@ -1,5 +1,5 @@
 """``tvm.te.schedule``: the schedule classes (``Schedule``, ``Stage``, the loop relations
-``Split``/``Fuse``), ``create_schedule``, and ``Buffer`` (what ``te.extern``'s function
+``Split``/``Fuse``/``Singleton``), ``create_schedule``, and ``Buffer`` (what ``te.extern``'s function
 receives for each tensor).  TVM's internal passes ``InferBound`` and
 ``ScheduleOps`` (bounds inference and statement building, which tdsl's ``lower`` does in
 one step) are refused with a ``TDSLError`` that says so."""
@@ -7,14 +7,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from tdsl import Schedule, Stage, create_schedule
+from tdsl import IterVar, Schedule, Stage
+from tdsl import create_schedule as _create_schedule
 from tdsl.errors import TDSLError
 from tdsl.extern_op import ExternBuffer as Buffer
 
-from tdsl.schedule.relations import Fuse, Split
+from tdsl.schedule.relations import Fuse, Singleton, Split
 
-_INTERNAL = ("InferBound", "ScheduleOps", "Singleton", "Rebase", "PostProcessFeatures",
+_INTERNAL = ("InferBound", "ScheduleOps", "Rebase", "PostProcessFeatures",
              "VerifyCompactBuffer", "SchedulePostProcRewriteForTensorCore")
+
+
+def create_schedule(ops: Any) -> Schedule:
+    """tdsl's ``create_schedule``, reporting an invalid ``compute_at`` (a stage attached to
+    itself, a cycle, an output attached) when the schedule is lowered, as TVM does."""
+    sch = _create_schedule(ops)
+    sch.defer_attach_errors = True
+    return sch
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +33,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tvm.te.schedule' (tdsl.compat) has no attribute {name!r}")
 
 
-__all__ = ["Schedule", "Stage", "create_schedule", "Split", "Fuse", "Buffer"]
+__all__ = ["IterVar", "Schedule", "Stage", "create_schedule", "Split", "Fuse", "Singleton", "Buffer"]

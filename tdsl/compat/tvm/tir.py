@@ -156,6 +156,12 @@ def __getattr__(name: str) -> Any:
         raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no TIR "
                              f"intrinsic calls or custom buffers); see the README section "
                              f"'Coming from TVM'")
+    if name in ("transform", "stmt_functor", "stmt", "ir_builder"):
+        raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat: tdsl lowers to "
+                             f"its own IR (tdsl.stmt), not TVM's TIR, so TIR passes, visitors "
+                             f"and statement classes (tir.transform.prim_func_pass, "
+                             f"'tir.add_lower_pass') have nothing to run on; see the README "
+                             f"section 'Coming from TVM'")
     raise AttributeError(f"module 'tvm.tir' (tdsl.compat) has no attribute {name!r}")
 
 

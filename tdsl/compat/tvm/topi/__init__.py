@@ -17,6 +17,7 @@ from tdsl.ops import (abs, add, broadcast_to, cast, ceil, clip, concatenate, cos
                       sin, sqrt, squeeze, subtract, tanh, transpose, where)
 
 from . import cuda, generic, nn, utils, x86
+from .contract import einsum, tensordot
 
 floor_mod = mod
 identity = _ops.identity
@@ -71,4 +72,4 @@ __all__ = ["nn", "generic", "x86", "cuda", "utils", "add", "subtract", "multiply
            "tanh", "sigmoid", "erf", "floor", "ceil", "round", "sin", "cos", "clip", "cast",
            "identity", "broadcast_to", "transpose", "reshape", "expand_dims", "squeeze",
            "concatenate", "sum", "max", "min", "prod", "argmax", "argmin", "matmul",
-           "full", "full_like"]
+           "full", "full_like", "einsum", "tensordot"]
