@@ -40,7 +40,6 @@ CASES = [
     ("split", "B", lambda s, A, B, C: s[B].split(B.op.axis[0])),
     ("fuse", "B", lambda s, A, B, C: s[B].fuse("i", "j")),
     ("fuse", "B", lambda s, A, B, C: s[B].fuse(B.op.axis[0], None)),
-    ("fuse", "B", lambda s, A, B, C: s[B].fuse()),
     ("reorder", "B", lambda s, A, B, C: s[B].reorder("j", "i")),
     ("reorder", "B", lambda s, A, B, C: s[B].reorder(B.op.axis[0], B.op.axis[0])),
     ("tile", "B", lambda s, A, B, C: s[B].tile("i", B.op.axis[1], 4, 4)),
