@@ -17,6 +17,10 @@ from .llvm_attention import attention_stages
 
 #: Queries (threads) per thread block.
 BLOCK_Q = 64
+#: Keys per shared-memory K / V tile (a divisor of the declaration's key blocks).
+TILE_K = 64
+#: Floats per fetch of a tile element run (one 16-byte load).
+VEC = 4
 
 
 def schedule_attention(s: Schedule, anchor: Stage) -> set:
@@ -42,4 +46,35 @@ def schedule_attention(s: Schedule, anchor: Stage) -> set:
         st.set_scope("local")
     a.qt.compute_at(y, ii)
     a.qt.set_scope("local")
+    _stage_tiles(s, a)
     return {anchor, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt}
+
+
+def _fetch(st: Stage, at: Stage, where: object) -> None:
+    """``st`` (a K or V tile: (b, h, key, d)) computed at ``where`` of ``at``, fetched by
+    all the block's threads: consecutive lanes on consecutive ``VEC``-float chunks of the
+    tile's rows, which are contiguous in global memory (16-byte coalesced reads)."""
+    st.compute_at(at, where)
+    j, d = st.op.axis[-2:]
+    rest, vi = st.split(st.fuse(j, d), factor=VEC)
+    _, tx = st.split(rest, factor=BLOCK_Q)
+    st.bind(tx, thread_axis("threadIdx.x"))
+    st.vectorize(vi)
+
+
+def _stage_tiles(s: Schedule, a) -> None:
+    """K and V tiles of ``TILE_K`` keys in shared memory: the scores' key loop and the
+    weighted values' key reduction are split by ``TILE_K`` and the tiles fetched at the
+    outer loops, so each K/V element is read from global memory once per query block."""
+    k_t = next(t for t in a.score.op.input_tensors if s[t].is_placeholder)
+    v_t = next(t for t in a.bacc.op.input_tensors if s[t].is_placeholder)
+    ks = s[s.cache_read(k_t, "shared", [a.score])]
+    vs = s[s.cache_read(v_t, "shared", [a.bacc])]
+    jj = a.score.op.axis[3]
+    jo, _ji = a.score.split(jj, factor=TILE_K)
+    _fetch(ks, a.score, jo)
+    bd = a.bacc.op.axis[4]
+    (jr,) = a.bacc.op.reduce_axis
+    ro, ri = a.bacc.split(jr, factor=TILE_K)
+    a.bacc.reorder(ro, bd, ri)
+    _fetch(vs, a.bacc, ro)
