@@ -71,3 +71,23 @@ def test_causal_attention_skips_key_blocks_above_the_diagonal():
     o = ops.attention(q, k, v, causal=True)
     body = _peel(_loop(td.lower(ops.schedule(o, "llvm"), [q, k, v, o]), "kb").body)
     assert isinstance(body, IfThenElse), body
+
+
+def test_cuda_attention_skips_key_blocks_with_a_block_uniform_guard():
+    """The CUDA default fetches K / V tiles into shared memory between barriers inside the
+    key-block loop: the skip guard is the per-query condition relaxed over the block's
+    threads (no thread var in it), so a whole block skips a tile or none of it does."""
+    from tdsl import ops
+    from tdsl.stmt import Barrier
+    from tdsl.visitor import free_vars
+    q, k, v = (td.placeholder((1, 2, n, 64), name=x) for x, n in (("q", 200), ("k", 300),
+                                                                   ("v", 300)))
+    o = ops.attention(q, k, v, causal=True)
+    func = td.lower(ops.schedule(o, "cuda"), [q, k, v, o])
+    body = _peel(_loop(func, "kb").body)
+    assert isinstance(body, IfThenElse), body
+    barriers = []
+    post_order_visit(body, lambda n: barriers.append(n) if isinstance(n, Barrier) else None)
+    assert barriers
+    assert all("threadIdx" not in str(getattr(x, "thread_tag", "")) and
+               "i.inner" not in x.name for x in free_vars(body.cond)), body.cond
