@@ -71,10 +71,12 @@ def _stage_tiles(s: Schedule, a) -> None:
     ks = s[s.cache_read(k_t, "shared", [a.score])]
     vs = s[s.cache_read(v_t, "shared", [a.bacc])]
     jj = a.score.op.axis[3]
-    jo, _ji = a.score.split(jj, factor=TILE_K)
+    jo, ji = a.score.split(jj, factor=TILE_K)
     _fetch(ks, a.score, jo)
+    a.score.pragma(ji, "unroll_limit", 1)
     bd = a.bacc.op.axis[4]
     (jr,) = a.bacc.op.reduce_axis
     ro, ri = a.bacc.split(jr, factor=TILE_K)
     a.bacc.reorder(ro, bd, ri)
     _fetch(vs, a.bacc, ro)
+    a.bacc.pragma(bd, "unroll_limit", 1)
