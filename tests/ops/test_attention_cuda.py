@@ -89,3 +89,21 @@ def test_shared_tiles_with_symbolic_sequences():
     _emulate((1, 2, 0, 16), (1, 2, 0, 16), causal=True, symbolic=True,
              sizes=[((1, 2, 5, 16), (1, 2, 5, 16)), ((1, 2, 70, 16), (1, 2, 70, 16)),
                     ((1, 2, 130, 16), (1, 2, 130, 16))])
+
+
+@pytest.mark.skipif(not nvrtc.is_available(), reason="NVRTC (cuda-python) is not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("d", [16, 64])
+def test_no_spills_and_shared_tiles(arch, d):
+    """The score and weighted-value loops stay rolled (``#pragma unroll 1``): fully
+    unrolled at d 16 they held 128 scores live and spilled; the K / V tiles take 2 x 64
+    keys x d floats of shared memory."""
+    from tdsl.backends.cuda.static import analyze
+    q, k, v = (td.placeholder((1, 2, n, d), name=x) for x, n in (("q", 37), ("k", 70),
+                                                                  ("v", 70)))
+    o = ops.attention(q, k, v)
+    f = td.build(ops.schedule(o, "cuda"), [q, k, v, o], target=f"cuda -arch={arch}")
+    assert "#pragma unroll 1" in f.get_source()
+    (ks,) = analyze(f)
+    assert ks.spill_bytes == 0, ks.findings
+    assert ks.shared_bytes == 2 * 64 * d * 4
