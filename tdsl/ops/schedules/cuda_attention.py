@@ -4,9 +4,17 @@ query block), a thread per query.
 Each thread runs the one-pass online softmax for its query: the merge's key-block loop
 outermost, the block's scores, probabilities, statistics and weighted values in the
 thread's local memory (registers where the compiler keeps them), so no seq_q x seq_k
-buffer exists.  K/V tiles are read from global memory by every thread of the block (the
-same addresses across the warp: broadcast loads served by L1); staging them in shared
-memory is not done yet.
+buffer exists.  K and V are staged in shared memory, ``TILE_K`` keys at a time: all the
+block's threads fetch a tile (consecutive lanes on consecutive 16-byte chunks of its rows:
+coalesced), then each reads it as broadcasts (the whole warp on one key), so each K/V
+element is read from global memory once per query block rather than once per query.  The
+tile fetches sit between barriers inside the key-block loop, so the causal skip of blocks
+above the diagonal is decided per thread block (``lowering/idle_iterations.py``).
+
+Not done yet (issue 24's target): a query row split across threads with the running max,
+sum and accumulator in registers (the declaration's merge keeps (max, sum) per (query, d),
+and the per-thread score / probability rows of a key block live in local memory: the
+stack frame), Q staged for coalesced reads, the output written through shared memory.
 """
 from __future__ import annotations
 
@@ -17,7 +25,8 @@ from .llvm_attention import attention_stages
 
 #: Queries (threads) per thread block.
 BLOCK_Q = 64
-#: Keys per shared-memory K / V tile (a divisor of the declaration's key blocks).
+#: Keys per shared-memory K / V tile (best a divisor of the declaration's key block):
+#: 2 x 64 x d=64 floats = 32 KB, under the 48 KB of static shared memory.
 TILE_K = 64
 #: Floats per fetch of a tile element run (one 16-byte load).
 VEC = 4
