@@ -133,11 +133,11 @@ def _allocated(s: Stmt) -> frozenset:
 
 
 def _cooperative(s: Stmt) -> bool:
-    """``s`` holds a thread-bound loop: work shared by a block's threads (a fetch into
-    shared memory), with barriers around it once lowered."""
+    """``s`` holds a barrier or a thread-bound loop: work shared by a block's threads (a
+    fetch into shared memory, a cross-thread reduction), which all of them must reach."""
     found = []
-    post_order_visit(s, lambda n: found.append(n) if isinstance(n, For) and
-                     n.kind is ForKind.THREAD_BINDING else None)
+    post_order_visit(s, lambda n: found.append(n) if isinstance(n, Barrier) or (
+        isinstance(n, For) and n.kind is ForKind.THREAD_BINDING) else None)
     return bool(found)
 
 
