@@ -475,8 +475,13 @@ class CStyleRenderer:
                 start = self.expr(lo)
                 end = self.expr(self.ana.simplify(lo + ext))
                 head = f"for ({t} {name} = {start}; {name} < {end}; ++{name})"
+            limit = s.annotations.get("pragma_unroll_limit")
             if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) or "pragma_unroll" in s.annotations:
                 self.emit("#pragma unroll")
+            elif isinstance(limit, int) and limit >= 1:
+                # at most ``limit`` iterations unrolled (1: kept a loop) -- a loop whose full
+                # unrolling would hold more values live than the registers fit
+                self.emit(f"#pragma unroll {limit}")
             self.bind_loop_range(s.var, lo, ext)
             with self.block(head):
                 self.stmt(s.body)

@@ -679,6 +679,38 @@ class Analyzer(RulesMixin, IntSetMixin, DataMixin):
             lo, hi = self._refine(lin, lo, hi)
         if depth and len(lin.terms) > 1:
             lo, hi = self._split_minmax_bound(lin, lo, hi, depth)
+            lo, hi = self._paired_minmax_bound(lin, lo, hi, depth)
+        elif depth and lin.terms and next(iter(lin.terms))[0] in (RANK_MIN, RANK_MAX):
+            # a lone min / max: its operands' own correlations (``max(0, e)`` of a tile extent)
+            lo, hi = self._split_minmax_bound(lin, lo, hi, depth)
+        return (lo, hi)
+
+    def _paired_minmax_bound(self, lin: Lin, lo: "int | None", hi: "int | None",
+                             depth: int) -> Bound:
+        """Tighten the bounds of ``rest + c*(min(a1, b1) - min(a2, b2))`` (or ``max``): the
+        difference lies between ``a1 - a2`` and ``b1 - b2`` (min and max are monotone and
+        1-Lipschitz in each operand), so the sum lies between ``rest + c*(a1 - a2)`` and
+        ``rest + c*(b1 - b2)``.  A clamped tile's extent ``min(x + 63, L) - min(x, L) + 1``
+        is then at most 64, which splitting one term at a time cannot see."""
+        items = [(k, x, c) for k, (x, c) in lin.terms.items() if k[0] in (RANK_MIN, RANK_MAX)]
+        for n, (k1, x1, c1) in enumerate(items):
+            for k2, x2, c2 in items[n + 1:]:
+                if k1[0] != k2[0] or c1 != -c2:
+                    continue
+                rest = Lin({kk: v for kk, v in lin.terms.items() if kk not in (k1, k2)},
+                           lin.const)
+                for p1, q1 in ((x2.a, x2.b), (x2.b, x2.a)):
+                    da = lin_add(self._lin(x1.a), self._lin(p1), -1)
+                    db = lin_add(self._lin(x1.b), self._lin(q1), -1)
+                    (l1, h1), (l2, h2) = (
+                        self._refined_bound(lin_add(rest, lin_scale(dd, c1)), depth - 1)
+                        for dd in (da, db))
+                    nlo = None if l1 is None or l2 is None else min(l1, l2)
+                    nhi = None if h1 is None or h2 is None else max(h1, h2)
+                    if nlo is not None and (lo is None or nlo > lo):
+                        lo = nlo
+                    if nhi is not None and (hi is None or nhi < hi):
+                        hi = nhi
         return (lo, hi)
 
     def _split_minmax_bound(self, lin: Lin, lo: "int | None", hi: "int | None", depth: int) -> Bound:

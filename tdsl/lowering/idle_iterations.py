@@ -22,7 +22,8 @@ from tdsl.arith import Analyzer
 from tdsl.arith.interval import Interval
 from tdsl.dtype import INDEX
 from tdsl.expr import GE, GT, LE, LT, And, BufferLoad, Call, Const, Expr, Or
-from tdsl.stmt import (Allocate, BufferStore, For, ForKind, IfThenElse, LetStmt, SeqStmt, Stmt)
+from tdsl.stmt import (Allocate, Barrier, BufferStore, For, ForKind, IfThenElse, LetStmt, SeqStmt,
+                        Stmt)
 from tdsl.visitor import free_vars, post_order_visit
 
 _TRUE = Const(True, "bool")
@@ -79,6 +80,8 @@ class _Guards:
         in the loop body)."""
         if isinstance(s, BufferStore):
             return _FALSE if s.buffer in local else _TRUE
+        if isinstance(s, Barrier):      # stores nothing (its block-uniform guard: skip_...)
+            return _FALSE
         if isinstance(s, SeqStmt):
             g = _FALSE
             for c in s.stmts:
@@ -96,7 +99,8 @@ class _Guards:
             if s.else_case is not None:
                 g = _or(g, self.guard(s.else_case, local))
             return g
-        if isinstance(s, For) and s.kind is not ForKind.THREAD_BINDING:
+        if isinstance(s, For):
+            # a thread-bound loop inside the body (a cooperative fetch): some thread stores
             return self.exists(self.guard(s.body, local), s.var, s.min, s.extent)
         if isinstance(s, LetStmt):
             g = self.guard(s.body, local)
@@ -128,27 +132,45 @@ def _allocated(s: Stmt) -> frozenset:
     return frozenset(out)
 
 
+def _cooperative(s: Stmt) -> bool:
+    """``s`` holds a barrier or a thread-bound loop: work shared by a block's threads (a
+    fetch into shared memory, a cross-thread reduction), which all of them must reach."""
+    found = []
+    post_order_visit(s, lambda n: found.append(n) if isinstance(n, Barrier) or (
+        isinstance(n, For) and n.kind is ForKind.THREAD_BINDING) else None)
+    return bool(found)
+
+
 def skip_idle_iterations(stmt: Stmt, ana: "Analyzer | None" = None) -> Stmt:
     """``stmt`` with each serial loop's body guarded by the condition under which it may
-    store something that outlives the iteration (when that is not always)."""
+    store something that outlives the iteration (when that is not always).
+
+    A body with cooperative work (a thread-bound loop: a fetch into shared memory, between
+    barriers) gets a guard that is the same for all the block's threads: the condition
+    relaxed over the enclosing thread-bound loops' variables (some thread may store), so
+    that no thread skips a barrier the others wait at."""
     guards = _Guards(ana or Analyzer())
 
-    def visit(s: Stmt) -> Stmt:
+    def visit(s: Stmt, threads: tuple) -> Stmt:
         if isinstance(s, SeqStmt):
-            return SeqStmt([visit(c) for c in s.stmts])
+            return SeqStmt([visit(c, threads) for c in s.stmts])
         if isinstance(s, Allocate):
-            return Allocate(s.buffer, visit(s.body))
+            return Allocate(s.buffer, visit(s.body, threads))
         if isinstance(s, LetStmt):
-            return LetStmt(s.var, s.value, visit(s.body))
+            return LetStmt(s.var, s.value, visit(s.body, threads))
         if isinstance(s, IfThenElse):
-            return IfThenElse(s.cond, visit(s.then_case),
-                              None if s.else_case is None else visit(s.else_case))
+            return IfThenElse(s.cond, visit(s.then_case, threads),
+                              None if s.else_case is None else visit(s.else_case, threads))
         if not isinstance(s, For):
             return s
-        body = visit(s.body)
+        inner = threads + (s,) if s.kind is ForKind.THREAD_BINDING else threads
+        body = visit(s.body, inner)
         if s.kind in (ForKind.SERIAL, ForKind.PARALLEL) and _has_idle_work(body, guards):
             g = guards.guard(body, frozenset())
+            if threads and _cooperative(body):
+                for t in reversed(threads):
+                    g = guards.exists(g, t.var, t.min, t.extent)
             if not _is(g, True) and not _is(g, False):
                 body = IfThenElse(g, body, None)
         return For(s.var, s.min, s.extent, s.kind, body, s.thread_tag, s.annotations)
-    return visit(stmt)
+    return visit(stmt, ())

@@ -575,3 +575,19 @@ def test_sympy_round_trip_keeps_a_mod_of_a_scaled_mod():
     back = from_sympy(to_sympy(e))
     for av in range(-7, 8):
         assert ev(back, {A: av}) == ev(e, {A: av}), av
+
+
+def test_bound_of_a_clamped_tile_extent():
+    """``min(x + 63, L) - min(x, L) + 1`` (the rows of a 64-row tile of a clamped index, as
+    attention's K / V tiles) lies in [1, 64], also under ``max(0, .)``: min is monotone
+    and 1-Lipschitz, a correlation that bounding one term at a time loses."""
+    import tdsl.intrin as I
+    from tdsl.arith import Analyzer
+    from tdsl.expr import Const
+    a = tdsl.var("a")
+    L = Const(129, a.dtype)
+    e = I.minimum(a * 64 + 63, L) - I.minimum(a * 64, L) + 1
+    ana = Analyzer()
+    assert ana.const_int_bound(e) == (1, 64)
+    assert ana.const_int_bound(I.maximum(Const(0, a.dtype), e))[1] == 64
+    assert ana.const_int_bound(I.maximum(a * 64 + 63, L) - I.maximum(a * 64, L))[1] == 63

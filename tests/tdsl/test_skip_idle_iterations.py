@@ -71,3 +71,47 @@ def test_causal_attention_skips_key_blocks_above_the_diagonal():
     o = ops.attention(q, k, v, causal=True)
     body = _peel(_loop(td.lower(ops.schedule(o, "llvm"), [q, k, v, o]), "kb").body)
     assert isinstance(body, IfThenElse), body
+
+
+def test_cuda_attention_skips_key_blocks_with_a_block_uniform_guard():
+    """The CUDA default fetches K / V tiles into shared memory between barriers inside the
+    key-block loop: the skip guard is the per-query condition relaxed over the block's
+    threads (no thread var in it), so a whole block skips a tile or none of it does."""
+    from tdsl import ops
+    from tdsl.stmt import Barrier
+    from tdsl.visitor import free_vars
+    q, k, v = (td.placeholder((1, 2, n, 64), name=x) for x, n in (("q", 200), ("k", 300),
+                                                                   ("v", 300)))
+    o = ops.attention(q, k, v, causal=True)
+    func = td.lower(ops.schedule(o, "cuda"), [q, k, v, o])
+    body = _peel(_loop(func, "kb").body)
+    assert isinstance(body, IfThenElse), body
+    barriers = []
+    post_order_visit(body, lambda n: barriers.append(n) if isinstance(n, Barrier) else None)
+    assert barriers
+    assert all("threadIdx" not in str(getattr(x, "thread_tag", "")) and
+               "i.inner" not in x.name for x in free_vars(body.cond)), body.cond
+
+
+def test_a_body_with_a_barrier_gets_a_guard_free_of_thread_vars():
+    """``for t in threadIdx.x: for k: [T = ..; sync_threads(); if k <= t: Y[t] += T]``: the
+    iterations with ``k > 63`` store nothing for any thread; the skip guard is relaxed over
+    ``t`` (``k <= 63``) so no thread skips the barrier the others wait at."""
+    from tdsl.expr import Const, Var
+    from tdsl.lowering.idle_iterations import skip_idle_iterations
+    from tdsl.stmt import Barrier, Buffer, BufferStore, ForKind, SeqStmt
+    from tdsl.visitor import free_vars
+    t, k = Var("t", "int64"), Var("k", "int64")
+    tmp = Buffer("T", (1,), "float32", scope="local")
+    y = Buffer("Y", (64,), "float32")
+    zero = Const(0, "int64")
+    body = Allocate(tmp, SeqStmt([
+        BufferStore(tmp, Const(1.0, "float32"), [zero]),
+        Barrier(),
+        IfThenElse(k <= t, BufferStore(y, Const(2.0, "float32"), [t]))]))
+    loop = For(k, zero, Const(128, "int64"), ForKind.SERIAL, body)
+    root = For(t, zero, Const(64, "int64"), ForKind.THREAD_BINDING, loop,
+               thread_tag="threadIdx.x")
+    out = skip_idle_iterations(root).body.body
+    assert isinstance(out, IfThenElse), out
+    assert {v.name for v in free_vars(out.cond)} == {"k"}, out.cond
