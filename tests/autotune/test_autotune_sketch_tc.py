@@ -97,6 +97,9 @@ def test_space_holds_every_checked_shape(make, dt):
     (tc,) = [k for n, k in task.space.knobs.items() if n.endswith(".tc")]
     keys = [e.value for e in tc.entities]
     assert keys == [""] + [c.key() for c in CONFIGS]     # "" keeps the generic tiling
+    # the tuner skips a candidate whose program it has seen: every shape is a new program
+    hashes = {task.candidate(_tc_point(task, c.key())).prog_hash for c in CONFIGS}
+    assert len(hashes) == len(CONFIGS)
 
 
 def test_no_tensor_core_knob_where_the_default_has_none():
