@@ -53,16 +53,14 @@ class Apply:
         for p in plans:
             if p.rule is Rule.FUSED and p.attach_to is None:
                 apply_attention(self, p.name)
+        for p in plans:
+            if p.rule is Rule.INLINE or (p.rule is Rule.MATERIALIZE and
+                                         self.val(f"{p.name}.at") == Place.INLINE):
+                self.stage(p.name).compute_inline()
         tc: set = set()       # labels scheduled as the tensor-core microkernel (sketch_tc)
         for p in plans:
             if p.rule is Rule.TILE and self.src.gpu and (shape := chosen(self, p.name)):
                 tc |= apply_tc(self, p, shape)
-        for p in plans:
-            if p.name in tc:
-                continue
-            if p.rule is Rule.INLINE or (p.rule is Rule.MATERIALIZE and
-                                         self.val(f"{p.name}.at") == Place.INLINE):
-                self.stage(p.name).compute_inline()
         locals_: dict[str, Any] = {}
         for p in plans:
             if p.rule is Rule.TILE and p.consumer is None and not self._rf(p) and \

@@ -4,17 +4,20 @@ An fp16/bf16 product with fp32 accumulation on sm_80+ (what ``ops.schedules.cuda
 schedules by default) gets a ``<stage>.tc`` knob: ``""`` keeps the generic GPU tiling
 (``SSSRRSRS``), any other value is a tile shape key of ``tc_config.CONFIGS`` (block tile,
 warp tile, pipeline depth), applied by scheduling the stage, its PACK input and its fused
-elementwise consumer exactly as the default schedule does with that shape.  The generic
+elementwise epilogue (the ROOT stage the default schedule fuses, after the INLINE stages
+are inlined) exactly as the default schedule does with that shape.  The generic
 tile knobs are then unused (points differing only in them build the same kernel).
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
+from tdsl.lowering.inline import inlined_bodies
 from tdsl.ops.schedules import cuda_gemm, cuda_tc
 from tdsl.ops.schedules.tc_config import CONFIGS, TcConfig, parse
 
 from .replay import fresh_schedule
+from .sketch import Rule
 from .space import OtherOptionSpace
 
 #: The knob's value that keeps the generic tiling.
@@ -56,7 +59,13 @@ def apply_tc(apply: Any, p: Any, cfg: TcConfig) -> set:
     got = _operands(sch, st)
     if got is None:
         return set()
-    out = apply.stage(p.consumer) if p.consumer else None
+    out = None          # its elementwise epilogue, as the default schedule finds it
+    bodies = inlined_bodies(sch)
+    for q in apply.src.plans:
+        if q.rule is Rule.ROOT:
+            g = cuda_gemm.gemm_anchor(sch, apply.stage(q.name), bodies)
+            if g is not None and g[0] is st:
+                out = g[1]
     done = cuda_tc.schedule_tc(sch, st, out, got[1], cfg)
     labels = {lab for lab, s in apply.by_label.items() if s in done}
     return labels

@@ -13,6 +13,8 @@ fresh variables: the offsets of A's and B's elements (``a_off(row, k)``, ``b_off
 col)``, affine), the column guard of the body, and the epilogue (the body's stores, the
 accumulator replaced by the value).  So bias, activation and cast run on the registers,
 and the sizes stay whatever the IR says (constants or kernel parameters).
+The tile shape is the pragma's value (``tc_config.TcConfig.key()``, 1 for the default);
+a malformed or invalid one, or a threadIdx.x extent other than its columns, is refused.
 
 Requirements checked here (a ``BuildError`` naming the kernel otherwise): A contiguous
 along k (its last index is ``k``), B contiguous along its columns (``B[.., k, j]``, the

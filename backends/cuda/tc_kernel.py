@@ -2,9 +2,11 @@
 
 ``tdsl_tc_gemm<BF16, BROW, BM, BN, WM, WN, ST, T>(A, B, smem, rows, K, a_off, b_off, col_ok,
 epilogue)`` computes one block's BM x BN output tile, C = A (BM x K) . B (K x BN), fp32
-accumulation (the shapes: ``tdsl/ops/schedules/tc_config.py``; below, the default
-128 x 128, 64 x 64 warp tiles, 4 stages; BN threads, BN / 32 warps in general), and hands every output to ``epilogue(row, col, value)`` (block-local row and
+accumulation, and hands every output to ``epilogue(row, col, value)`` (block-local row and
 column; the caller's lambda holds the guards, the bias/activation/cast and the store).
+The shapes are template arguments (``tdsl/ops/schedules/tc_config.py``: BN threads, i.e.
+BN / 32 warps in a (BM / WM) x (BN / WN) grid; A and B tiles copied in 4 BM / BN and 4
+chunk passes; the row-layout B swizzle needs BN >= 64).  Below, the default shape:
 
 * 128 threads = 4 warps in a 2 x 2 grid, each warp 64 x 64 outputs: 4 x 8 m16n8k16 MMAs per
   16-deep k step, 128 fp32 accumulators per thread in registers.
@@ -190,7 +192,8 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) tdsl_tc_mma<BF16>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+        for (int nt = 0; nt < NT; ++nt)
+          tdsl_tc_mma<BF16>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
     }
   }
   tdsl_tc_wait<0>();
