@@ -8,7 +8,10 @@ is the shape of that grid.  The schedule carries the config to the backend as th
 
 ``CONFIGS`` is the set each of which is checked correct under the emulator and assembled
 by ptxas for sm_80 and sm_90 with no spill (``tests/backends/test_cuda_tc_gemm.py``); the
-auto-scheduler's tensor-core knob chooses among them.
+auto-scheduler's tensor-core knob chooses among them.  As measured when they were added
+(ptxas, fp16 4096^3 matmul and dense): 122-160 registers per thread for the 64-row tiles,
+204-248 for the 128-row ones, no spills; 16-96 KiB of shared memory.  A 256-row block tile
+(128 x 64 warp tiles: 256 accumulators per thread) would spill, so it is not offered.
 """
 from __future__ import annotations
 
