@@ -312,6 +312,9 @@ class SketchSource:
             flt = (lambda sz: math.prod(sz[1:]) <= GPU_REDUCE_TILE) if self.gpu else None
             self.space.add(f"{p.name}.R{r}", SplitSpace(e, 3 if self.gpu else 2,
                                                        max_factor=self.max_inner, filter=flt))
+        if self.gpu:
+            from .sketch_tc import tc_knobs
+            tc_knobs(self, p.name, self._ops[p.name])     # the tensor-core microkernel
         if self.gpu and p.reads:
             # cooperative fetch into shared memory: elements per thread and load (float4...)
             self.space.add(f"{p.name}.fetch_vec", OtherOptionSpace(GPU_FETCH_VECTOR))

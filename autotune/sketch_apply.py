@@ -19,6 +19,7 @@ from .sketch import (GPU_REDUCE_BLOCK, GPU_TRANSPOSE_ROWS, Form, Place, Rule, Sk
                      StagePlan, stage_labels)
 from .sketch_analysis import transposed_inputs
 from .sketch_fused import apply_attention
+from .sketch_tc import apply_tc, chosen
 from tdsl.schedule.rfactor import first_output as _first
 
 
@@ -56,9 +57,14 @@ class Apply:
             if p.rule is Rule.INLINE or (p.rule is Rule.MATERIALIZE and
                                          self.val(f"{p.name}.at") == Place.INLINE):
                 self.stage(p.name).compute_inline()
+        tc: set = set()       # labels scheduled as the tensor-core microkernel (sketch_tc)
+        for p in plans:
+            if p.rule is Rule.TILE and self.src.gpu and (shape := chosen(self, p.name)):
+                tc |= apply_tc(self, p, shape)
         locals_: dict[str, Any] = {}
         for p in plans:
-            if p.rule is Rule.TILE and p.consumer is None and not self._rf(p):
+            if p.rule is Rule.TILE and p.consumer is None and not self._rf(p) and \
+                    p.name not in tc:
                 st = self.stage(p.name)
                 out = self.sch.cache_write(st.op.outputs[0], "local")
                 locals_[p.name] = self.sch[out]
@@ -67,7 +73,7 @@ class Apply:
             if p.rule is Rule.REDUCE:
                 rfs[p.name] = self._rfactor(p)
         for p in plans:
-            if p.rule is Rule.TILE:
+            if p.rule is Rule.TILE and p.name not in tc:
                 if self.src.gpu:
                     self._tile_gpu(p, locals_.get(p.name))
                 elif self._rf(p):
@@ -75,7 +81,7 @@ class Apply:
                 else:
                     self._tile_cpu(p, locals_.get(p.name))
         for p in plans:
-            if p.rule is Rule.ROOT and p.name not in self.fused:
+            if p.rule is Rule.ROOT and p.name not in self.fused and p.name not in tc:
                 self._root(p, self.stage(p.name))
         for p in reversed(plans):
             if p.rule is Rule.REDUCE:

@@ -13,6 +13,8 @@ fresh variables: the offsets of A's and B's elements (``a_off(row, k)``, ``b_off
 col)``, affine), the column guard of the body, and the epilogue (the body's stores, the
 accumulator replaced by the value).  So bias, activation and cast run on the registers,
 and the sizes stay whatever the IR says (constants or kernel parameters).
+The tile shape is the pragma's value (``tc_config.TcConfig.key()``, 1 for the default);
+a malformed or invalid one, or a threadIdx.x extent other than its columns, is refused.
 
 Requirements checked here (a ``BuildError`` naming the kernel otherwise): A contiguous
 along k (its last index is ``k``), B contiguous along its columns (``B[.., k, j]``, the
@@ -34,7 +36,7 @@ from tdsl.stmt import (Allocate, BufferStore, For, ForKind, IfThenElse, SeqStmt,
                        StorageScope, ThreadTag)
 from tdsl.visitor import free_vars, substitute, transform
 
-from .tc_kernel import SMEM_BYTES, THREADS
+from tdsl.ops.schedules.tc_config import TcConfig, parse
 
 PRAGMA = "pragma_tdsl_tc_gemm"
 _DTYPES = {"float16": "tdsl_half", "bfloat16": "tdsl_bf16"}
@@ -54,7 +56,11 @@ class TcPlan:
     epilogue: list            # (guards, store) after the k loop, in order
     acc: Any                  # the accumulator buffer (local)
     dtype: str                # "float16" | "bfloat16"
-    smem_bytes: int = SMEM_BYTES
+    cfg: TcConfig             # the tile shape (the pragma's value)
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.cfg.smem_bytes
 
 
 def _fail(kernel: str, why: str) -> BuildError:
@@ -131,9 +137,14 @@ def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
                             for p in path):
         raise _fail(kernel, "must sit under one threadIdx.x loop (and no threadIdx.y/z)")
     tx = txs[0]
-    if not (isinstance(tx.extent, Const) and tx.extent.value == THREADS and
+    cfg = parse(loop.annotations[PRAGMA])
+    if cfg is None or cfg.error() is not None:
+        why = "is malformed" if cfg is None else f"is not a valid tile shape: {cfg.error()}"
+        raise _fail(kernel, f"value {loop.annotations[PRAGMA]!r} {why}")
+    if not (isinstance(tx.extent, Const) and tx.extent.value == cfg.threads and
             isinstance(tx.min, Const) and tx.min.value == 0):
-        raise _fail(kernel, f"needs threadIdx.x to run over exactly {THREADS} threads")
+        raise _fail(kernel, f"needs threadIdx.x to run over exactly {cfg.threads} threads "
+                            f"(the columns of its {cfg.key()} tile)")
     if not (isinstance(loop.min, Const) and loop.min.value == 0):
         raise _fail(kernel, "has a row loop that does not start at 0")
     leaves: list = []
@@ -190,7 +201,8 @@ def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
     for _, s in epilogue:
         if not isinstance(s, BufferStore) or _uses(s, k):
             raise _fail(kernel, "must end with stores after the k loop")
-    return TcPlan(loop, tx.var, kloop, a, b, b_row, list(conds), epilogue, acc, str(a.dtype))
+    return TcPlan(loop, tx.var, kloop, a, b, b_row, list(conds), epilogue, acc, str(a.dtype),
+                  cfg)
 
 
 def _affine(indices: Any, vs: tuple) -> bool:
@@ -269,5 +281,7 @@ def render(r: Any, plan: TcPlan) -> None:
         r.emit("#endif")
         bf16 = "true" if plan.dtype == "bfloat16" else "false"
         brow = "true" if plan.b_row else "false"
-        r.emit(f"tdsl_tc_gemm<{bf16}, {brow}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, tc_rows, tc_K, "
-               f"tc_a_off, tc_b_off, tc_col_ok, tc_epilogue);")
+        c = plan.cfg
+        shape = f"{c.bm}, {c.bn}, {c.wm}, {c.wn}, {c.stages}"
+        r.emit(f"tdsl_tc_gemm<{bf16}, {brow}, {shape}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, "
+               f"tc_rows, tc_K, tc_a_off, tc_b_off, tc_col_ok, tc_epilogue);")

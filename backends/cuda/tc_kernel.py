@@ -1,9 +1,12 @@
 """The CUDA C of the tensor-core GEMM microkernel (prelude helper "tc_gemm").
 
-``tdsl_tc_gemm<BF16, BROW, T>(A, B, smem, rows, K, a_off, b_off, col_ok, epilogue)``
-computes one block's 128 x 128 output tile, C = A (128 x K) . B (K x 128), fp32
+``tdsl_tc_gemm<BF16, BROW, BM, BN, WM, WN, ST, T>(A, B, smem, rows, K, a_off, b_off, col_ok,
+epilogue)`` computes one block's BM x BN output tile, C = A (BM x K) . B (K x BN), fp32
 accumulation, and hands every output to ``epilogue(row, col, value)`` (block-local row and
 column; the caller's lambda holds the guards, the bias/activation/cast and the store).
+The shapes are template arguments (``tdsl/ops/schedules/tc_config.py``: BN threads, i.e.
+BN / 32 warps in a (BM / WM) x (BN / WN) grid; A and B tiles copied in 4 BM / BN and 4
+chunk passes; the row-layout B swizzle needs BN >= 64).  Below, the default shape:
 
 * 128 threads = 4 warps in a 2 x 2 grid, each warp 64 x 64 outputs: 4 x 8 m16n8k16 MMAs per
   16-deep k step, 128 fp32 accumulators per thread in registers.
@@ -31,13 +34,12 @@ defines the same primitives with the documented fragment semantics.
 """
 from __future__ import annotations
 
-#: Block tile, k tile, pipeline depth, threads (4 warps of 64 x 64).
-BM = BN = 128
-BK = 32
-STAGES = 4
-THREADS = 128
-#: Dynamic shared memory per block: STAGES x (A tile + B tile) 16-bit elements.
-SMEM_BYTES = STAGES * (BM * BK + BK * BN) * 2
+from tdsl.ops.schedules.tc_config import BK, DEFAULT
+
+#: The default tile shape (other shapes: ``tc_config.TcConfig``, template arguments).
+BM, BN, STAGES, THREADS = DEFAULT.bm, DEFAULT.bn, DEFAULT.stages, DEFAULT.threads
+#: Dynamic shared memory per block of the default shape.
+SMEM_BYTES = DEFAULT.smem_bytes
 
 PRIMITIVES = r"""
 #ifndef TDSL_EMULATION
@@ -95,33 +97,35 @@ __device__ __forceinline__ void tdsl_tc_chunk(PS sm, int soff, PG g, long long g
   for (int e = 0; e < 8; ++e) tdsl_tc_st(sm, soff + e, ok(e) ? (T)g[goff + e] : T{});
 }
 
-template <bool BF16, bool BROW, typename T, typename PA, typename PB, typename PS,
-          typename FA, typename FB, typename FC, typename FE>
+template <bool BF16, bool BROW, int BM, int BN, int WM, int WN, int ST, typename T,
+          typename PA, typename PB, typename PS, typename FA, typename FB, typename FC,
+          typename FE>
 __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, long long K,
                                              FA a_off, FB b_off, FC col_ok, FE epilogue) {
-  constexpr int BK = 32, ST = 4, A_ELEMS = 128 * BK, STAGE = A_ELEMS + BK * 128;
+  // BN threads; BN / 32 warps in a (BM / WM) x (BN / WN) grid, each WM x WN outputs
+  constexpr int BK = 32, A_ELEMS = BM * BK, STAGE = A_ELEMS + BK * BN;
+  constexpr int PA_N = BM * 4 / BN, CB = BN / 8, MT = WM / 16, NT = WN / 8, NP = WN / 16;
+  static_assert(CB >= 8 && PA_N >= 1 && (BM / WM) * (BN / WN) * 32 == BN, "tile shape");
   const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = (warp >> 1) * 64, wn = (warp & 1) * 64;
+  const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
   const long long a0 = a_off(0, 0), sa = a_off(1, 0) - a0;      // A: row stride
   const long long b0 = b_off(0, 0);
   const long long sb = BROW ? b_off(1, 0) - b0 : b_off(0, 1) - b0;  // B: k or column stride
   const bool vec = sa % 8 == 0 && sb % 8 == 0 &&
                    ((unsigned long long)(A + a0) & 15) == 0 &&
                    ((unsigned long long)(B + b0) & 15) == 0;
-  // this thread's chunks: A rows (tid >> 2) + 32 p, chunk tid & 3; B likewise (column
-  // layout) or k rows (tid >> 4) + 8 p, chunk tid & 15 (row layout)
-  bool a_in[4], b_in[4];
-  for (int p = 0; p < 4; ++p) {
-    a_in[p] = (tid >> 2) + 32 * p < rows;
-    b_in[p] = BROW ? true : col_ok((tid >> 2) + 32 * p);
-  }
-  const int bc = BROW ? (tid & 15) * 8 : 0;
+  // this thread's chunks: A rows (tid >> 2) + BN / 4 p, chunk tid & 3; B likewise (column
+  // layout) or k rows tid / CB + 8 p, chunk tid % CB (row layout)
+  bool a_in[PA_N], b_in[4];
+  for (int p = 0; p < PA_N; ++p) a_in[p] = (tid >> 2) + BN / 4 * p < rows;
+  for (int p = 0; p < 4; ++p) b_in[p] = BROW ? true : col_ok((tid >> 2) + BN / 4 * p);
+  const int bc = BROW ? (tid % CB) * 8 : 0;
   const bool b_first = BROW ? col_ok(bc) : true, b_last = BROW ? col_ok(bc + 7) : true;
   auto load = [&](int stage, long long kt) {
     const long long k0 = kt * BK;
     const int base = stage * STAGE;
-    for (int p = 0; p < 4; ++p) {
-      const int r = (tid >> 2) + 32 * p, c = tid & 3;
+    for (int p = 0; p < PA_N; ++p) {
+      const int r = (tid >> 2) + BN / 4 * p, c = tid & 3;
       const long long kc = k0 + c * 8;
       const bool in = a_in[p];
       tdsl_tc_chunk<T>(sm, base + r * 32 + ((c ^ ((r >> 1) & 3)) << 3), A,
@@ -130,13 +134,13 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
     }
     for (int p = 0; p < 4; ++p) {
       if (BROW) {
-        const int r = (tid >> 4) + 8 * p, c = tid & 15;
+        const int r = tid / CB + 8 * p, c = tid % CB;
         const bool in = k0 + r < K;
-        tdsl_tc_chunk<T>(sm, base + A_ELEMS + r * 128 + ((c ^ (r & 7)) << 3), B,
+        tdsl_tc_chunk<T>(sm, base + A_ELEMS + r * BN + ((c ^ (r & 7)) << 3), B,
                          b0 + (k0 + r) * sb + bc, vec, in && b_first, in && b_last,
                          [&](int e) { return in && col_ok(bc + e); });
       } else {
-        const int r = (tid >> 2) + 32 * p, c = tid & 3;
+        const int r = (tid >> 2) + BN / 4 * p, c = tid & 3;
         const long long kc = k0 + c * 8;
         const bool in = b_in[p];
         tdsl_tc_chunk<T>(sm, base + A_ELEMS + r * 32 + ((c ^ ((r >> 1) & 3)) << 3), B,
@@ -145,9 +149,9 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
       }
     }
   };
-  float acc[4][8][4];
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 8; ++j)
+  float acc[MT][NT][4];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j)
       for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
   const long long KT = (K + BK - 1) / BK;
   for (int s = 0; s < ST - 1; ++s) {
@@ -165,18 +169,18 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
     wr = wr == ST - 1 ? 0 : wr + 1;
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
-      unsigned af[4][4], bf[8][2];
+      unsigned af[MT][4], bf[NT][2];
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
+      for (int mt = 0; mt < MT; ++mt) {
         const int r = wm + mt * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
         tdsl_tc_ldsm_x4(af[mt], sm, base + r * 32 + ((c ^ ((r >> 1) & 3)) << 3));
       }
 #pragma unroll
-      for (int np = 0; np < 4; ++np) {
+      for (int np = 0; np < NP; ++np) {
         unsigned t[4];
         if (BROW) {
           const int r = kk * 16 + (lane & 15), c = (wn + np * 16) / 8 + (lane >> 4);
-          tdsl_tc_ldsm_x4_t(t, sm, base + A_ELEMS + r * 128 + ((c ^ (r & 7)) << 3));
+          tdsl_tc_ldsm_x4_t(t, sm, base + A_ELEMS + r * BN + ((c ^ (r & 7)) << 3));
         } else {
           const int m = lane >> 3, n = wn + np * 16 + (lane & 7) + ((m >> 1) << 3);
           const int c = kk * 2 + (m & 1);
@@ -186,9 +190,10 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
         bf[2 * np + 1][0] = t[2]; bf[2 * np + 1][1] = t[3];
       }
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt) tdsl_tc_mma<BF16>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+        for (int nt = 0; nt < NT; ++nt)
+          tdsl_tc_mma<BF16>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
     }
   }
   tdsl_tc_wait<0>();
@@ -196,9 +201,9 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
   // 2 (lane % 4) + v % 2 (the m16n8 C fragment)
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
         const int r = wm + mt * 16 + g + 8 * (v >> 1), c = wn + nt * 8 + 2 * t4 + (v & 1);

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from tdsl.errors import ScheduleError
 from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
 
-#: The block tile (outputs) and the threads of a block (4 warps of 64 x 64 outputs).
-BM = BN = 128
-THREADS = 128
+from .tc_config import DEFAULT, TcConfig
+
+#: The default block tile (outputs) and the threads of a block (4 warps of 64 x 64 outputs);
+#: other shapes: ``tc_config.CONFIGS`` (the auto-scheduler's knob).
+BM, BN, THREADS = DEFAULT.bm, DEFAULT.bn, DEFAULT.threads
 #: Input dtypes the microkernel multiplies (fp32 accumulation).
 DTYPES = ("float16", "bfloat16")
 PRAGMA = "tdsl_tc_gemm"
@@ -54,9 +57,14 @@ def _anchor_axes(s: Schedule, out: Stage, anchor: Stage) -> "list[int] | None":
     return perm
 
 
-def schedule_tc(s: Schedule, anchor: Stage, out: "Stage | None", pack: Stage) -> set:
-    """The loop nest of the module docstring; returns the stages done (none where the
-    epilogue reads the product other than at a permutation of its axes)."""
+def schedule_tc(s: Schedule, anchor: Stage, out: "Stage | None", pack: Stage,
+                cfg: TcConfig = DEFAULT) -> set:
+    """The loop nest of the module docstring for the tile shape ``cfg`` (carried to the
+    backend as the pragma's value); returns the stages done (none where the epilogue reads
+    the product other than at a permutation of its axes)."""
+    why = cfg.error()
+    if why is not None:
+        raise ScheduleError("pragma", anchor.name, f"tensor-core tile {cfg.key()}: {why}")
     o = out if out is not None else anchor
     perm = _anchor_axes(s, out, anchor) if out is not None else list(range(len(o.op.axis)))
     if perm is None:
@@ -70,8 +78,8 @@ def schedule_tc(s: Schedule, anchor: Stage, out: "Stage | None", pack: Stage) ->
     axes = list(o.op.axis)
     i, j = axes[perm[-2]], axes[perm[-1]]    # the output axes of the product's rows, columns
     lead = [ax for ax in axes if ax is not i and ax is not j]
-    bi, ii = o.split(i, factor=BM)
-    bj, jj = o.split(j, factor=BN)
+    bi, ii = o.split(i, factor=cfg.bm)
+    bj, jj = o.split(j, factor=cfg.bn)
     o.reorder(*lead, bi, bj, jj, ii)
     if lead:
         o.bind(o.fuse(*lead) if len(lead) > 1 else lead[0], thread_axis("blockIdx.z"))
@@ -79,5 +87,5 @@ def schedule_tc(s: Schedule, anchor: Stage, out: "Stage | None", pack: Stage) ->
     o.bind(bj, thread_axis("blockIdx.x"))
     o.bind(jj, thread_axis("threadIdx.x"))
     acc.compute_at(o, ii)
-    o.pragma(ii, PRAGMA, 1)
+    o.pragma(ii, PRAGMA, cfg.key())
     return {st for st in (anchor, out, pack, acc) if st is not None}
