@@ -1,9 +1,14 @@
 """The tensor-core knob of the CUDA sketch (autotune/sketch_tc.py) and the microkernel's tile
 shapes (tdsl/ops/schedules/tc_config.py): the space of an fp16/bf16 matmul, dense or batch
 matmul holds every checked shape; each candidate, replayed from its trace as the tuner does,
-is correct under the CPU emulator at sizes no tile divides and assembles without spills."""
+is correct under the CPU emulator at sizes no tile divides and assembles without spills.
+
+The per-shape checks take every fourth shape and the last (each op, seven of the eight block
+tiles and every pipeline depth among them; about a minute): the shapes are one template's constants.  ``TDSL_ALL_TC_SHAPES=1``
+checks all of them (about four minutes)."""
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -21,6 +26,9 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(),
                                  reason="NVRTC (cuda-python) is not installed")
 SM80 = "cuda -arch=sm_80"
+#: the shapes checked one by one (see the module docstring)
+SHAPES = range(len(CONFIGS)) if os.environ.get("TDSL_ALL_TC_SHAPES") else \
+    sorted({*range(0, len(CONFIGS), 4), len(CONFIGS) - 1})
 
 
 def _np(dt: str):
@@ -110,7 +118,7 @@ def test_no_tensor_core_knob_where_the_default_has_none():
 
 
 @needs_gxx
-@pytest.mark.parametrize("n", range(len(CONFIGS)))
+@pytest.mark.parametrize("n", SHAPES)
 def test_every_candidate_shape_is_correct_under_the_emulator(n):
     """Each shape on one of the three ops (in turn), at sizes none of its tiles divide."""
     cfg = CONFIGS[n]
@@ -132,7 +140,7 @@ def test_every_candidate_shape_is_correct_under_the_emulator(n):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("n", range(len(CONFIGS)))
+@pytest.mark.parametrize("n", SHAPES)
 def test_every_shape_assembles_without_spills(n):
     """ptxas for sm_80 and sm_90, both B layouts: no spill, at most 255 registers, and the
     shared memory within the smaller (sm_80) opt-in limit."""
