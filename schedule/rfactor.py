@@ -52,22 +52,14 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
     ext = pass_down(rels, {r: r.dom.extent for r in reduce_roots}, ana)
     leaf_reduce = [v for v in st.leaf_iter_vars if v.kind is IterKind.REDUCE]
     fac = IterVar(Range(0, ext[axis]), f"{axis.name}.v", IterKind.DATA_PAR)
-    # as in TVM: a reduce axis rfactor does not touch (no split or fuse relates it to
-    # ``axis``) stays the same object, the other loops left become axes with their own
-    # variables (so ``BF.op.reduce_axis`` names what the user split, e.g. ``ko``)
-    touched = set().union(*(leaf_ancestry(rels, r) for r in reduce_roots
-                            if axis in leaf_ancestry(rels, r)))
-    leaf_ids = {id(v) for v in leaf_reduce}
-    kept = [r for r in reduce_roots if id(r) in leaf_ids and r not in touched]
-    kept_ids = {id(r) for r in kept}
-    new_of = {v: IterVar(Range(0, ext[v]), v.var, IterKind.REDUCE) for v in leaf_reduce
-              if v is not axis and id(v) not in kept_ids}
-    rest = kept + list(new_of.values())
-    leaf_vals = {v: (fac.var if v is axis else new_of[v].var if v in new_of else v.var)
-                 for v in leaf_reduce}
+    rest = [IterVar(Range(0, ext[v]), v.name, IterKind.REDUCE) for v in leaf_reduce if v is not axis]
+    leaf_vals = {v: (fac.var if v is axis else None) for v in leaf_reduce}
+    it = iter(rest)
+    for v in leaf_reduce:
+        if v is not axis:
+            leaf_vals[v] = next(it).var
     vals = pass_up(rels, leaf_vals, ext)
-    vmap = {r.var: (r.var if id(r) in kept_ids else ana.simplify(r.dom.min + vals[r]))
-            for r in reduce_roots}
+    vmap = {r.var: ana.simplify(r.dom.min + vals[r]) for r in reduce_roots}
     new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), iv.name, IterKind.DATA_PAR) for iv in op.axis]
     vmap.update({iv.var: n.var for iv, n in zip(op.axis, new_axis)})
     cond = None

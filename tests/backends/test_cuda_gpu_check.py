@@ -32,7 +32,7 @@ def test_dry_run_says_no_gpu_runs_the_static_report_and_sums_up():
     assert any(x.startswith("== static (timeout") for x in lines)
     assert any(x.startswith("matmul:default_function_kernel") for x in lines)   # the table
     last = lines[-1]
-    assert re.fullmatch(r"gpu_check: SUMMARY no GPU \(dry run\): static (ok|FAILED \(exit 1\)); "
+    assert re.fullmatch(r"gpu_check: SUMMARY no GPU \(dry run\): static ok; "
                         r"skipped \(no GPU\): benchmark, gpu-tests, racecheck, memcheck, "
                         r"synccheck \(\d+s\)", last), last
 
