@@ -155,7 +155,7 @@ def _attention(ctx: Context, q: Any, k: Any, v: Any, mask: Any, dropout_p: float
     ins = [qv, kv, vv]
     if mask is not None:
         mv = ctx.value(mask)
-        if mv.dtype != F32:
+        if str(mv.dtype) not in (str(F32), "bool"):   # bool: True attends (PyTorch's)
             raise Unsupported(f"attention mask of {mv.dtype}")
         ins.append(mv)
     return ctx.emit("attention", ins, {"causal": bool(is_causal), "scale": float(scale)},

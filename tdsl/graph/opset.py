@@ -275,7 +275,8 @@ def _layer_norm(xs: list, a: dict) -> Tensor:
                           eps=a.get("eps", 1e-5))
 
 
-_op("softmax", Kind.ROW, lambda xs, a: ops.softmax(xs[0], a.get("axis", -1)), cheap=False)
+_op("softmax", Kind.ROW, lambda xs, a: ops.softmax(xs[0], a.get("axis", -1),
+                                                   a.get("masked_rows", False)), cheap=False)
 _op("log_softmax", Kind.ROW, lambda xs, a: ops.log_softmax(xs[0], a.get("axis", -1)),
     cheap=False)
 _op("layer_norm", Kind.ROW, _layer_norm, cheap=False)

@@ -364,22 +364,30 @@ def _float_tensor(op: str, x: Tensor) -> None:
         raise DTypeError(f"ops.{op}: needs a float tensor, got {x.dtype}")
 
 
-def softmax(x: Tensor, axis: int = -1) -> Tensor:
+def softmax(x: Tensor, axis: int = -1, masked_rows: bool = False) -> Tensor:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``.
 
     Stages: the row max, ``exp(x - max)`` kept per row, its sum, the scaling; the default
     CPU schedule runs them per row (one read of the row from memory, one write).
+    ``masked_rows``: a row whose every element is -inf gives 0, not NaN (what PyTorch's
+    attention gives a query whose every key is masked); -inf elements give an exact 0.
     """
     _float_tensor("softmax", x)
     ax = norm_axis("softmax", axis, x.ndim)
     m = _row_reduce(x, [ax], _rmax, lambda f: x(*f), "T_softmax_max")
-    e = compute(x.shape, lambda *f: _i.exp(x(*f) - m(*_kept(f, [ax]))), name="T_softmax_exp",
-                tag=OpKind.ROW_TEMP)
+    one, zero = convert(1.0, x.dtype), convert(0.0, x.dtype)
+
+    def exp(*f: Any) -> Expr:
+        v = _i.exp(x(*f) - m(*_kept(f, [ax])))
+        return Select(x(*f) == convert(-np.inf, x.dtype), zero, v) if masked_rows else v
+    e = compute(x.shape, exp, name="T_softmax_exp", tag=OpKind.ROW_TEMP)
     s = _row_reduce(e, [ax], _rsum, lambda f: e(*f), "T_softmax_sum")
-    one = convert(1.0, x.dtype)
+
     # times the reciprocal: one division per row (hoisted out of the row loop), not per element
-    return compute(x.shape, lambda *f: e(*f) * (one / s(*_kept(f, [ax]))), name="T_softmax",
-                   tag=OpKind.ELEMWISE)
+    def scale(*f: Any) -> Expr:
+        r = s(*_kept(f, [ax]))
+        return e(*f) * (Select(r == zero, zero, one / r) if masked_rows else one / r)
+    return compute(x.shape, scale, name="T_softmax", tag=OpKind.ELEMWISE)
 
 
 def log_softmax(x: Tensor, axis: int = -1) -> Tensor:

@@ -58,7 +58,8 @@ def _attention(n: Node) -> list[Node]:
             nodes.append(Node("add", [cur, mask], {}, [t]))
         cur = t
     p = Value(s_shape, q.dtype, name=out.name + "_probs")
-    nodes.append(Node("softmax", [cur], {"axis": -1}, [p]))
+    # a row the mask hides whole gives 0 (PyTorch's attention, and the fused kernel)
+    nodes.append(Node("softmax", [cur], {"axis": -1, "masked_rows": mask is not None}, [p]))
     nodes.append(Node("matmul", [p, v], {}, [out]))
     return nodes
 
