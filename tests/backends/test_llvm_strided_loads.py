@@ -42,7 +42,7 @@ def test_small_strides_are_not_gathers(stride):
 
 def test_large_strides_stay_gathers():
     """A stride past ``MAX_DEINTERLEAVE`` would load mostly unused elements: a gather."""
-    from backends.llvm.vectorize import MAX_DEINTERLEAVE
+    from tdsl.backends.llvm.vectorize import MAX_DEINTERLEAVE
     f = _strided(MAX_DEINTERLEAVE + 3, 40, 16)
     assert "masked.gather" in f.get_source("ll")
     a = np.random.default_rng(0).standard_normal((MAX_DEINTERLEAVE + 3) * 39 + 1)

@@ -199,7 +199,7 @@ def test_cuda_tuning_without_gpu_is_skipped_with_a_notice(tmp_path):
 def test_cuda_reference_output_runs_on_the_cpu(rng):
     """The tuner's reference for a CUDA task is the unscheduled program, which has no GPU
     bindings: it is computed on the CPU (a padding stage made the CUDA build refuse it)."""
-    from autotune import measure_jobs
+    from tdsl.autotune import measure_jobs
     X = te.placeholder((3, 5), name="X")
     P = te.compute((3, 7), lambda i, j: tvm.tir.if_then_else(
         tvm.tir.all(j >= 1, j < 6), X[i, j - 1], 0.0), name="P")
