@@ -74,7 +74,7 @@ find_sanitizer() {
 
 GPU_TESTS=(tests/backends/test_cuda_schedules.py tests/backends/test_cuda_gemm_default.py
            tests/backends/test_cuda_driver_streams.py tests/backends/test_cuda_driver.py
-           tests/backends/test_cuda_errors.py)
+           tests/backends/test_cuda_errors.py tests/backends/test_cuda_nvrtc.py)
 
 gpu_tests() {   # the tests, then: no skip may say the GPU is missing
   local log rc

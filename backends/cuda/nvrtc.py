@@ -15,6 +15,10 @@ from typing import Any
 from .errors import NVRTCError
 
 _OPTIONS = ("--std=c++17",)
+#: NVRTC 12.9+ caches compilations through the driver's compute cache: a cached compile
+#: prints no ptxas ``-v`` report (the static checks then lack the kernel's registers and
+#: spills) and loads the driver library libcuda during a build.  tdsl caches builds itself.
+_NO_CACHE_SINCE = (12, 9)
 
 
 def _nvrtc() -> Any:
@@ -119,28 +123,38 @@ def _compile(source: str, arch: str, fmt: str, name: str) -> tuple[bytes, str]:
                   "nvrtcCreateProgram")
     try:
         opts = [f"--gpu-architecture={gpu}".encode()] + [o.encode() for o in _OPTIONS]
+        if version() >= _NO_CACHE_SINCE:
+            opts.append(b"--no-cache")
         if fmt == "cubin":      # -v: the spill counts (not in the cubin's attributes)
             opts.append(b"--ptxas-options=-v")
         result = nv.nvrtcCompileProgram(prog, len(opts), opts)
         err = result[0] if isinstance(result, tuple) else result
         size = _check(nv.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        log = b" " * size
+        log = _out_buffer(size)
         nv.nvrtcGetProgramLog(prog, log)
-        text = log.rstrip(b"\0").decode(errors="replace")
+        text = bytes(log).rstrip(b"\0").decode(errors="replace")
         if int(err) != 0:
             raise NVRTCError(f"NVRTC could not compile the generated CUDA source for {gpu}:\n"
                              f"{text.strip()}")
         if fmt == "ptx":
             size = _check(nv.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
-            out = b" " * size
+            out = _out_buffer(size)
             _check(nv.nvrtcGetPTX(prog, out), "nvrtcGetPTX")
         else:
             size = _check(nv.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-            out = b" " * size
+            out = _out_buffer(size)
             _check(nv.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
-        return (out.rstrip(b"\0") if fmt == "ptx" else out), text
+        return (bytes(out).rstrip(b"\0") if fmt == "ptx" else bytes(out)), text
     finally:
         nv.nvrtcDestroyProgram(prog)
+
+
+def _out_buffer(size: int) -> bytearray:
+    """A fresh writable buffer for NVRTC to fill.  Never ``b" " * size``: NVRTC writes into
+    the object it is given, and a one-byte bytes object is CPython's shared singleton, so an
+    empty log (size 1) once overwrote every ``b" "`` of the process with NUL (and, on a GPU
+    machine's Python 3.12, spaces in unrelated strings: torch's import then failed)."""
+    return bytearray(size)
 
 
 def is_available() -> bool:

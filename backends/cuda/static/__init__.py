@@ -71,7 +71,11 @@ def analyze(module: Any, arch: Optional[str] = None, sizes: "Mapping[str, int] |
     sm = nvrtc.arch_number(arch)
     out = []
     for k in module.kernels:
-        r = ptxas[k.name]
+        r = ptxas.get(k.name)
+        if r is None:
+            from ..errors import NVRTCError
+            raise NVRTCError(f"NVRTC's ptxas -v log names no kernel {k.name!r} (it names "
+                             f"{sorted(ptxas) or 'none'}): the static report needs it")
         threads = k.threads_per_block or k.max_threads
         sites = warp_accesses(k, sizes)
         ways, wsite = _worst(sites, "shared", lambda q: conflict_ways(q))
