@@ -9,6 +9,7 @@ import numpy as np
 
 import tdsl as td
 from tdsl import ops
+from tdsl.testing.reference import conv2d_nchw  # noqa: F401  (the tests import it from here)
 
 RNG = np.random.default_rng(20240607)
 
@@ -57,30 +58,6 @@ def randint(lo: int, hi: int, *shape: int, dtype: str = "int32") -> np.ndarray:
 # ---- NumPy references ----------------------------------------------------------------------
 def erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64))
-
-
-def conv2d_nchw(x: np.ndarray, w: np.ndarray, stride=(1, 1), padding=(0, 0, 0, 0),
-                dilation=(1, 1), groups: int = 1) -> np.ndarray:
-    """Reference NCHW / OIHW convolution (float64 accumulation)."""
-    sh, sw = stride
-    dh, dw = dilation
-    pt, pl, pb, pr = padding
-    n, c, h, wd = x.shape
-    co, cig, kh, kw = w.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    out = np.zeros((n, co, oh, ow))
-    opg = co // groups
-    for g in range(groups):
-        xs = xp[:, g * cig:(g + 1) * cig]
-        ws = w[g * opg:(g + 1) * opg].astype(np.float64)
-        for y in range(kh):
-            for x_ in range(kw):
-                patch = xs[:, :, y * dh: y * dh + sh * (oh - 1) + 1: sh,
-                           x_ * dw: x_ * dw + sw * (ow - 1) + 1: sw]
-                out[:, g * opg:(g + 1) * opg] += np.einsum("nchw,oc->nohw", patch, ws[:, :, y, x_])
-    return out.astype(x.dtype)
 
 
 def pool2d_nchw(x: np.ndarray, kernel, stride, padding, pool_type: str, ceil_mode: bool = False,

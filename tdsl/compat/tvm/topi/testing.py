@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from tdsl.errors import TDSLError
+from tdsl.testing.reference import conv2d_nchw
 
 from ._args import pad4, pair
 
@@ -22,26 +23,14 @@ def _padding(padding: Any, kh: int, kw: int) -> tuple[int, int, int, int]:
 def conv2d_nchw_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
                        groups: int = 1) -> np.ndarray:
     """Convolution of ``a_np`` (N, C, H, W) with ``w_np`` (O, C // groups, KH, KW)."""
-    n, c, h, w = a_np.shape
+    c = a_np.shape[1]
     o, cg, kh, kw = w_np.shape
     sh, sw = _pair(stride, "stride")
     top, left, bottom, right = _padding(padding, kh, kw)
     if c != cg * groups or o % groups:
         raise TDSLError(f"conv2d_nchw_python: {c} input channels, weights {w_np.shape} and "
                         f"groups={groups} do not match")
-    a = np.pad(a_np.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
-    oh = (h + top + bottom - kh) // sh + 1
-    ow = (w + left + right - kw) // sw + 1
-    out = np.zeros((n, o, oh, ow))
-    og = o // groups
-    for g in range(groups):
-        ag = a[:, g * cg:(g + 1) * cg]
-        wg = w_np[g * og:(g + 1) * og].astype(np.float64)
-        for y in range(kh):
-            for x in range(kw):
-                win = ag[:, :, y:y + sh * (oh - 1) + 1:sh, x:x + sw * (ow - 1) + 1:sw]
-                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", win, wg[:, :, y, x])
-    return out.astype(a_np.dtype)
+    return conv2d_nchw(a_np, w_np, (sh, sw), (top, left, bottom, right), groups=groups)
 
 
 def conv2d_nhwc_python(a_np: np.ndarray, w_np: np.ndarray, stride: Any, padding: Any,
