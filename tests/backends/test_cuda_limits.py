@@ -14,6 +14,8 @@ from tdsl.target import gpu_arch
 
 from tdsl.backends.cuda import cubin, limits, nvrtc
 
+from .cuda_workloads import register_hungry
+
 thread = td.thread_axis
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(), reason="NVRTC is not installed")
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
@@ -109,36 +111,9 @@ def test_limits_are_data_per_arch() -> None:
 
 
 # ---- registers: the e4 repro ---------------------------------------------------------------------
-def _register_hungry():
-    """threadIdx.x bound to a symbolic extent; 8x8 accumulators per thread."""
-    m = td.var("m")
-    K, V = 32, 8
-    A = td.placeholder((64, K), name="A")
-    B = td.placeholder((K, m), name="B")
-    k = td.reduce_axis((0, K), name="k")
-    C = td.compute((64, m), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = td.create_schedule(C.op)
-    CL = s.cache_write(C, "local")
-    i, j = s[C].op.axis
-    bi, vi = s[C].split(i, factor=V)
-    tj, vj = s[C].split(j, factor=V)
-    s[C].reorder(bi, tj, vi, vj)
-    s[C].bind(bi, thread("blockIdx.x"))
-    s[C].bind(tj, thread("threadIdx.x"))
-    s[CL].compute_at(s[C], tj)
-    ci, cj = s[CL].op.axis
-    (kk,) = s[CL].op.reduce_axis
-    s[CL].reorder(kk, ci, cj)
-    s[CL].unroll(ci)
-    s[CL].unroll(cj)
-    s[C].unroll(vi)
-    s[C].unroll(vj)
-    return s, [A, B, C]
-
-
 @needs_nvrtc
 def test_registers_fit_the_register_file_for_the_most_threads() -> None:
-    s, args = _register_hungry()
+    s, args = register_hungry()
     f = td.build(s, args, target="cuda -arch=sm_90")
     k = f.kernels[0]
     assert "__launch_bounds__(1024) " in f.get_source()
@@ -149,7 +124,7 @@ def test_registers_fit_the_register_file_for_the_most_threads() -> None:
 
 @needs_nvrtc
 def test_registers_over_the_register_file_are_refused_at_build() -> None:
-    s, args = _register_hungry()
+    s, args = register_hungry()
     f = td.build(s, args, target="cuda -arch=sm_90")
     # the same kernel without __launch_bounds__: ptxas is free to use more than 64 registers
     source = f.get_source().replace("__launch_bounds__(1024) ", "")
@@ -164,7 +139,7 @@ def test_registers_over_the_register_file_are_refused_at_build() -> None:
 def test_a_source_nvrtc_rejects_fails_at_build() -> None:
     from tdsl.backends.cuda.errors import NVRTCError
     from tdsl.backends.cuda.kernels import split_kernels
-    s, args = _register_hungry()
+    s, args = register_hungry()
     f = td.build(s, args, target="cuda -arch=sm_90")
     _, kernels = split_kernels(f.func, f.target)
     with pytest.raises(NVRTCError, match="undefined"):

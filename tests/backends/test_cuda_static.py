@@ -20,6 +20,8 @@ from tdsl.backends.cuda.static import (CUDASpillWarning, analyze, conflict_ways,
                                        sectors, warp_accesses)
 from tdsl.backends.cuda.static.instructions import instruction_findings, ptx_entries
 
+from .cuda_workloads import register_hungry
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(),
@@ -109,30 +111,8 @@ def test_coalescing_check_sees_a_column_read():
 
 
 def _spilling(v: int):
-    """e4 of the repros: threadIdx.x over a symbolic extent (no __launch_bounds__), v*v
-    accumulators a thread; v = 8 spills on sm_90, v = 2 does not."""
-    m = td.var("m")
-    A = td.placeholder((64, 32), name="A")
-    B = td.placeholder((32, m), name="B")
-    k = td.reduce_axis((0, 32), name="k")
-    C = td.compute((64, m), lambda i, j: td.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = td.create_schedule(C.op)
-    CL = s.cache_write(C, "local")
-    i, j = s[C].op.axis
-    bi, vi = s[C].split(i, factor=v)
-    tj, vj = s[C].split(j, factor=v)
-    s[C].reorder(bi, tj, vi, vj)
-    s[C].bind(bi, td.thread_axis("blockIdx.x"))
-    s[C].bind(tj, td.thread_axis("threadIdx.x"))
-    s[CL].compute_at(s[C], tj)
-    ci, cj = s[CL].op.axis
-    (kk,) = s[CL].op.reduce_axis
-    s[CL].reorder(kk, ci, cj)
-    s[CL].unroll(ci)
-    s[CL].unroll(cj)
-    s[C].unroll(vi)
-    s[C].unroll(vj)
-    return td.build(s, [A, B, C], target="cuda -arch=sm_90")
+    s, args = register_hungry(v)
+    return td.build(s, args, target="cuda -arch=sm_90")
 
 
 @needs_nvrtc
