@@ -1,6 +1,7 @@
 """tdsl's default CUDA kernels against PyTorch (cuBLAS / cuDNN) on the GPU at hand.
 
     python benchmarks/cuda_vs_torch.py [--quick] [--only SUBSTRING] [--sizes 1024 2048 ...]
+                                       [--tune TRIALS]
 
 Cases (``cases()``): matmul fp32 (TF32 off on both sides), fp16 and bf16 (tdsl accumulates
 and stores fp32; PyTorch's half-precision matmul accumulates fp32 and stores the input
@@ -100,12 +101,46 @@ def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callab
     return out
 
 
+def tuned_kernel(td: Any, ins: list, out: Any, arch: str, trials: int, res: Any,
+                 call_args: list, want: Any, tol: float, torch: Any) -> "Callable | None":
+    """Tune the case's computation on this GPU for ``trials`` trials; check the tuned kernel
+    against the fp32 reference like the default one, and return a timer of it (seconds per
+    call), or None (printed why) where tuning found nothing or the result is wrong."""
+    from tdsl.autotune import auto_schedule
+    try:
+        import xgboost  # noqa: F401  (the GPU machine may lack it)
+        tuner = "xgb"
+    except ImportError:
+        tuner = "random"
+    try:
+        s, args = auto_schedule([*ins, out], target=f"cuda -arch={arch}", trials=trials,
+                                tuner=tuner)
+        f = td.build(s, args, target=f"cuda -arch={arch}")
+        f(*call_args)
+        torch.cuda.synchronize()
+        if not isinstance(call_args[-1], torch.Tensor):     # NumPy operands (bf16)
+            res.copy_(torch.from_numpy(call_args[-1]))
+        err = (res.float() - want).abs().max().item()
+        if not err <= tol * max(want.abs().max().item(), 1.0):
+            print(f"  tuned kernel WRONG: max error {err:.3g}", flush=True)
+            return None
+    except Exception as e:  # noqa: BLE001 - report and go on with the default's row
+        print(f"  tuning FAILED: {type(e).__name__}: {e}".splitlines()[0], flush=True)
+        return None
+    timer = f.time_evaluator(number=10, repeat=1)
+    return lambda: timer(*call_args).mean
+
+
 def main(argv: "list[str] | None" = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats")
     p.add_argument("--only", default="", help="run the cases whose name contains this")
     p.add_argument("--sizes", type=int, nargs="*", default=list(MATMUL_SIZES),
                    help="matmul sizes")
+    p.add_argument("--tune", type=int, default=0, metavar="TRIALS",
+                   help="also tune each case with auto_schedule(target='cuda') for TRIALS "
+                        "trials (XGBoost tuner where xgboost imports, else random) and time "
+                        "the tuned kernel in the same rounds ('tuned ms' column)")
     a = p.parse_args(argv)
     try:
         import torch
@@ -136,8 +171,9 @@ def main(argv: "list[str] | None" = None) -> int:
         torch.cuda.synchronize()
         return events[0].elapsed_time(events[1]) / 1e3 / number
 
-    print(f"{'case':<24}{'tdsl ms':>10}{'torch ms':>10}{'tdsl/torch':>12}{'tdsl TFLOP/s':>14}",
-          flush=True)
+    tuned_head = f"{'tuned ms':>10}{'tuned/torch':>12}" if a.tune else ""
+    print(f"{'case':<24}{'tdsl ms':>10}{'torch ms':>10}{'tdsl/torch':>12}{'tdsl TFLOP/s':>14}"
+          f"{tuned_head}", flush=True)
     wrong = failed = ran = skipped = 0
     for label, make in cases(torch, dev, tuple(a.sizes)).items():
         if a.only and a.only not in label:
@@ -167,13 +203,23 @@ def main(argv: "list[str] | None" = None) -> int:
                 wrong += 1
                 continue
             timer = f.time_evaluator(number=10, repeat=1)
-            ours, theirs = [], []
+            tuned_timer = tuned_kernel(td, ins, out, arch, a.tune, res, call_args, want, tol,
+                                       torch) if a.tune else None
+            ours, theirs, tuned = [], [], []
             for _ in range(rounds):          # interleaved
                 ours.append(timer(*call_args).mean)
                 theirs.append(torch_time(timed, targs, 10))
+                if tuned_timer is not None:
+                    tuned.append(tuned_timer())
             mo, mt = statistics.median(ours), statistics.median(theirs)
             tf = f"{flops / mo / 1e12:14.2f}" if flops else f"{'':>14}"
-            print(f"{label:<24}{mo * 1e3:10.3f}{mt * 1e3:10.3f}{mo / mt:12.2f}{tf}", flush=True)
+            tcol = ""
+            if a.tune:
+                mu = statistics.median(tuned) if tuned else None
+                tcol = (f"{mu * 1e3:10.3f}{mu / mt:12.2f}" if mu is not None
+                        else f"{'n/a':>10}{'':>12}")
+            print(f"{label:<24}{mo * 1e3:10.3f}{mt * 1e3:10.3f}{mo / mt:12.2f}{tf}{tcol}",
+                  flush=True)
         except Skip as e:
             print(f"{label:<24} SKIPPED: {e}", flush=True)
             skipped += 1
