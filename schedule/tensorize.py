@@ -63,6 +63,10 @@ class TensorIntrin:
     def __repr__(self) -> str:
         return f"TensorIntrin({self.name})"
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise ScheduleError("decl_tensor_intrin", self.name, "an intrinsic is applied with "
+                            "s[stage].tensorize(loop, intrin), not called inside a compute")
+
     @property
     def symbolic(self) -> bool:
         """True if some axis extent is an expression of sizes, not a number."""
@@ -179,12 +183,18 @@ class TensorIntrin:
 
 def decl_tensor_intrin(op: Any, fcompute: "Callable | None" = None, name: str = "tensor_intrin",
                        impls: "Mapping[str, Callable] | None" = None, warp_collective: bool = False,
-                       **_: Any) -> TensorIntrin:
+                       scalar_params: Any = None, **_: Any) -> TensorIntrin:
     """Declare a tensor intrinsic from the operation it computes (TVM's decl_tensor_intrin).
 
     ``fcompute`` is accepted for TVM compatibility and stored as the implementation
-    for every target that has none in ``impls``.
+    for every target that has none in ``impls``.  TVM's buffer options (``binds``,
+    ``default_buffer_params``) are ignored: tdsl's regions are compact.
     """
+    if scalar_params:
+        raise ScheduleError("decl_tensor_intrin", name, "scalar_params (an intrinsic called "
+                            "with scalar arguments inside a compute) are not supported; "
+                            "declare the scalars as inputs, or tensorize a stage that "
+                            "computes them")
     op = op.op if hasattr(op, "op") and not isinstance(op, ComputeOp) else op
     if not isinstance(op, ComputeOp):
         raise ScheduleError("decl_tensor_intrin", name, "expects the compute operation the "

@@ -119,3 +119,15 @@ def test_tdsl_intrinsic_over_a_size_matches_loops_of_that_extent(rng):
     x = rng.standard_normal(12).astype("float32")
     for out in _run(s, [A, C], [x, np.full(12, np.nan, "float32")]):
         np.testing.assert_allclose(out[1], 2 * x, rtol=1e-6)
+
+
+def test_scalar_params_and_calling_an_intrinsic_are_refused_clearly():
+    n, v = te.var("n"), te.var("v")
+    x = te.placeholder((n,), name="x")
+    z = te.compute((n,), lambda i: x[i] * v, name="z")
+    with pytest.raises(ScheduleError, match="scalar_params"):
+        te.decl_tensor_intrin(z.op, scalar_params=[v])
+    intrin = te.decl_tensor_intrin(z.op, name="scale")
+    A = te.placeholder((10,), name="A")
+    with pytest.raises(ScheduleError, match=r"tensorize\(loop, intrin\), not called"):
+        te.compute((10,), lambda i: intrin(A[i], i), name="C")
