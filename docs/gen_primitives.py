@@ -78,7 +78,8 @@ PRIMITIVES = [
     ("tile", "Stage", ELEM, "io, jo, ii, ji = s[B].tile(i, j, x_factor=8, y_factor=16)",
      "s[B].tile(i, i, x_factor=8, y_factor=8)", ""),
     ("fuse", "Stage", ELEM, "ij = s[B].fuse(i, j)", "s[B].fuse(j, i)",
-     "The loops must be adjacent, outermost first."),
+     "The loops must be adjacent, outermost first.  A spatial loop fused with a reduction "
+     "loop is a reduction loop (as in TVM): it cannot run in parallel, vectorized or bound."),
     ("reorder", "Stage", ELEM, "s[B].reorder(j, i)", "s[B].reorder(i, i)", ""),
     ("vectorize", "Stage", ELEM, "jo, ji = s[B].split(j, factor=16)\ns[B].vectorize(ji)",
      ROWSUM + "s[B].vectorize(k)",
@@ -134,7 +135,9 @@ PRIMITIVES = [
     ("rfactor", "Schedule", ROWSUM,
      "ko, ki = s[B].split(k, factor=16)\nBF = s.rfactor(B, ki)",
      "s.rfactor(B, s[B].op.axis[0])",
-     "The partial results can then be vectorized or parallelized (lesson 9)."),
+     "The partial results can then be vectorized or parallelized (lesson 9).  A reduce axis "
+     "the split does not touch stays the same IterVar in `BF`; a reduction's `init=` is "
+     "applied when `B` merges the partial results."),
 ]
 
 

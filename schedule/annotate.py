@@ -83,6 +83,12 @@ def check_cross_thread(stage: Stage, var: IterVar, tag: ThreadTag) -> None:
     threads' partial results are combined by warp shuffles and shared memory, TVM's
     allreduce).  Blocks cannot combine results within one launch, and a virtual thread
     is a serial loop, so those bindings are refused."""
+    from .relations import pure_reduce_loops
+    if var not in pure_reduce_loops(stage):
+        raise ScheduleError("bind", stage.name, f"loop '{var.name}' fuses a spatial loop with a "
+                            f"reduction loop: its threads would write different outputs and "
+                            f"reduce each other's elements; bind a loop that is only one or the "
+                            f"other", var.name)
     if not tag.is_thread:
         what = ("blocks cannot combine partial results within one kernel launch; rfactor the "
                 "reduction, bind the rfactor'ed stage's new data axis to blockIdx and reduce "

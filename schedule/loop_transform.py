@@ -91,10 +91,9 @@ def check_fuse(stage: Stage, ivs: tuple) -> list[IterVar]:
             raise ScheduleError("fuse", stage.name, f"loops '{a.name}' and '{b.name}' are not adjacent "
                                 f"(outer first); current order: {[v.name for v in stage.leaf_iter_vars]}",
                                 b.name)
-    kinds = {iv.kind for iv in leaves}
-    if len(kinds) > 1:
-        raise ScheduleError("fuse", stage.name, "cannot fuse a spatial loop with a reduction loop",
-                            leaves[0].name)
+    for iv in leaves:
+        if iv.kind not in (IterKind.DATA_PAR, IterKind.REDUCE):
+            raise ScheduleError("fuse", stage.name, f"cannot fuse a {iv.kind.value} loop", iv.name)
     for iv in leaves:
         _check_unannotated("fuse", stage, iv)
     return leaves
@@ -111,7 +110,10 @@ def fuse(stage: Stage, *ivs: IterVar) -> IterVar:
         return single
     fused = leaves[0]
     for inner in leaves[1:]:
-        new = stage.new_iter_var(f"{fused.name}.{inner.name}.fused", fused.kind)
+        # as in TVM: a spatial loop fused with a reduction loop is a reduction loop (the
+        # reduction's init then loops over it too: lowering.nest.init_nest)
+        kind = IterKind.REDUCE if IterKind.REDUCE in (fused.kind, inner.kind) else fused.kind
+        new = stage.new_iter_var(f"{fused.name}.{inner.name}.fused", kind)
         stage.relations.append(Fuse(fused, inner, new))
         pos = position(stage.leaf_iter_vars, fused)
         stage.leaf_iter_vars[pos:pos + 2] = [new]

@@ -125,6 +125,18 @@ def leaf_ancestry(relations: list, root: IterVar) -> set[IterVar]:
     return out
 
 
+def pure_reduce_loops(stage: Any) -> set[IterVar]:
+    """The stage's reduction leaf loops that no spatial axis flows into.  A loop fused
+    from a spatial and a reduction loop (TVM allows it; it is a reduction loop) also
+    indexes the output: the reduction's init must loop over it too."""
+    from tdsl.tensor import IterKind
+    spatial: set = set()
+    for r in stage.root_iter_vars:
+        if r.kind is not IterKind.REDUCE:
+            spatial |= leaf_ancestry(stage.relations, r)
+    return {iv for iv in stage.leaf_iter_vars if iv.kind is IterKind.REDUCE and iv not in spatial}
+
+
 def reduce_loops_in_order(stage: Any, exclude: "IterVar | None" = None) -> bool:
     """True if ``stage``'s reduction loops (but ``exclude``) visit the reduction's
     points in the order of its axes (row-major: the first axis outermost): each leaf
@@ -166,4 +178,5 @@ def relation_vars(rel: "Split | Fuse | Singleton") -> tuple[IterVar, ...]:
 
 
 __all__ = ["Split", "Fuse", "Singleton", "pass_down", "pass_up", "split_predicates", "split_extents",
-           "leaf_ancestry", "relation_vars", "ceil_div", "reduce_loops_in_order"]
+           "leaf_ancestry", "relation_vars", "ceil_div", "reduce_loops_in_order",
+           "pure_reduce_loops"]

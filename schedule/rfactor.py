@@ -3,9 +3,12 @@
 ``CF = s.rfactor(C, ki)`` with ``k`` split into ``ko, ki``::
 
     CF[ki, i] = sum(A[i, ko*4 + ki] for ko if ko*4 + ki < K)     # ki is now a data axis
-    C[i]      = sum(CF[ki, i] for ki)
+    C[i]      = sum(CF[ki, i] for ki)                  # from init= when the sum has one
 
-so ``ki`` can be vectorized, parallelized or bound to threads in ``CF``.
+so ``ki`` can be vectorized, parallelized or bound to threads in ``CF``.  As in TVM, a
+reduce axis that no split or fuse relates to ``ki`` stays the user's IterVar in ``CF``
+and the loops rebuilt there keep their variables (``CF.op.reduce_axis[1].var is
+ko.var``); ``tdsl.compat.tvm`` schedules also take TVM's order of those axes.
 """
 from __future__ import annotations
 
@@ -33,12 +36,53 @@ def check_rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int):
     if not 0 <= factor_axis <= len(st.op.axis):
         raise ScheduleError("rfactor", st.name, f"factor_axis must be in [0, {len(st.op.axis)}]",
                             axis.name)
-    if any(b.init for b in st.op.body):
-        raise ScheduleError("rfactor", st.name, "a reduction with init= cannot be rfactored", axis.name)
     if st.attach_type.value != "root" or any(a.thread_tag for a in st.iter_attrs.values()):
         raise ScheduleError("rfactor", st.name, "call rfactor before attaching or binding the stage",
                             axis.name)
     return st, axis
+
+
+def touched_by(rels: list, axis: IterVar) -> set:
+    """Every loop a split or fuse relates to ``axis`` (its ancestors, their other parts,
+    the loops derived from them): the reduction loops whose values ``axis`` takes part in."""
+    out = {axis}
+    grown = True
+    while grown:
+        grown = False
+        for rel in rels:
+            ivs = relation_vars(rel)
+            if any(v in out for v in ivs) and not all(v in out for v in ivs):
+                out.update(ivs)
+                grown = True
+    return out
+
+
+def factored_reduce_axes(st: Any, touched: set, axis: IterVar, ext: dict,
+                         untouched_first: bool) -> tuple[list, list, dict, bool]:
+    """The reduce axes of the partial-result stage, as in TVM: a root reduce axis no split
+    or fuse relates to ``axis`` stays the same IterVar (unsplit), each other loop left
+    becomes an axis sharing its variable.  Returns ``(axes, kept roots, leaf -> its copy,
+    in_order)``: ``untouched_first`` puts the kept roots first (TVM's order), else every
+    axis goes where its loops were; ``in_order``: the axes run in the stage's order."""
+    roots = list(st.op.reduce_axis)
+    leaves = [v for v in st.leaf_iter_vars if v.kind is IterKind.REDUCE]
+    kept = [r for r in roots if r not in touched]
+    copy_of = {v: IterVar(Range(0, ext[v]), v.var, IterKind.REDUCE) for v in leaves
+               if v in touched and v is not axis}
+    # where each axis's loops were: a kept root at its first leaf
+    pos: dict = {}
+    for i, v in enumerate(leaves):
+        if v in copy_of:
+            pos[copy_of[v]] = i
+        for r in kept:
+            if r not in pos and v in leaf_ancestry(st.relations, r):
+                pos[r] = i
+    for r in kept:
+        pos.setdefault(r, len(leaves))
+    by_place = sorted(kept + list(copy_of.values()), key=lambda a: pos[a])
+    axes = kept + list(copy_of.values()) if untouched_first else by_place
+    in_order = reduce_loops_in_order(st, exclude=axis) and axes == by_place
+    return axes, kept, copy_of, in_order
 
 
 def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) -> Any:
@@ -49,27 +93,31 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
     reduce_roots = list(op.reduce_axis)
     derived = set().union(*(leaf_ancestry(st.relations, r) for r in reduce_roots))
     rels = [r for r in st.relations if any(v in derived for v in relation_vars(r))]
+    touched = touched_by(rels, axis)
+    spatial = set().union(*(leaf_ancestry(st.relations, a) for a in op.axis))
+    mixed = sorted({v.name for r in rels for v in relation_vars(r) if v in spatial})
+    if mixed:
+        raise ScheduleError("rfactor", st.name, f"a reduction loop is fused with spatial loop(s) "
+                            f"{mixed}; rfactor before fusing them", axis.name)
     ext = pass_down(rels, {r: r.dom.extent for r in reduce_roots}, ana)
-    leaf_reduce = [v for v in st.leaf_iter_vars if v.kind is IterKind.REDUCE]
     fac = IterVar(Range(0, ext[axis]), f"{axis.name}.v", IterKind.DATA_PAR)
-    rest = [IterVar(Range(0, ext[v]), v.name, IterKind.REDUCE) for v in leaf_reduce if v is not axis]
-    leaf_vals = {v: (fac.var if v is axis else None) for v in leaf_reduce}
-    it = iter(rest)
-    for v in leaf_reduce:
-        if v is not axis:
-            leaf_vals[v] = next(it).var
-    vals = pass_up(rels, leaf_vals, ext)
-    vmap = {r.var: ana.simplify(r.dom.min + vals[r]) for r in reduce_roots}
+    rest, kept, copy_of, in_order = factored_reduce_axes(st, touched, axis, ext,
+                                                         sch.rfactor_untouched_first)
+    # only the relations of the touched loops are undone; a kept root keeps its variable
+    trels = [r for r in rels if relation_vars(r)[0] in touched]
+    leaf_vals = {v: c.var for v, c in copy_of.items()}
+    leaf_vals[axis] = fac.var
+    vals = pass_up(trels, leaf_vals, ext)
+    vmap = {r.var: ana.simplify(r.dom.min + vals[r]) for r in reduce_roots if r not in kept}
     new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), iv.name, IterKind.DATA_PAR) for iv in op.axis]
     vmap.update({iv.var: n.var for iv, n in zip(op.axis, new_axis)})
     cond = None
-    for _, p in split_predicates(rels, vals, ext, ana):
+    for _, p in split_predicates(trels, vals, ext, ana):
         cond = p if cond is None else cond & p
     cf_axis = new_axis[:factor_axis] + [fac] + new_axis[factor_axis:]
     body = []
     # the partial results see their elements in iteration order only if the loops left
-    # to them ran in order; the merge below combines partials in no particular order
-    in_order = reduce_loops_in_order(st, exclude=axis)
+    # to them ran in order (and keep it); the merge combines partials in no particular order
     for b in op.body:
         c = substitute(b.condition, vmap)
         if cond is not None:
@@ -86,7 +134,10 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
     idx = idx[:factor_axis] + [rv.var] + idx[factor_axis:]
     src = tuple(t(*idx) for t in cf.outputs)
     comb = op.body[0].combiner.unordered()
-    new_body = [Reduce(comb, src, (rv,), Const(True, "bool"), i) for i in range(op.num_outputs)]
+    # as in TVM: the partial results start from the identity, the merge from ``init=``
+    # (over the stage's own axes, which it keeps)
+    new_body = [Reduce(comb, src, (rv,), Const(True, "bool"), i, b.init)
+                for i, b in enumerate(op.body)]
     new_op = ComputeOp(op.name, op.tag, op.attrs, op.axis, new_body, [t.name for t in op.outputs])
     st.op = new_op
     sch.register(st, new_op)

@@ -50,6 +50,9 @@ class Schedule:
         #: cycle or attaches an output is refused by ``lower``, not by the call
         #: (``tdsl.compat.tvm``'s ``create_schedule`` sets it; tdsl's own refuses at once)
         self.defer_attach_errors = False
+        #: TVM's order of an rfactor stage's reduce axes: the ones it leaves alone first,
+        #: then the loops it rebuilds (tdsl.compat.tvm sets it; tdsl keeps the loop order)
+        self.rfactor_untouched_first = False
 
     # ---- lookup -------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Stage:

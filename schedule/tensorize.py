@@ -16,6 +16,7 @@ call only ever performs the update.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
@@ -47,15 +48,88 @@ class TensorIntrin:
         self.inputs = op.input_tensors
         self.impls = dict(impls or {})
         self.axes = list(op.axis) + list(op.reduce_axis)
-        self.extents = []
+        #: per axis: an int, or an expression of the intrinsic's sizes (``te.var("n")``),
+        #: fixed where it is tensorized by the loops it replaces (``specialized``)
+        self.extents: list = []
         for iv in self.axes:
-            if not isinstance(iv.dom.extent, Const):
-                raise ScheduleError("decl_tensor_intrin", name, f"axis '{iv.name}' has a symbolic "
-                                    f"extent; an intrinsic has a fixed shape")
-            self.extents.append(iv.dom.extent.value)
+            e = iv.dom.extent
+            if not isinstance(iv.dom.min, Const) or iv.dom.min.value != 0:
+                raise ScheduleError("decl_tensor_intrin", name, f"axis '{iv.name}' starts at "
+                                    f"{iv.dom.min!r}; an intrinsic's axes start at 0")
+            self.extents.append(e.value if isinstance(e, Const) else e)
+        #: the sizes this copy was specialized to (``specialized``)
+        self.sizes: dict = {}
 
     def __repr__(self) -> str:
         return f"TensorIntrin({self.name})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise ScheduleError("decl_tensor_intrin", self.name, "an intrinsic is applied with "
+                            "s[stage].tensorize(loop, intrin), not called inside a compute")
+
+    @property
+    def symbolic(self) -> bool:
+        """True if some axis extent is an expression of sizes, not a number."""
+        return any(not isinstance(e, int) for e in self.extents)
+
+    def bind_sizes(self, stage: "Stage", loops: list) -> dict:
+        """The intrinsic's sizes fixed by ``loops`` (``(axis index, loop name, constant
+        extent or None)``): an axis whose extent is a size takes the loop's extent; every
+        other symbolic extent must then be a number.  ScheduleError on a conflict."""
+        from tdsl.arith import Analyzer
+        sizes: dict = {}
+        for j, name, ext in loops:
+            want = self.extents[j]
+            if isinstance(want, Var) and ext is not None:
+                have = sizes.setdefault(want, ext)
+                if have != ext:
+                    raise ScheduleError("tensorize", stage.name, f"the intrinsic's size "
+                                        f"'{want.name}' would be both {have} and {ext} (loop "
+                                        f"'{name}')", name)
+        for j, name, ext in loops:
+            want = self.extents[j]
+            if isinstance(want, int) or ext is None:
+                continue
+            got = Analyzer().simplify(substitute(want, {v: Const(n, v.dtype)
+                                                        for v, n in sizes.items()}))
+            if not isinstance(got, Const):
+                raise ScheduleError("tensorize", stage.name, f"the extent {want!r} of the "
+                                    f"intrinsic's axis '{self.axes[j].name}' is not fixed by the "
+                                    f"loops it replaces (an axis whose extent is a bare size "
+                                    f"fixes that size)", name)
+            if got.value != ext:
+                raise ScheduleError("tensorize", stage.name, f"loop '{name}' has extent {ext} "
+                                    f"but the intrinsic's axis '{self.axes[j].name}' has "
+                                    f"{want!r} = {got.value}", name)
+        return sizes
+
+    def specialized(self, sizes: dict) -> "TensorIntrin":
+        """This intrinsic with its sizes fixed (every extent a number): what a tensorized
+        region calls.  The same object when it has no sizes."""
+        if not self.symbolic:
+            return self
+        key = tuple(sorted((v.name, id(v), n) for v, n in sizes.items()))
+        cache = self.__dict__.setdefault("_specialized", {})
+        if key not in cache:
+            from tdsl.arith import Analyzer
+            ana = Analyzer()
+            cmap = {v: Const(n, v.dtype) for v, n in sizes.items()}
+            twin = copy.copy(self)
+            twin.__dict__.pop("_specialized", None)
+            twin.extents = []
+            for iv, e in zip(self.axes, self.extents):
+                e = e if isinstance(e, int) else ana.simplify(substitute(e, cmap))
+                if not isinstance(e, (int, Const)):
+                    raise ScheduleError("tensorize", self.name, f"axis '{iv.name}' of the "
+                                        f"intrinsic has extent {e!r} once its sizes are fixed")
+                twin.extents.append(e if isinstance(e, int) else e.value)
+            twin.sizes = dict(sizes)
+            cache[key] = twin
+        return cache[key]
+
+    def size_map(self) -> dict:
+        """Each size this copy was specialized to, as a constant (for its shapes)."""
+        return {v: Const(n, v.dtype) for v, n in self.sizes.items()}
 
     def implementation(self, target_kind: str, call: IntrinCall) -> Stmt:
         """The statement a loop-IR backend compiles for ``call``: the target's own
@@ -109,12 +183,18 @@ class TensorIntrin:
 
 def decl_tensor_intrin(op: Any, fcompute: "Callable | None" = None, name: str = "tensor_intrin",
                        impls: "Mapping[str, Callable] | None" = None, warp_collective: bool = False,
-                       **_: Any) -> TensorIntrin:
+                       scalar_params: Any = None, **_: Any) -> TensorIntrin:
     """Declare a tensor intrinsic from the operation it computes (TVM's decl_tensor_intrin).
 
     ``fcompute`` is accepted for TVM compatibility and stored as the implementation
-    for every target that has none in ``impls``.
+    for every target that has none in ``impls``.  TVM's buffer options (``binds``,
+    ``default_buffer_params``) are ignored: tdsl's regions are compact.
     """
+    if scalar_params:
+        raise ScheduleError("decl_tensor_intrin", name, "scalar_params (an intrinsic called "
+                            "with scalar arguments inside a compute) are not supported; "
+                            "declare the scalars as inputs, or tensorize a stage that "
+                            "computes them")
     op = op.op if hasattr(op, "op") and not isinstance(op, ComputeOp) else op
     if not isinstance(op, ComputeOp):
         raise ScheduleError("decl_tensor_intrin", name, "expects the compute operation the "
@@ -146,6 +226,7 @@ class Match:
     loads: list                 # LoadMatch per load of the body, in traversal order
     out_dims: list              # per stage output dim: intrinsic output dim or None
     base: dict                  # root IterVar -> Var: the root's value at the region's origin
+    sizes: dict                 # the intrinsic's size Var -> the int the loops fix it to
 
 
 def tensorized_loop(stage: "Stage") -> Optional[IterVar]:
@@ -211,13 +292,17 @@ def match_intrin(stage: "Stage", var: IterVar, intrin: TensorIntrin, body: tuple
     base = {r: Var(f"base_{r.name}", "int64") for r in stage.root_iter_vars}
     vmap: dict[Var, Expr] = {r.var: base[r] for r in stage.root_iter_vars}
     axis_of_leaf = {}
+    sizes = intrin.bind_sizes(stage, [(j, roots[r][0].name, roots[r][1])
+                                      for j, r in enumerate(order)])
+    fixed = intrin.specialized(sizes) if all(roots[r][1] is not None for r in order) else intrin
     for j, (r, iax) in enumerate(zip(order, intrin.axes)):
         leaf, ext = roots[r]
         if (r.kind is IterKind.REDUCE) != (iax.kind is IterKind.REDUCE):
             raise ScheduleError("tensorize", stage.name, f"loop '{leaf.name}' is a "
                                 f"{r.kind.value} loop but the intrinsic's axis '{iax.name}' is "
                                 f"{iax.kind.value}", leaf.name)
-        if ext is not None and ext != intrin.extents[j] or \
+        want = fixed.extents[j]     # a number, or a size expression bind_sizes checked
+        if ext is not None and isinstance(want, int) and ext != want or \
                 ext is None and stage.attach_type.value != "scope":
             raise ScheduleError("tensorize", stage.name, f"loop '{leaf.name}' has extent {ext} but the "
                                 f"intrinsic's axis '{iax.name}' has {intrin.extents[j]}", leaf.name)
@@ -234,7 +319,7 @@ def match_intrin(stage: "Stage", var: IterVar, intrin: TensorIntrin, body: tuple
     for sb, ib in zip(body, intrin.op.body):
         m.match(sb, ib)
     out_dims = [next((j for j, r in enumerate(order) if r is iv), None) for iv in op.axis]
-    return Match(axis_of_leaf, m.loads, out_dims, base)
+    return Match(axis_of_leaf, m.loads, out_dims, base, sizes)
 
 
 def _fail(stage: "Stage", var: IterVar, intrin: TensorIntrin, why: str) -> ScheduleError:

@@ -27,8 +27,8 @@ from ..stmt import (Allocate, Barrier, Buffer, BufferStore, For, ForKind, IfThen
                     LetStmt, SeqStmt, Stmt, StorageScope, ThreadTag)
 from ..tensor import IterKind, IterVar
 from ..visitor import free_vars, substitute, transform
-from tdsl.schedule.relations import (Split, reduce_loops_in_order, split_extents,
-                                     split_predicates)
+from tdsl.schedule.relations import (Split, pure_reduce_loops, reduce_loops_in_order,
+                                     split_extents, split_predicates)
 from tdsl.schedule.stage import AttachType
 
 from .bound import (StageBounds, attached_descendants, in_kernel, loop_scope, rebound_descendants,
@@ -275,6 +275,7 @@ class NestBuilder:
         # tail guards: tighten serial inner loops, else place at the deepest loop they use
         ext = {iv: b.extents[iv] for iv in leaves}
         preds: list[tuple[int, bool, Expr]] = []   # (level, involves reduce, cond)
+        red = pure_reduce_loops(st)
         for rel_parent, cond in split_predicates(st.relations, b.values, b.extents, self.ana):
             used = [pos[v] for v in free_vars(cond) if v in pos]
             level = max(used) if used else -1
@@ -291,7 +292,7 @@ class NestBuilder:
                 continue
             if staged and padding.zero_beyond(self, st, rel_parent):
                 continue    # the fetches zero-filled the operands past the reduction's end
-            involves_reduce = any(leaves[p].kind is IterKind.REDUCE for p in used)
+            involves_reduce = any(leaves[p] in red for p in used)
             if level >= tpos:
                 raise LoweringError(f"tensorize: stage '{st.name}': the loops under "
                                     f"'{leaves[tpos].name}' have a tail (split factors that may not "
@@ -305,12 +306,12 @@ class NestBuilder:
     def domain_preds(self, st: "Stage", b: StageBounds, conds: list[Expr]) -> list:
         """Domain guards as innermost ``(level, involves reduce, cond)`` predicates."""
         leaves = st.leaf_iter_vars
+        red = pure_reduce_loops(st)
         pos = {b.loop_var(iv): i for i, iv in enumerate(leaves)}
         out = []
         for cond in conds:
             used = [pos[v] for v in free_vars(cond) if v in pos]
-            out.append((len(leaves) - 1, any(leaves[p].kind is IterKind.REDUCE for p in used),
-                        cond))
+            out.append((len(leaves) - 1, any(leaves[p] in red for p in used), cond))
         return out
 
     def store_predicate(self, st: "Stage", b: StageBounds) -> list[Expr]:
@@ -528,7 +529,10 @@ class NestBuilder:
         values = red.init if red.init else red.combiner.identity
         values = [self.lower_expr(v, vmap) for v in values]
         stmt = seq([BufferStore(buf, v, idx) for buf, v in zip(stor.buffers, values)])
-        spatial = [iv for iv in inner_leaves if iv.kind is not IterKind.REDUCE]
+        # the spatial loops inside the first reduction loop, and the reduction loops a
+        # spatial loop was fused into (they index the output too)
+        red = pure_reduce_loops(st)
+        spatial = [iv for iv in inner_leaves if iv not in red]
         conds = [c for lv, r, c in preds if not r and (kernel or lv >= init_pos - 1)]
         stmt = guard(conds, stmt)
         for iv in reversed(spatial):

@@ -45,12 +45,22 @@ def intrin_call(builder: Any, st: "Stage", leaves: list[IterVar], tpos: int,
                             f"scheduled (loops {[iv.name for iv in inner]}, inlined producers "
                             f"substituted) no longer matches: {e.reason}") from None
     extents = builder.bounds[st].extents
+    # an intrinsic declared over sizes (te.var) is called with them fixed by these loops
+    loops = []
+    for leaf, j in match.axis_of_leaf.items():
+        lo, hi = builder.ana.const_int_bound(extents[leaf])
+        loops.append((j, leaf.name, lo if lo == hi else None))
+    try:
+        intrin = intrin.specialized(intrin.bind_sizes(st, loops))
+    except ScheduleError as e:
+        raise LoweringError(f"tensorize: stage '{st.name}', loop '{var.name}': {e.reason}") from None
     for leaf, j in match.axis_of_leaf.items():
         got = builder.ana.const_int_bound(extents[leaf])
         if got != (intrin.extents[j], intrin.extents[j]):
             raise LoweringError(f"tensorize: stage '{st.name}', loop '{leaf.name}' runs over "
                                 f"{extents[leaf]!r} iterations here, but the intrinsic "
                                 f"'{intrin.name}' covers {intrin.extents[j]}")
+    sizes = intrin.size_map()
     # each root's value at the region's origin: the region's loops at 0
     zero = {iv.var: Const(0, iv.var.dtype) for iv in inner}
     at_origin = {bv: substitute(vmap[r.var], zero) for r, bv in match.base.items()}
@@ -59,15 +69,20 @@ def intrin_call(builder: Any, st: "Stage", leaves: list[IterVar], tpos: int,
         if inputs[lm.input] is not None:
             continue          # the match checked that every such load reads the same region
         origin = builder.lower_expr(TensorLoad(lm.load.tensor, lm.origin), at_origin)
-        shape = intrin.inputs[lm.input].shape
+        shape = [builder.ana.simplify(substitute(d, sizes)) for d in intrin.inputs[lm.input].shape]
         ext = [shape[j] if j is not None else Const(1, "int64") for j in lm.dims]
+        loose = [d for d in ext if not isinstance(d, Const)]
+        if loose:
+            raise LoweringError(f"tensorize: stage '{st.name}', loop '{var.name}': the "
+                                f"intrinsic's input '{intrin.inputs[lm.input].name}' has extent "
+                                f"{loose[0]!r}, a size that no loop of the region fixes")
         inputs[lm.input] = BufferRegion(origin.buffer, origin.indices, ext, lm.dims)
     stor = builder.storage[st]
     base = {r.var: substitute(vmap[r.var], zero) for r in match.base}
     outputs = []
     for buf in stor.buffers:
         idx = builder.out_indices(st, base, stor)
-        ext = [intrin.op.axis[j].dom.extent if j is not None else Const(1, "int64")
-               for j in match.out_dims]
+        ext = [Const(intrin.extents[j], intrin.op.axis[j].dom.extent.dtype) if j is not None
+               else Const(1, "int64") for j in match.out_dims]
         outputs.append(BufferRegion(buf, idx, ext, match.out_dims))
     return IntrinCall(intrin, inputs, outputs, reset=False, update=True)

@@ -130,10 +130,10 @@ def test_compute_at_cycle_is_refused_by_lower(rng):
 
 
 @pytest.mark.parametrize("n", [8, 11])
-def test_rfactor_of_a_split_and_an_offset_reduce_axis(rng, n):
-    """rfactor of a split reduce axis beside one that starts at 2.  (TVM also keeps the
-    axis objects it leaves alone; tdsl makes new ones: sharing IterVars between the two
-    stages broke bound inference of a split-K conv's cached input.)"""
+def test_rfactor_keeps_the_reduce_axes_it_leaves_alone(rng, n):
+    """As in TVM: the rfactor stage's reduce axes are the untouched ones first (the same
+    IterVar objects, not rebased: k2 starts at 2), then the loops it rebuilds, sharing the
+    variables of the loops the user split (``ko``)."""
     N = te.size_var("n")
     k1 = te.reduce_axis((0, N), name="k1")
     k2 = te.reduce_axis((2, N), name="k2")          # starts at 2: kept as is, not rebased
@@ -142,14 +142,17 @@ def test_rfactor_of_a_split_and_an_offset_reduce_axis(rng, n):
     s = te.create_schedule(B.op)
     ko, ki = s[B].split(k1, factor=4)
     BF = s.rfactor(B, ki)
-    assert len(BF.op.body[0].axis) == 2
+    red = BF.op.body[0].axis
+    assert len(red) == 2 and red[0] is k2
+    assert red[1].var is ko.var and red[1] is not ko
+    assert list(BF.op.reduce_axis) == list(red)
     a = rng.standard_normal((n, n, n)).astype("float32")
     want = a[:, :, 2:].sum(axis=(1, 2))
     for out in _run_both(s, [A, B], [a, np.zeros(n, "float32")]):
         np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
     s = te.create_schedule(B.op)
     BF = s.rfactor(B, k1)
-    assert [r.var.name for r in BF.op.body[0].axis] == ["k2"]
+    assert list(BF.op.body[0].axis) == [k2] and BF.op.body[0].axis[0] is k2
     for out in _run_both(s, [A, B], [a, np.zeros(n, "float32")]):
         np.testing.assert_allclose(out[1], want, rtol=1e-4, atol=1e-4)
 

@@ -305,12 +305,17 @@ def test_fuse_in_inner_outer_order():
         s[C].fuse(j, i)
 
 
-def test_fuse_spatial_with_reduction():
+def test_fuse_spatial_with_reduction_is_a_reduction_loop():
+    """Allowed as in TVM (a reduction loop); running it in parallel or across threads is not."""
     A, B, C = mm()
     s = td.create_schedule(C.op)
-    with pytest.raises(ScheduleError, match=where("fuse", "C", "j") +
-                       r"cannot fuse a spatial loop with a reduction loop"):
-        s[C].fuse(C.op.axis[1], C.op.reduce_axis[0])
+    f = s[C].fuse(C.op.axis[1], C.op.reduce_axis[0])
+    with pytest.raises(ScheduleError, match=where("parallel", "C", f.name) +
+                       r"cannot run a reduction loop in parallel"):
+        s[C].parallel(f)
+    with pytest.raises(ScheduleError, match=where("bind", "C", f.name) +
+                       r"loop '.*' fuses a spatial loop with a reduction loop"):
+        s[C].bind(f, td.thread_axis("threadIdx.x"))
 
 
 def test_reorder_same_loop_twice():
@@ -517,9 +522,12 @@ def test_decl_tensor_intrin_refusals():
     n = td.var("n")
     a = td.placeholder((n,), name="a")
     c = td.compute((n,), lambda i: a[i] * 2.0, name="c")
-    with pytest.raises(ScheduleError, match=r"decl_tensor_intrin: stage 'bad': axis 'i' has a "
-                       r"symbolic extent"):
-        td.decl_tensor_intrin(c.op, name="bad")
+    assert td.decl_tensor_intrin(c.op, name="sized").extents == [n]   # fixed where tensorized
+    k = td.reduce_axis((1, 4), name="k")
+    e = td.compute((4,), lambda i: td.sum(a[i] * a[k], axis=k), name="e")
+    with pytest.raises(ScheduleError, match=r"decl_tensor_intrin: stage 'bad': axis 'k' starts "
+                       r"at 1; an intrinsic's axes start at 0"):
+        td.decl_tensor_intrin(e.op, name="bad")
     d = td.compute((4,), lambda i: c[i] + 1.0, name="d")
     with pytest.raises(ScheduleError, match=r"decl_tensor_intrin: stage 'bad2': input 'c' must be "
                        r"a placeholder"):

@@ -20,9 +20,11 @@ _INTERNAL = ("InferBound", "ScheduleOps", "Rebase", "PostProcessFeatures",
 
 def create_schedule(ops: Any) -> Schedule:
     """tdsl's ``create_schedule``, reporting an invalid ``compute_at`` (a stage attached to
-    itself, a cycle, an output attached) when the schedule is lowered, as TVM does."""
+    itself, a cycle, an output attached) when the schedule is lowered, as TVM does, and
+    ordering an rfactor stage's reduce axes as TVM does (the untouched ones first)."""
     sch = _create_schedule(ops)
     sch.defer_attach_errors = True
+    sch.rfactor_untouched_first = True
     return sch
 
 
