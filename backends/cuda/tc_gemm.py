@@ -233,7 +233,7 @@ def _replace_acc(e: Any, acc: Any, value: Var) -> Any:
 
 def render(r: Any, plan: TcPlan) -> None:
     """Emit the microkernel call for ``plan`` in place of its loop (``r``: KernelRenderer)."""
-    r.helpers.add("tc_gemm")
+    r.helpers.add("tc_gemm" if plan.cfg.mainloop == "frag" else "tc_gemm_basic")
     r.helpers.add("shared")
     r.use_type(plan.a.dtype)
     ctype = _DTYPES[plan.dtype]
@@ -283,5 +283,6 @@ def render(r: Any, plan: TcPlan) -> None:
         brow = "true" if plan.b_row else "false"
         c = plan.cfg
         shape = f"{c.bm}, {c.bn}, {c.wm}, {c.wn}, {c.stages}"
-        r.emit(f"tdsl_tc_gemm<{bf16}, {brow}, {shape}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, "
+        fn = "tdsl_tc_gemm" if c.mainloop == "frag" else f"tdsl_tc_gemm_{c.mainloop}"
+        r.emit(f"{fn}<{bf16}, {brow}, {shape}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, "
                f"tc_rows, tc_K, tc_a_off, tc_b_off, tc_col_ok, tc_epilogue);")

@@ -21,6 +21,10 @@ from typing import Any, Optional
 BK = 32
 #: Dynamic shared memory a block may opt in to, by the smallest arch the kernel runs on.
 SMEM_OPT_IN = 163 * 1024          # sm_80 (sm_90: 227 KiB)
+#: The mainloops of the kernel: "frag" (``tc_kernel.py``, the default: fragments
+#: double-buffered in registers, the next k step's ldmatrix in flight during this step's
+#: MMAs) and "basic" (``tc_kernel_basic.py``, the first version, for comparison).
+MAINLOOPS = ("frag", "basic")
 #: fp32 accumulators per thread a warp tile may hold without spilling (64 x 64 / 32).
 MAX_ACC = 128
 
@@ -34,6 +38,9 @@ class TcConfig:
     wm: int = 64
     wn: int = 64
     stages: int = 4
+    #: the mainloop (``MAINLOOPS``): "frag" (default) or "basic" (the first one, kept to
+    #: compare: ``benchmarks/cuda_tc_sweep.py --variants``; not in ``CONFIGS``)
+    mainloop: str = "frag"
 
     @property
     def threads(self) -> int:
@@ -45,8 +52,10 @@ class TcConfig:
         return self.stages * (self.bm * BK + BK * self.bn) * 2
 
     def key(self) -> str:
-        """The pragma value, e.g. ``"128x128x32/w64x64/s4"``."""
-        return f"{self.bm}x{self.bn}x{BK}/w{self.wm}x{self.wn}/s{self.stages}"
+        """The pragma value, e.g. ``"128x128x32/w64x64/s4"`` (``".../s4/basic"`` for the
+        basic mainloop)."""
+        tail = "" if self.mainloop == "frag" else f"/{self.mainloop}"
+        return f"{self.bm}x{self.bn}x{BK}/w{self.wm}x{self.wn}/s{self.stages}{tail}"
 
     def error(self) -> Optional[str]:
         """Why the kernel cannot take this shape, None where it can."""
@@ -66,6 +75,8 @@ class TcConfig:
             return f"block tile {self.bm}x{self.bn}: A tile chunks do not split over threads"
         if not 2 <= self.stages <= 4:
             return f"pipeline depth {self.stages} not in 2..4"
+        if self.mainloop not in MAINLOOPS:
+            return f"mainloop {self.mainloop!r} not in {', '.join(MAINLOOPS)}"
         if self.smem_bytes > SMEM_OPT_IN:
             return f"{self.smem_bytes} bytes of shared memory exceed the sm_80 opt-in limit"
         return None
@@ -88,10 +99,12 @@ def parse(value: Any) -> Optional[TcConfig]:
     if not isinstance(value, str):
         return None
     try:
-        blk, warp, st = value.split("/")
+        blk, warp, st, *loop = value.split("/")
         bm, bn, bk = (int(x) for x in blk.split("x"))
         wm, wn = (int(x) for x in warp.lstrip("w").split("x"))
-        cfg = TcConfig(bm, bn, wm, wn, int(st.lstrip("s")))
+        if len(loop) > 1 or loop == ["frag"]:      # one spelling per config
+            return None
+        cfg = TcConfig(bm, bn, wm, wn, int(st.lstrip("s")), *loop)
     except ValueError:
         return None
     return cfg if bk == BK else None
