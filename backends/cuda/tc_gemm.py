@@ -15,6 +15,8 @@ accumulator replaced by the value).  So bias, activation and cast run on the reg
 and the sizes stay whatever the IR says (constants or kernel parameters).
 The tile shape is the pragma's value (``tc_config.TcConfig.key()``, 1 for the default);
 a malformed or invalid one, or a threadIdx.x extent other than its columns, is refused.
+A key ending in ``/basic`` calls ``tdsl_tc_gemm_basic`` instead (``tc_kernel_basic.py``,
+the first mainloop, kept to compare; helper "tc_gemm_basic").
 
 Requirements checked here (a ``BuildError`` naming the kernel otherwise): A contiguous
 along k (its last index is ``k``), B contiguous along its columns (``B[.., k, j]``, the

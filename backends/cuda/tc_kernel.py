@@ -14,9 +14,21 @@ chunk passes; the row-layout B swizzle needs BN >= 64).  Below, the default shap
   (column layout, ``B[n, k]``), in a 4-stage ring of dynamic shared memory (4 x 16 KiB =
   64 KiB: above the 48 KiB a block gets without the opt-in the launcher sets).  Each thread
   copies 4 + 4 chunks of 16 bytes per stage with ``cp.async.cg`` (L2 only, the tiles are
-  reused from shared memory); one commit group per stage, ``cp.async.wait_group 2`` and one
-  ``__syncthreads`` per k tile (the barrier also frees the stage the next prefetch
-  overwrites: it was read in the previous iteration).
+  reused from shared memory); one commit group per stage.
+* Mainloop (latency-tolerant: no instruction waits on the one just before it): the
+  fragments are double-buffered in registers (2 x (16 A + 16 B) per thread).  Before the
+  loop, the first k step's fragments are loaded; then in each k tile, k step 0 issues the
+  ``ldmatrix`` of step 1 and the copies of tile kt + 3 (into the stage read in tile kt - 1)
+  before its 32 MMAs; k step 1 waits for tile kt + 1 (``cp.async.wait_group 2``), meets
+  the block (``__syncthreads``: tile kt + 1 has landed for every thread, and every read of
+  tile kt - 1's stage, the next one filled, is done), issues the ``ldmatrix`` of tile
+  kt + 1's step 0, then its own MMAs.  So each ``ldmatrix`` has a whole k step of MMAs
+  (32) to land in.  The k steps are unrolled; every ``ldmatrix`` address is a per-thread
+  offset computed once (the XOR swizzle folded in: it depends on the lane only) plus a
+  compile-time constant plus the stage's offset, on a 32-bit shared-window base; the
+  copies of tiles whose chunks are all inside the matrix (and aligned) are 8 cp.async from
+  pointers stepped by a constant per tile, the others go through the general loader.
+  ``tc_kernel_basic.py`` keeps the first mainloop (``TcConfig(mainloop="basic")``).
 * Shared layout: 16-byte chunk ``c`` of row ``r`` of a 64-byte-row tile (A, column-layout B)
   is stored at chunk ``c ^ ((r >> 1) & 3)``; of a 256-byte-row tile (row-layout B) at
   ``c ^ (r & 7)``.  The 8 row addresses of each 8x8 matrix an ``ldmatrix`` reads then fall

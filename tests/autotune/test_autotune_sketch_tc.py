@@ -74,10 +74,20 @@ def test_checked_shapes_are_valid_and_others_refused():
     bad = [TcConfig(256, 128, 128, 64),         # 256 accumulators per thread: spills
            TcConfig(128, 32, 64, 32),           # 32 columns: B rows too short to swizzle
            TcConfig(128, 128, 64, 32),          # 8 warp tiles for 4 warps
-           TcConfig(128, 128, 64, 64, 5)]       # pipeline depth
+           TcConfig(128, 128, 64, 64, 5),       # pipeline depth
+           TcConfig(mainloop="fast")]           # no such mainloop
     for c in bad:
         assert c.error() is not None, c
     assert parse("128x128x16/w64x64/s4") is None and parse("junk") is None
+    # the checked shapes run the default mainloop; the basic one is reachable by its key
+    assert {c.mainloop for c in CONFIGS} == {"frag"}
+    basic = TcConfig(mainloop="basic")
+    assert basic.error() is None and basic.key() == "128x128x32/w64x64/s4/basic"
+    assert parse(basic.key()) == basic
+    for key in ("128x128x32/w64x64/s4/frag", "128x128x32/w64x64/s4/basic/x",
+                "128x128x32/w64x64/s4/fast"):
+        got = parse(key)
+        assert got is None or got.error() is not None, key
     args, _ = _matmul(64, 64, 64, "float16")
     s = td.create_schedule(args[-1].op)
     from tdsl.ops.schedules import cuda_gemm, cuda_tc

@@ -8,9 +8,13 @@ is the shape of that grid.  The schedule carries the config to the backend as th
 
 ``CONFIGS`` is the set each of which is checked correct under the emulator and assembled
 by ptxas for sm_80 and sm_90 with no spill (``tests/backends/test_cuda_tc_gemm.py``); the
-auto-scheduler's tensor-core knob chooses among them.  As measured when they were added
-(ptxas, fp16 4096^3 matmul and dense): 122-160 registers per thread for the 64-row tiles,
-204-248 for the 128-row ones, no spills; 16-96 KiB of shared memory.  A 256-row block tile
+auto-scheduler's tensor-core knob chooses among them.  As measured with the default
+mainloop (fragments double-buffered in registers; ptxas 12.9, fp16 4096^3 matmul and
+dense, sm_80 and sm_90): 158-186 registers per thread for the 64-row tiles, 232-255 for
+the 128-row ones, no spills (the basic mainloop: 122-160 and 204-248); 16-96 KiB of shared
+memory.  A 128-row tile holds 128 accumulators and 64 fragment registers per thread: 2
+blocks of 128 threads fit an SM's 64 Ki registers, 3 would need at most 168 per thread,
+out of reach with that tile (shared memory allows 3 at 3 stages).  A 256-row block tile
 (128 x 64 warp tiles: 256 accumulators per thread) would spill, so it is not offered.
 """
 from __future__ import annotations
