@@ -251,6 +251,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   __syncthreads();            // ... everyone's
   int rd = 0, wr = LAST;      // the offsets of the stages read and filled
   if (KT > 0) frags(0, rd, 0);
+#pragma unroll 1            // one k tile's code (a known K unrolled it, and ptxas then spilled)
   for (int kt = 0; kt < KT; ++kt) {
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {

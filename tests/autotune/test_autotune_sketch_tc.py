@@ -168,3 +168,19 @@ def test_every_shape_assembles_without_spills(n):
             (rep,) = ptxas_report(f.get_source(), arch).values()
             assert rep.spill_stores == rep.spill_loads == rep.frame_bytes == 0, (cfg, arch, rep)
             assert rep.registers <= 255, (cfg, arch, rep)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("n", range(3))
+def test_known_small_sizes_assemble_without_spills(n):
+    """With K known to span two k tiles the compiler could unroll the k-tile loop (ptxas
+    then spilled the 3-stage default shape); the kernel keeps one tile's code."""
+    from tdsl.backends.cuda.cubin import ptxas_report
+    cfg = CONFIGS[n]
+    for make, dt in ((_matmul, "float16"), (_dense, "bfloat16")):
+        args, _ = make(70, 72, 40, dt)
+        task = create_auto_task(args, target=SM80)
+        c = task.candidate(_tc_point(task, cfg.key()))
+        f = td.build(replay(c.trace, task.outputs), args, target=SM80)
+        (rep,) = ptxas_report(f.get_source(), "sm_80").values()
+        assert rep.spill_stores == rep.spill_loads == rep.frame_bytes == 0, (cfg, dt, rep)
