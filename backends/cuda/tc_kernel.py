@@ -157,9 +157,9 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
 #pragma unroll
     for (int p = 0; p < 4; ++p) fast = fast && col_ok((tid >> 2) + BN / 4 * p);
   }
-  // the k tiles whose copies are all whole aligned chunks inside the matrix: 8 cp.async
-  // from pointers stepped by a constant per tile; the others (tails, misalignment) go
-  // through the general loader below
+  // the k tiles whose copies are all whole aligned chunks inside the matrix: PA_N + 4
+  // cp.async from pointers stepped by a constant per tile; the others (tails, misalignment)
+  // go through the general loader below
   const int KT = (int)((K + BK - 1) / BK), KFAST = fast ? (int)(K / BK) : 0;
   const int r0 = tid >> 2, c0 = tid & 3;
   const int sa_w = r0 * 32 + ((c0 ^ ((r0 >> 1) & 3)) << 3);
