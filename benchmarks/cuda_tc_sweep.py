@@ -1,14 +1,17 @@
 """Every tensor-core tile shape of ``tc_config.CONFIGS`` timed on the GPU at hand.
 
     python benchmarks/cuda_tc_sweep.py [--sizes 4096 8192] [--dtype float16] [--only KEY]
-                                       [--build-only]
+                                       [--variants] [--build-only]
 
 For each matmul size and each checked tile shape (block tile, warp tile, pipeline depth) it
 builds ``ops.matmul`` (fp32 accumulation and output) with the default CUDA schedule given
 that shape, checks the result against PyTorch in fp32, and times it (CUDA graph replay,
 median of 5) beside PyTorch's own half-precision product, interleaved.  One row per shape:
 time, TFLOP/s, ratio to PyTorch; the fastest shape per size last.  It is how the default
-shape (``tc_config.DEFAULT``) is chosen.  ``--build-only`` builds every shape for sm_90
+shape (``tc_config.DEFAULT``) is chosen.  ``--variants`` times every shape once per
+mainloop (``tc_config.MAINLOOPS``: the default "frag" and the first, "basic", whose keys end
+in ``/basic``), the two rows side by side, and the fastest shape per mainloop last: the
+comparison of the two mainloops in one run.  ``--build-only`` builds every shape for sm_90
 without a GPU (a check that the script runs).  Exits 2 without a GPU.
 """
 from __future__ import annotations
@@ -49,13 +52,19 @@ def main(argv: "list[str] | None" = None) -> int:
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     p.add_argument("--build-only", action="store_true")
     p.add_argument("--only", default="", help="the tile shapes whose key contains this")
+    p.add_argument("--variants", action="store_true",
+                   help="each shape with every mainloop (tc_config.MAINLOOPS), side by side")
     a = p.parse_args(argv)
-    from tdsl.ops.schedules.tc_config import CONFIGS
+    from dataclasses import replace
+
+    from tdsl.ops.schedules.tc_config import CONFIGS, MAINLOOPS
+    loops = MAINLOOPS if a.variants else (CONFIGS[0].mainloop,)
+    CONFIGS = [replace(c, mainloop=m) for c in CONFIGS for m in loops]
     CONFIGS = [c for c in CONFIGS if a.only in c.key()]
     if a.build_only:
         for cfg in CONFIGS:
             build(a.sizes[0], a.dtype, cfg, "sm_90").cubin()
-            print(f"{cfg.key():<22} built", flush=True)
+            print(f"{cfg.key():<28} built", flush=True)
         return 0
     import torch
     if not torch.cuda.is_available():
@@ -77,12 +86,12 @@ def main(argv: "list[str] | None" = None) -> int:
         return events[0].elapsed_time(events[1]) / 1e3 / number
 
     print(f"device: {torch.cuda.get_device_name()} ({arch}); {a.dtype}", flush=True)
-    print(f"{'size':>6} {'tile shape':<22}{'ms':>9}{'TFLOP/s':>9}{'torch ms':>10}{'ratio':>7}",
+    print(f"{'size':>6} {'tile shape':<28}{'ms':>9}{'TFLOP/s':>9}{'torch ms':>10}{'ratio':>7}",
           flush=True)
     for n in a.sizes:
         x, y = (torch.randn(n, n, device=dev).to(tdt) for _ in range(2))
         want = x.float() @ y.float()
-        best = None
+        best: dict = {}
         for cfg in CONFIGS:
             try:
                 f = build(n, a.dtype, cfg, arch)
@@ -91,7 +100,7 @@ def main(argv: "list[str] | None" = None) -> int:
                 torch.cuda.synchronize()
                 err = (res - want).abs().max().item()
                 if not err <= 1e-2 * max(want.abs().max().item(), 1.0):
-                    print(f"{n:>6} {cfg.key():<22} WRONG: max error {err:.3g}", flush=True)
+                    print(f"{n:>6} {cfg.key():<28} WRONG: max error {err:.3g}", flush=True)
                     continue
                 timer = f.time_evaluator(number=10, repeat=1)
                 ours, theirs = [], []
@@ -99,15 +108,16 @@ def main(argv: "list[str] | None" = None) -> int:
                     ours.append(timer(x, y, res).mean)
                     theirs.append(torch_time(x, y))
                 mo, mt = statistics.median(ours), statistics.median(theirs)
-                print(f"{n:>6} {cfg.key():<22}{mo * 1e3:9.3f}{2 * n ** 3 / mo / 1e12:9.1f}"
+                print(f"{n:>6} {cfg.key():<28}{mo * 1e3:9.3f}{2 * n ** 3 / mo / 1e12:9.1f}"
                       f"{mt * 1e3:10.3f}{mo / mt:7.2f}", flush=True)
-                if best is None or mo < best[0]:
-                    best = (mo, cfg.key())
+                if cfg.mainloop not in best or mo < best[cfg.mainloop][0]:
+                    best[cfg.mainloop] = (mo, cfg.key())
             except Exception as e:  # noqa: BLE001 - report the shape and go on
-                print(f"{n:>6} {cfg.key():<22} FAILED: {type(e).__name__}: {e}".splitlines()[0],
+                print(f"{n:>6} {cfg.key():<28} FAILED: {type(e).__name__}: {e}".splitlines()[0],
                       flush=True)
-        if best:
-            print(f"best {n}: {best[1]} {best[0] * 1e3:.3f} ms", flush=True)
+        for mo, key in best.values():
+            print(f"best {n}: {key} {mo * 1e3:.3f} ms {2 * n ** 3 / mo / 1e12:.1f} TFLOP/s",
+                  flush=True)
     return 0
 
 

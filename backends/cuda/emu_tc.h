@@ -130,6 +130,9 @@ template <typename T, typename S>
 inline void tdsl_tc_cp16(const emu::SharedPtr<T>& sm, int off, const emu::Global<S>& src) {
   tdsl_cp_async<16>(emu::SharedPtr<T>{sm.arr, sm.base, sm.off + off}, src);
 }
+template <typename T> inline emu::SharedPtr<T> tdsl_tc_sbase(const emu::SharedPtr<T>& sm) {
+  return sm;    // the device's 32-bit shared-window base; here the array itself
+}
 template <typename T> inline void tdsl_tc_zero16(const emu::SharedPtr<T>& sm, int off) {
   for (int e = 0; e < 16 / (int)sizeof(T); ++e) sm.write(off + e, T{});
 }

@@ -14,9 +14,21 @@ chunk passes; the row-layout B swizzle needs BN >= 64).  Below, the default shap
   (column layout, ``B[n, k]``), in a 4-stage ring of dynamic shared memory (4 x 16 KiB =
   64 KiB: above the 48 KiB a block gets without the opt-in the launcher sets).  Each thread
   copies 4 + 4 chunks of 16 bytes per stage with ``cp.async.cg`` (L2 only, the tiles are
-  reused from shared memory); one commit group per stage, ``cp.async.wait_group 2`` and one
-  ``__syncthreads`` per k tile (the barrier also frees the stage the next prefetch
-  overwrites: it was read in the previous iteration).
+  reused from shared memory); one commit group per stage.
+* Mainloop (latency-tolerant: no instruction waits on the one just before it): the
+  fragments are double-buffered in registers (2 x (16 A + 16 B) per thread).  Before the
+  loop, the first k step's fragments are loaded; then in each k tile, k step 0 issues the
+  ``ldmatrix`` of step 1 and the copies of tile kt + 3 (into the stage read in tile kt - 1)
+  before its 32 MMAs; k step 1 waits for tile kt + 1 (``cp.async.wait_group 2``), meets
+  the block (``__syncthreads``: tile kt + 1 has landed for every thread, and every read of
+  tile kt - 1's stage, the next one filled, is done), issues the ``ldmatrix`` of tile
+  kt + 1's step 0, then its own MMAs.  So each ``ldmatrix`` has a whole k step of MMAs
+  (32) to land in.  The k steps are unrolled; every ``ldmatrix`` address is a per-thread
+  offset computed once (the XOR swizzle folded in: it depends on the lane only) plus a
+  compile-time constant plus the stage's offset, on a 32-bit shared-window base; the
+  copies of tiles whose chunks are all inside the matrix (and aligned) are 8 cp.async from
+  pointers stepped by a constant per tile, the others go through the general loader.
+  ``tc_kernel_basic.py`` keeps the first mainloop (``TcConfig(mainloop="basic")``).
 * Shared layout: 16-byte chunk ``c`` of row ``r`` of a 64-byte-row tile (A, column-layout B)
   is stored at chunk ``c ^ ((r >> 1) & 3)``; of a 256-byte-row tile (row-layout B) at
   ``c ^ (r & 7)``.  The 8 row addresses of each 8x8 matrix an ``ldmatrix`` reads then fall
@@ -84,9 +96,23 @@ template <bool BF16> __device__ __forceinline__ void tdsl_tc_mma(float (&d)[4],
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// the same on the 32-bit shared-window address of the array (tdsl_tc_sbase, computed once):
+// address arithmetic stays 32-bit and a constant offset folds into the instruction
+template <typename T> __device__ __forceinline__ unsigned tdsl_tc_sbase(T* p) {
+  return tdsl_tc_saddr(p); }
+template <typename T>
+__device__ __forceinline__ void tdsl_tc_cp16(unsigned sm, int off, const T* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+               :: "r"(sm + 2u * off), "l"(src) : "memory"); }
+__device__ __forceinline__ void tdsl_tc_ldsm_x4(unsigned (&r)[4], unsigned sm, int off) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(sm + 2u * off)); }
+__device__ __forceinline__ void tdsl_tc_ldsm_x4_t(unsigned (&r)[4], unsigned sm, int off) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(sm + 2u * off)); }
 #endif"""
 
-KERNEL = r"""
+CHUNK = r"""
 // one 16-byte chunk (8 elements) of a tile: first/last: its first/last element is inside
 // the matrix; ok(e): element e is
 template <typename T, typename PS, typename PG, typename F>
@@ -95,17 +121,21 @@ __device__ __forceinline__ void tdsl_tc_chunk(PS sm, int soff, PG g, long long g
   if (vec && last) { tdsl_tc_cp16(sm, soff, g + goff); return; }
   if (!first) { tdsl_tc_zero16(sm, soff); return; }
   for (int e = 0; e < 8; ++e) tdsl_tc_st(sm, soff + e, ok(e) ? (T)g[goff + e] : T{});
-}
+}"""
 
+KERNEL = r"""
 template <bool BF16, bool BROW, int BM, int BN, int WM, int WN, int ST, typename T,
           typename PA, typename PB, typename PS, typename FA, typename FB, typename FC,
           typename FE>
-__device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, long long K,
+__device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows, long long K,
                                              FA a_off, FB b_off, FC col_ok, FE epilogue) {
   // BN threads; BN / 32 warps in a (BM / WM) x (BN / WN) grid, each WM x WN outputs
-  constexpr int BK = 32, A_ELEMS = BM * BK, STAGE = A_ELEMS + BK * BN;
+  constexpr int BK = 32, KS = BK / 16, A_ELEMS = BM * BK, STAGE = A_ELEMS + BK * BN;
   constexpr int PA_N = BM * 4 / BN, CB = BN / 8, MT = WM / 16, NT = WN / 8, NP = WN / 16;
+  constexpr int NB = BROW ? (NP < 4 ? NP : 4) : KS, LAST = (ST - 1) * STAGE;
   static_assert(CB >= 8 && PA_N >= 1 && (BM / WM) * (BN / WN) * 32 == BN, "tile shape");
+  static_assert(KS % 2 == 0, "the fragment double buffer alternates within a k tile");
+  const auto sm = tdsl_tc_sbase(smp);
   const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
   const long long a0 = a_off(0, 0), sa = a_off(1, 0) - a0;      // A: row stride
@@ -115,85 +145,135 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
                    ((unsigned long long)(A + a0) & 15) == 0 &&
                    ((unsigned long long)(B + b0) & 15) == 0;
   // this thread's chunks: A rows (tid >> 2) + BN / 4 p, chunk tid & 3; B likewise (column
-  // layout) or k rows tid / CB + 8 p, chunk tid % CB (row layout)
-  bool a_in[PA_N], b_in[4];
-  for (int p = 0; p < PA_N; ++p) a_in[p] = (tid >> 2) + BN / 4 * p < rows;
-  for (int p = 0; p < 4; ++p) b_in[p] = BROW ? true : col_ok((tid >> 2) + BN / 4 * p);
+  // layout) or k rows tid / CB + 8 p, chunk tid % CB (row layout).  Their swizzle does not
+  // depend on p (BN / 4 and 8 are multiples of the swizzle period), so chunk p of a stage
+  // is at the thread's offset sa_w / sb_w plus a constant.
   const int bc = BROW ? (tid % CB) * 8 : 0;
   const bool b_first = BROW ? col_ok(bc) : true, b_last = BROW ? col_ok(bc + 7) : true;
-  auto load = [&](int stage, long long kt) {
-    const long long k0 = kt * BK;
-    const int base = stage * STAGE;
+  bool fast = vec && b_first && b_last;
+#pragma unroll
+  for (int p = 0; p < PA_N; ++p) fast = fast && (tid >> 2) + BN / 4 * p < rows;
+  if (!BROW) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) fast = fast && col_ok((tid >> 2) + BN / 4 * p);
+  }
+  // the k tiles whose copies are all whole aligned chunks inside the matrix: PA_N + 4
+  // cp.async from pointers stepped by a constant per tile; the others (tails, misalignment)
+  // go through the general loader below
+  const int KT = (int)((K + BK - 1) / BK), KFAST = fast ? (int)(K / BK) : 0;
+  const int r0 = tid >> 2, c0 = tid & 3;
+  const int sa_w = r0 * 32 + ((c0 ^ ((r0 >> 1) & 3)) << 3);
+  const int sb_w = BROW ? A_ELEMS + (tid / CB) * BN + (((tid % CB) ^ ((tid / CB) & 7)) << 3)
+                        : A_ELEMS + sa_w;
+  PA ga = A + (a0 + r0 * sa + c0 * 8);
+  PB gb = BROW ? B + (b0 + (tid / CB) * sb + bc) : B + (b0 + r0 * sb + c0 * 8);
+  const long long ra = BN / 4 * sa, rb = BROW ? 8 * sb : BN / 4 * sb;
+  auto load_fast = [&](int st) {
+#pragma unroll
+    for (int p = 0; p < PA_N; ++p) tdsl_tc_cp16(sm, st + sa_w + p * (BN / 4 * 32), ga + p * ra);
+#pragma unroll
+    for (int p = 0; p < 4; ++p)
+      tdsl_tc_cp16(sm, st + sb_w + p * (BROW ? 8 * BN : BN / 4 * 32), gb + p * rb);
+    ga = ga + BK;
+    gb = gb + (BROW ? BK * sb : BK);
+  };
+  auto load_any = [&](int st, int kt) {
+    const long long k0 = (long long)kt * BK;
     for (int p = 0; p < PA_N; ++p) {
-      const int r = (tid >> 2) + BN / 4 * p, c = tid & 3;
-      const long long kc = k0 + c * 8;
-      const bool in = a_in[p];
-      tdsl_tc_chunk<T>(sm, base + r * 32 + ((c ^ ((r >> 1) & 3)) << 3), A,
-                       a0 + r * sa + kc, vec, in && kc < K, in && kc + 7 < K,
-                       [&](int e) { return in && kc + e < K; });
+      const int r = r0 + BN / 4 * p;
+      const long long kc = k0 + c0 * 8;
+      const bool in = r < rows;
+      tdsl_tc_chunk<T>(smp, st + sa_w + p * (BN / 4 * 32), A, a0 + r * sa + kc, vec,
+                       in && kc < K, in && kc + 7 < K, [&](int e) { return in && kc + e < K; });
     }
     for (int p = 0; p < 4; ++p) {
       if (BROW) {
-        const int r = tid / CB + 8 * p, c = tid % CB;
+        const int r = tid / CB + 8 * p;
         const bool in = k0 + r < K;
-        tdsl_tc_chunk<T>(sm, base + A_ELEMS + r * BN + ((c ^ (r & 7)) << 3), B,
-                         b0 + (k0 + r) * sb + bc, vec, in && b_first, in && b_last,
-                         [&](int e) { return in && col_ok(bc + e); });
+        tdsl_tc_chunk<T>(smp, st + sb_w + p * 8 * BN, B, b0 + (k0 + r) * sb + bc, vec,
+                         in && b_first, in && b_last, [&](int e) { return in && col_ok(bc + e); });
       } else {
-        const int r = (tid >> 2) + BN / 4 * p, c = tid & 3;
-        const long long kc = k0 + c * 8;
-        const bool in = b_in[p];
-        tdsl_tc_chunk<T>(sm, base + A_ELEMS + r * 32 + ((c ^ ((r >> 1) & 3)) << 3), B,
-                         b0 + r * sb + kc, vec, in && kc < K, in && kc + 7 < K,
-                         [&](int e) { return in && kc + e < K; });
+        const int r = r0 + BN / 4 * p;
+        const long long kc = k0 + c0 * 8;
+        const bool in = col_ok(r);
+        tdsl_tc_chunk<T>(smp, st + sb_w + p * (BN / 4 * 32), B, b0 + r * sb + kc, vec,
+                         in && kc < K, in && kc + 7 < K, [&](int e) { return in && kc + e < K; });
       }
     }
   };
+  auto load = [&](int st, int kt) {
+    if (kt < KFAST) load_fast(st); else load_any(st, kt);
+  };
+  // per-thread ldmatrix offsets within a stage, the swizzle folded in: A fragment (mt, kk)
+  // at a_ld[kk] + 512 mt; B (np, kk) at b_ld[np % 4] + 16 BN kk + 64 (np / 4) (row layout)
+  // or b_ld[kk] + 512 np (column layout)
+  int a_ld[KS], b_ld[NB];
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    const int r = wm + (lane & 15), c = kk * 2 + (lane >> 4);
+    a_ld[kk] = r * 32 + ((c ^ ((r >> 1) & 3)) << 3);
+  }
+#pragma unroll
+  for (int j = 0; j < NB; ++j) {
+    if (BROW) {
+      const int r = lane & 15, c = (wn + j * 16) / 8 + (lane >> 4);
+      b_ld[j] = A_ELEMS + r * BN + ((c ^ (r & 7)) << 3);
+    } else {
+      const int m = lane >> 3, n = wn + (lane & 7) + ((m >> 1) << 3), c = j * 2 + (m & 1);
+      b_ld[j] = A_ELEMS + n * 32 + ((c ^ ((n >> 1) & 3)) << 3);
+    }
+  }
+  // fragments, double-buffered: buffer kk % 2 feeds k step kk while the other is loaded
+  unsigned af[2][MT][4], bq[2][NP][4];    // bq[.][np]: B of n tiles 2 np (0, 1), 2 np + 1 (2, 3)
+  auto frags = [&](int buf, int st, int kk) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) tdsl_tc_ldsm_x4(af[buf][mt], sm, st + a_ld[kk] + mt * 512);
+#pragma unroll
+    for (int np = 0; np < NP; ++np) {
+      if (BROW)
+        tdsl_tc_ldsm_x4_t(bq[buf][np], sm, st + b_ld[np % NB] + kk * 16 * BN + np / 4 * 64);
+      else
+        tdsl_tc_ldsm_x4(bq[buf][np], sm, st + b_ld[kk] + np * 512);
+    }
+  };
   float acc[MT][NT][4];
+#pragma unroll
   for (int i = 0; i < MT; ++i)
+#pragma unroll
     for (int j = 0; j < NT; ++j)
+#pragma unroll
       for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
-  const long long KT = (K + BK - 1) / BK;
   for (int s = 0; s < ST - 1; ++s) {
-    if (s < KT) load(s, s);
+    if (s < KT) load(s * STAGE, s);
     tdsl_tc_commit();
   }
-  int rd = 0, wr = ST - 1;    // the stages read and filled in this iteration
-  for (long long kt = 0; kt < KT; ++kt) {
-    tdsl_tc_wait<ST - 2>();   // tile kt has landed (this thread's copies) ...
-    __syncthreads();          // ... everyone's; and stage wr (read last iteration) is free
-    if (kt + ST - 1 < KT) load(wr, kt + ST - 1);
-    tdsl_tc_commit();
-    const int base = rd * STAGE;
-    rd = rd == ST - 1 ? 0 : rd + 1;
-    wr = wr == ST - 1 ? 0 : wr + 1;
+  tdsl_tc_wait<ST - 2>();     // tile 0 has landed (this thread's copies) ...
+  __syncthreads();            // ... everyone's
+  int rd = 0, wr = LAST;      // the offsets of the stages read and filled
+  if (KT > 0) frags(0, rd, 0);
+#pragma unroll 1            // one k tile's code (a known K unrolled it, and ptxas then spilled)
+  for (int kt = 0; kt < KT; ++kt) {
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      unsigned af[MT][4], bf[NT][2];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int r = wm + mt * 16 + (lane & 15), c = kk * 2 + (lane >> 4);
-        tdsl_tc_ldsm_x4(af[mt], sm, base + r * 32 + ((c ^ ((r >> 1) & 3)) << 3));
+    for (int kk = 0; kk < KS; ++kk) {
+      if (kk == KS - 1) {
+        tdsl_tc_wait<ST - 2>();   // tile kt + 1 has landed (this thread's copies) ...
+        __syncthreads();          // ... everyone's; and every read of tile kt - 1's stage
+        rd = rd == LAST ? 0 : rd + STAGE;   // (the next one filled) is done
       }
-#pragma unroll
-      for (int np = 0; np < NP; ++np) {
-        unsigned t[4];
-        if (BROW) {
-          const int r = kk * 16 + (lane & 15), c = (wn + np * 16) / 8 + (lane >> 4);
-          tdsl_tc_ldsm_x4_t(t, sm, base + A_ELEMS + r * BN + ((c ^ (r & 7)) << 3));
-        } else {
-          const int m = lane >> 3, n = wn + np * 16 + (lane & 7) + ((m >> 1) << 3);
-          const int c = kk * 2 + (m & 1);
-          tdsl_tc_ldsm_x4(t, sm, base + A_ELEMS + n * 32 + ((c ^ ((n >> 1) & 3)) << 3));
-        }
-        bf[2 * np][0] = t[0]; bf[2 * np][1] = t[1];
-        bf[2 * np + 1][0] = t[2]; bf[2 * np + 1][1] = t[3];
+      // the next k step's fragments (at the last step: the next tile's first) ...
+      if (kk < KS - 1 || kt + 1 < KT) frags((kk + 1) % 2, rd, (kk + 1) % KS);
+      if (kk == 0) {
+        if (kt + ST - 1 < KT) load(wr, kt + ST - 1);
+        tdsl_tc_commit();
+        wr = wr == LAST ? 0 : wr + STAGE;
       }
+      // ... are in flight while this step's MMAs run
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-          tdsl_tc_mma<BF16>(acc[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+          tdsl_tc_mma<BF16>(acc[mt][nt], af[kk % 2][mt], bq[kk % 2][nt / 2][2 * (nt % 2)],
+                            bq[kk % 2][nt / 2][2 * (nt % 2) + 1]);
     }
   }
   tdsl_tc_wait<0>();
@@ -212,6 +292,9 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS sm, long long rows, 
 }"""
 
 
-def helper() -> str:
-    """The prelude text of the "tc_gemm" helper."""
-    return "// ---- tensor-core GEMM microkernel (tc_kernel.py) ----" + PRIMITIVES + "\n" + KERNEL
+def helper(frag: bool = True, basic: bool = False) -> str:
+    """The prelude text of the "tc_gemm" helper (``frag``: the default mainloop) and of the
+    "tc_gemm_basic" one (``basic``: the first mainloop, ``tc_kernel_basic.py``)."""
+    from .tc_kernel_basic import KERNEL as BASIC
+    return "\n".join(["// ---- tensor-core GEMM microkernel (tc_kernel.py) ----" + PRIMITIVES,
+                      CHUNK] + [KERNEL] * frag + [BASIC] * basic)

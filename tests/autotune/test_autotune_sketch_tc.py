@@ -74,10 +74,20 @@ def test_checked_shapes_are_valid_and_others_refused():
     bad = [TcConfig(256, 128, 128, 64),         # 256 accumulators per thread: spills
            TcConfig(128, 32, 64, 32),           # 32 columns: B rows too short to swizzle
            TcConfig(128, 128, 64, 32),          # 8 warp tiles for 4 warps
-           TcConfig(128, 128, 64, 64, 5)]       # pipeline depth
+           TcConfig(128, 128, 64, 64, 5),       # pipeline depth
+           TcConfig(mainloop="fast")]           # no such mainloop
     for c in bad:
         assert c.error() is not None, c
     assert parse("128x128x16/w64x64/s4") is None and parse("junk") is None
+    # the checked shapes run the default mainloop; the basic one is reachable by its key
+    assert {c.mainloop for c in CONFIGS} == {"frag"}
+    basic = TcConfig(mainloop="basic")
+    assert basic.error() is None and basic.key() == "128x128x32/w64x64/s4/basic"
+    assert parse(basic.key()) == basic
+    for key in ("128x128x32/w64x64/s4/frag", "128x128x32/w64x64/s4/basic/x",
+                "128x128x32/w64x64/s4/fast"):
+        got = parse(key)
+        assert got is None or got.error() is not None, key
     args, _ = _matmul(64, 64, 64, "float16")
     s = td.create_schedule(args[-1].op)
     from tdsl.ops.schedules import cuda_gemm, cuda_tc
@@ -158,3 +168,19 @@ def test_every_shape_assembles_without_spills(n):
             (rep,) = ptxas_report(f.get_source(), arch).values()
             assert rep.spill_stores == rep.spill_loads == rep.frame_bytes == 0, (cfg, arch, rep)
             assert rep.registers <= 255, (cfg, arch, rep)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("n", range(3))
+def test_known_small_sizes_assemble_without_spills(n):
+    """With K known to span two k tiles the compiler could unroll the k-tile loop (ptxas
+    then spilled the 3-stage default shape); the kernel keeps one tile's code."""
+    from tdsl.backends.cuda.cubin import ptxas_report
+    cfg = CONFIGS[n]
+    for make, dt in ((_matmul, "float16"), (_dense, "bfloat16")):
+        args, _ = make(70, 72, 40, dt)
+        task = create_auto_task(args, target=SM80)
+        c = task.candidate(_tc_point(task, cfg.key()))
+        f = td.build(replay(c.trace, task.outputs), args, target=SM80)
+        (rep,) = ptxas_report(f.get_source(), "sm_80").values()
+        assert rep.spill_stores == rep.spill_loads == rep.frame_bytes == 0, (cfg, dt, rep)

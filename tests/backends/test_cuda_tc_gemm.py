@@ -12,8 +12,9 @@ import pytest
 
 import tdsl as td
 from tdsl import ops
-from tdsl.backends.cuda import SharedMemoryRaceError, nvrtc
+from tdsl.backends.cuda import EmulationError, SharedMemoryRaceError, nvrtc
 from tdsl.errors import BuildError
+from tdsl.ops.schedules.tc_config import MAINLOOPS
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(),
@@ -47,6 +48,16 @@ def _build(args, target="cuda"):
     return td.build(s, list(args), target=target)
 
 
+def _use_mainloop(monkeypatch, mainloop: str) -> str:
+    """The default schedule's tile shape with ``mainloop``; the kernel's name in the source."""
+    from dataclasses import replace
+
+    from tdsl.ops.schedules import cuda_tc
+    monkeypatch.setattr(cuda_tc.schedule_tc, "__defaults__",
+                        (replace(cuda_tc.DEFAULT, mainloop=mainloop),))
+    return "tdsl_tc_gemm<" if mainloop == "frag" else f"tdsl_tc_gemm_{mainloop}<"
+
+
 def _matmul(M, N, K, dt="float16"):
     A = td.placeholder((M, K), dt, name="A")
     B = td.placeholder((K, N), dt, name="B")
@@ -59,9 +70,11 @@ def _matmul(M, N, K, dt="float16"):
     (130, 72, 100, "float16"),      # tails everywhere; 200-byte rows: the element-wise fills
     (130, 72, 104, "bfloat16"),     # tails, aligned rows: cp.async + zero fill + partial chunks
 ])
-def test_emulated_matmul_matches_numpy(M, N, K, dt):
+@pytest.mark.parametrize("mainloop", MAINLOOPS)
+def test_emulated_matmul_matches_numpy(M, N, K, dt, mainloop, monkeypatch):
+    call = _use_mainloop(monkeypatch, mainloop)
     f = _build(_matmul(M, N, K, dt))
-    assert "tdsl_tc_gemm<" in f.get_source()
+    assert call in f.get_source()
     g = np.random.default_rng(M + K)
     a, b = _rand(g, (M, K), dt), _rand(g, (K, N), dt)
     c = np.full((M, N), np.nan, "float32")
@@ -125,18 +138,25 @@ def test_bf16_batch_matmul_and_fp16_cast_epilogue():
 
 @needs_gxx
 @pytest.mark.parametrize("drop", ["__syncthreads();", "tdsl_tc_wait<ST - 2>();"])
-def test_emulator_checks_the_pipeline(drop):
+@pytest.mark.parametrize("mainloop", MAINLOOPS)
+def test_emulator_checks_the_pipeline(drop, mainloop, monkeypatch):
     """The emulation tracks the pipeline: without the per-tile barrier a warp reads a stage
-    another warp's copies are filling; without the wait a copy is read before it lands."""
+    another warp's copies are filling; without the wait a copy is read before it lands.
+    The per-tile one is the last in the source (the default mainloop has a first one before
+    its loop, for the first tile)."""
+    _use_mainloop(monkeypatch, mainloop)
     f = _build(_matmul(64, 64, 256))
     src = f.get_source()
-    assert src.count(drop) == 1
+    assert src.count(drop) == (2 if mainloop == "frag" else 1)
     g = np.random.default_rng(0)
     a, b = _rand(g, (64, 256), "float16"), _rand(g, (256, 64), "float16")
     c = np.zeros((64, 64), "float32")
     f.emulate(a, b, c)     # the kernel as generated is clean
-    with pytest.raises(SharedMemoryRaceError, match="tc_smem_arr.*ldmatrix"):
-        f.emulate(a, b, c, source=src.replace(drop, ""))
+    head, tail = src.rsplit(drop, 1)
+    # a race; or, without the wait, a read of the thread's own copy still in flight
+    err = SharedMemoryRaceError if "sync" in drop else EmulationError
+    with pytest.raises(err, match="tc_smem_arr.*(ldmatrix|cp.async)"):
+        f.emulate(a, b, c, source=head + tail)
 
 
 def test_other_archs_and_dtypes_keep_their_schedules():
@@ -198,6 +218,22 @@ def test_assembles_to_ldmatrix_mma_cp_async_without_spills(arch, dt):
         (rep,) = ptxas_report(f.get_source(), arch).values()
         assert rep.spill_stores == 0 and rep.spill_loads == 0 and rep.frame_bytes == 0, rep
         assert rep.registers <= 255, rep      # two blocks of 128 threads per SM
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("mainloop", MAINLOOPS)
+def test_fragments_are_loaded_one_k_step_ahead(mainloop, monkeypatch):
+    """The default mainloop double-buffers the fragments: the first k step's are loaded
+    before the loop, then each step loads the next one's (one more set of ldmatrix than
+    the two k steps of a tile: 3 x (4 A + 4 B) for the 64 x 64 warp tile); the basic one
+    loads each step's own (2 x 8).  Both B layouts."""
+    _use_mainloop(monkeypatch, mainloop)
+    X = td.placeholder((256, 4096), "float16", name="X")
+    W = td.placeholder((4096, 4096), "float16", name="W")
+    for args in (_matmul(256, 4096, 4096), [X, W, ops.dense(X, W, out_dtype="float32")]):
+        ptx = _build(args, "cuda -arch=sm_80").ptx("sm_80")
+        assert ptx.count("ldmatrix.sync.aligned") == (24 if mainloop == "frag" else 16)
+        assert ptx.count("mma.sync.aligned") == 64
 
 
 def _hand_scheduled(row_index):
