@@ -77,23 +77,26 @@ def test_no_merge_across_inputs_weights_or_layouts(rng):
 
 def test_products_that_need_their_own_buffer_stay(rng):
     """A product that is a graph output, or whose sole reader is its elementwise epilogue,
-    or that a dense reads, keeps its GEMM; the two others still merge."""
+    or that a dense reads, or that two ops read, keeps its GEMM; the two others merge."""
     b = Builder()
     x = b.input((6, 16), name="x")
-    w = [rand(rng, 8, 16) for _ in range(5)]
+    w = [rand(rng, 8, 16) for _ in range(6)]
     wd = rand(rng, 4, 8)
     p = [b.op("dense", x, b.const(wk)) for wk in w]
     out_direct = p[0]                                        # graph output
     epi = b.op("relu", p[1])                                 # epilogue
     chained = b.op("dense", p[2], b.const(wd))               # read by a GEMM
     rows = [b.op("softmax", p[3], axis=-1), b.op("softmax", p[4], axis=-1)]
-    b.output(out_direct, epi, chained, *rows)
+    two = b.op("add", b.op("softmax", p[5], axis=-1), b.op("sum", p[5], axes=(1,),
+                                                           keepdims=True))
+    b.output(out_direct, epi, chained, *rows, two)
     g, st = optimize(b.graph)
     assert st.merged_gemms == 1
     cg = compile_graph(b.graph)
-    assert _dense_kernels(cg) == 5                           # 3 alone + merged + chained
+    assert _dense_kernels(cg) == 6                           # 4 alone + merged + chained
     xa = rand(rng, 6, 16)
     ys = [xa @ wk.T for wk in w]
-    refs = [ys[0], np.maximum(ys[1], 0), ys[2] @ wd.T, _np_softmax(ys[3]), _np_softmax(ys[4])]
+    refs = [ys[0], np.maximum(ys[1], 0), ys[2] @ wd.T, _np_softmax(ys[3]), _np_softmax(ys[4]),
+            _np_softmax(ys[5]) + ys[5].sum(1, keepdims=True)]
     for out, ref in zip(cg(xa), refs):
         close(out, ref)

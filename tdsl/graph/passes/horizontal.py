@@ -22,8 +22,14 @@ without; the shared input is not a constant.  A weight that is not a constant (a
 input, a computed value) is left alone: its concatenation would cost a copy per call.  A
 product whose readers would need the slice in memory -- a graph output, a ``torch``
 fallback, a ``dense``/``conv2d`` (which read their input too often to pay the view's index
-arithmetic), or a sole same-shape elementwise reader that is the GEMM's epilogue today --
-stays its own GEMM; the merge needs at least two products that pay.
+arithmetic), an elementwise reader (the GEMM's epilogue today), several readers of the
+product or of a free reshape of it, an attention that does not read views -- stays its own
+GEMM; the merge needs at least two products that pay.
+
+Symbolic sizes: the frontend flattens a linear's input to ``(batch * seq, K)``.  Where each
+product's readers are reshapes that split those rows again (the head split), the slice is
+taken of a ``(batch, seq, N)`` view of the merged output (``_split_lead``), so that the
+kernel reading it binds plain size variables.
 """
 from __future__ import annotations
 
@@ -81,6 +87,8 @@ def _pays(v: Value, users: dict, outs: set, viewed: bool = True) -> bool:
     if id(v) in outs:
         return False
     readers = list(dict.fromkeys(users.get(id(v), [])))
+    if viewed and len(readers) > 1:
+        return False        # the slice would be materialized for its readers: a copy
     for r in readers:
         if r.op == "torch":
             return False
@@ -88,15 +96,18 @@ def _pays(v: Value, users: dict, outs: set, viewed: bool = True) -> bool:
             if not _pays(r.outputs[0], users, outs, viewed and r.op == "reshape"):
                 return False
             continue
-        if r.op == "matmul" or r.op == "attention" and (not viewed or
-                                                        attention_reads_views(r)):
+        if r.op == "matmul":
+            continue
+        if r.op == "attention":
+            if viewed and not attention_reads_views(r):
+                return False
             continue
         k = opset.kind(r.op)
         if k in (Kind.ROW, Kind.REDUCE, Kind.INJECTIVE):
             continue
-        if k is Kind.ELEMWISE and not (viewed and len(readers) == 1):
-            continue
-        return False
+        if k is Kind.ELEMWISE and not viewed:
+            continue        # after a transpose: that copy kernel takes the slice in
+        return False        # an epilogue today, an anchor reading it, ...
     return True
 
 
