@@ -149,3 +149,16 @@ def test_no_merge_across_inputs_or_with_a_runtime_weight():
     assert rel_err(c(*args), ref) <= TOL
     assert c.report.graph.passes.merged_gemms == 0
     assert _dense_kernels(c) == 3
+
+
+def test_gpt2_split_of_one_qkv_projection_is_read_in_place():
+    """GPT-2 projects Q, K and V with one Linear and splits it: the fused causal attention
+    (130 keys: two key blocks) reads the three unit-step slices in place, no copies."""
+    model, ex = models.make("gpt2", "tiny", seq=130, seed=3)
+    c = tdsl.compile(model, ex)
+    _check(model, c, [(1, 130)], models.config("gpt2", "tiny")["hidden"])
+    copies = [ops for ops in _fused(c)
+              if "slice" in ops and set(ops) <= {"slice", "reshape", "transpose"}]
+    assert copies == []
+    assert sum("slice" in ops and "attention" in ops for ops in _fused(c)) == \
+        models.config("gpt2", "tiny")["layers"]
