@@ -1,5 +1,6 @@
 """Graph passes: constant folding, batch-norm folding, dead code, common subexpressions,
-decompositions (attention) and fusion into kernels (``fusion.fuse``).
+decompositions (attention), horizontal merging of GEMMs that share an input, and fusion
+into kernels (``fusion.fuse``).
 
 ``optimize(graph)`` runs them in order on a copy and returns it with what each did.
 """
@@ -13,13 +14,14 @@ from .decompose import decompose
 from .flatten import flatten_anchors, merge_reshapes, sink_reshapes
 from .fold import fold_batch_norm, fold_constants
 from .fusion import Alias, Fallback, Group, fuse
+from .horizontal import merge_parallel_gemms
 from .prepack import prepack_weights
 from .recompute import recompute_cheap
 from .rewrite import clone
 
 __all__ = ["optimize", "PassStats", "fold_constants", "fold_batch_norm", "eliminate_dead_code",
            "eliminate_common_subexpressions", "decompose", "fuse", "Group", "Alias",
-           "Fallback", "clone"]
+           "Fallback", "clone", "merge_parallel_gemms"]
 
 
 @dataclass
@@ -35,6 +37,7 @@ class PassStats:
     sunk_reshapes: int = 0
     recomputed: int = 0
     prepacked: int = 0
+    merged_gemms: int = 0
 
 
 def optimize(graph: Graph) -> tuple[Graph, PassStats]:
@@ -50,6 +53,7 @@ def optimize(graph: Graph) -> tuple[Graph, PassStats]:
     st.folded_batch_norms += fold_batch_norm(g)
     st.folded_constants += fold_constants(g)
     st.merged_common += eliminate_common_subexpressions(g, digest)
+    st.merged_gemms += merge_parallel_gemms(g)     # constant weights, before pre-packing
     st.prepacked += prepack_weights(g)
     st.flattened += flatten_anchors(g)
     st.sunk_reshapes += sink_reshapes(g)

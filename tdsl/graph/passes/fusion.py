@@ -26,7 +26,9 @@ The rules (TVM's and Inductor's, on the graph ops' ``opset.Kind``):
    (transposed) once per task and reads keys and values along their contiguous head
    dimension, which a (B, S, H, D) -> (B, H, S, D) permute keeps -- while the keys are
    few (``attention_reads_views``).  (Not for dense/conv2d, whose inner loops would pay
-   the index arithmetic of a transposed view on every load.)
+   the index arithmetic of a transposed view on every load.)  A unit-step slice counts as
+   a layout op here (``layout_only``): the part of a merged Q/K/V projection
+   (``horizontal``) that a head split reads is a strided view of the wide GEMM output.
 """
 from __future__ import annotations
 
@@ -49,6 +51,12 @@ LAYOUT_OPS = frozenset({"transpose", "reshape"})
 #: 966 / 541 (inputs already heads-first), causal 667 / 543; 1024: 213 / 222, causal
 #: 201 / 169 -- past a few hundred keys a head's strided keys leave the cache.
 VIEW_MAX_SEQ_K = 512
+
+
+def layout_only(n: Node) -> bool:
+    """Whether ``n`` only moves data in a way a GEMM or attention reads in place (rule 5):
+    a layout op, or a unit-step slice (a merged projection's part: ``horizontal``)."""
+    return n.op in LAYOUT_OPS or (n.op == "slice" and int(n.attrs.get("step", 1)) == 1)
 
 
 def attention_reads_views(n: Node) -> bool:
@@ -179,7 +187,7 @@ def fuse(graph: Graph) -> list[Step]:
             for v in n.inputs:
                 pg = open_group(v)
                 if (pg is not None and pg.kind is Kind.ELEMWISE and only_reader(v, n)
-                        and all(m.op in LAYOUT_OPS for m in pg.nodes)):
+                        and all(layout_only(m) for m in pg.nodes)):
                     absorb(g, pg)
         if k in (Kind.ROW, Kind.REDUCE):
             for v in n.inputs:
