@@ -18,9 +18,11 @@ stack frame), Q staged for coalesced reads, the output written through shared me
 """
 from __future__ import annotations
 
+from tdsl.errors import ScheduleError
 from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
 
+from .._util import const_value, simplify
 from .llvm_attention import attention_stages
 
 #: Queries (threads) per thread block.
@@ -32,11 +34,19 @@ TILE_K = 64
 VEC = 4
 
 
-def schedule_attention(s: Schedule, anchor: Stage) -> set:
-    """The fused schedule; an empty set when ``anchor``'s stages are not recognized."""
+def schedule_attention(s: Schedule, anchor: Stage, variant: str = "staged") -> set:
+    """The fused schedule; an empty set when ``anchor``'s stages are not recognized.
+    ``variant``: "staged" (the default) or "thread" (a thread per query, the first one)."""
+    if variant not in ("staged", "thread"):
+        raise ScheduleError("schedule_attention", anchor.name,
+                            f"variant must be 'staged' or 'thread', got {variant!r}")
     a = attention_stages(s, anchor)
     if a is None:
         return set()
+    if variant == "staged":
+        shape = _staged_shape_of(a)
+        if shape is not None:
+            return _schedule_staged(s, a, anchor, *shape)
     y = anchor
     b, h, i, d = y.op.axis
     io, ii = y.split(i, factor=BLOCK_Q)
@@ -89,3 +99,113 @@ def _stage_tiles(s: Schedule, a) -> None:
     a.bacc.reorder(ro, bd, ri)
     _fetch(vs, a.bacc, ro)
     a.bacc.pragma(bd, "unroll_limit", 1)
+
+
+# ---- the staged schedule (default) -------------------------------------------------------
+#: Floats per thread of an output row (one 16-byte store; the weighted values and the
+#: running statistics of those 4 columns stay in registers).
+OUT_VEC = 4
+#: Most bytes of shared memory the key block's score and probability tiles may take.
+TILE_BYTES = 36 * 1024
+#: Most threads per block (queries x d / OUT_VEC).
+MAX_THREADS = 512
+
+
+def staged_shape(block_k: int, dv: int, itemsize: int = 4) -> "tuple[int, int] | None":
+    """(queries per block, threads along d) of the staged schedule; None where it does not
+    apply (a head size that is not a multiple of ``OUT_VEC``)."""
+    if dv % OUT_VEC:
+        return None
+    td = dv // OUT_VEC
+    bq = 32
+    while bq > 1 and (2 * block_k * (bq + 1) * itemsize > TILE_BYTES or bq * td > MAX_THREADS):
+        bq //= 2
+    return bq, td
+
+
+def _threads(st: Stage, fused, bq: int, td: int):
+    """``fused`` split over the block's (``bq`` x ``td``) threads, threadIdx.x fastest."""
+    rest, t = st.split(fused, factor=bq * td)
+    ty, tx = st.split(t, factor=td)
+    st.bind(ty, thread_axis("threadIdx.y"))
+    st.bind(tx, thread_axis("threadIdx.x"))
+    return rest
+
+
+def _schedule_staged(s: Schedule, a, anchor: Stage, bq: int, td: int, block_k: int) -> set:
+    y = anchor
+    b, h, i, d = y.op.axis
+    io, ii = y.split(i, factor=bq)
+    dq, dv = y.split(d, factor=OUT_VEC)
+    y.reorder(b, h, io, ii, dq, dv)
+    blk = y.fuse(b, h, io)
+    y.bind(blk, thread_axis("blockIdx.x"))
+    y.bind(ii, thread_axis("threadIdx.y"))
+    y.bind(dq, thread_axis("threadIdx.x"))
+    y.vectorize(dv)
+    m = a.merge
+    m.compute_at(y, dq)
+    m.set_scope("local")
+    mb, mh, mi, md = m.op.axis
+    (kb,) = m.op.reduce_axis
+    m.reorder(mb, mh, kb, mi, md)
+    m.unroll(md)
+    # the query block transposed in shared memory: Q read along its rows (coalesced)
+    qt = a.qt
+    qt.compute_at(y, blk)
+    qt.set_scope("shared")
+    qb, qh, qd, qi = qt.op.axis
+    qt.reorder(qb, qh, qi, qd)
+    _threads(qt, qt.fuse(qi, qd), bq, td)
+    qt.storage_align(qd, bq, 1)
+    # scores: a (key block x query block) tile in shared memory; each thread computes
+    # ``rj`` consecutive keys of one query in registers (a cached local tile: one read of
+    # the query's transposed element per ``rj`` multiply-adds), lanes along queries
+    rj = -(-block_k // td)
+    sc = s[s.cache_write(a.score.op.outputs[0], "local")]
+    st = a.score
+    st.compute_at(m, kb)
+    st.set_scope("shared")
+    sb, sh, sjb, sjj, si = st.op.axis
+    jt, jr = st.split(sjj, factor=rj)
+    st.reorder(sb, sh, sjb, jt, si, jr)
+    _threads(st, st.fuse(jt, si), bq, td)
+    st.storage_align(sjj, bq, 2)
+    sc.compute_at(st, st.leaf_iter_vars[-2])
+    cb, ch, cjb, cjj, ci = sc.op.axis
+    (cdk,) = sc.op.reduce_axis
+    sc.reorder(cb, ch, cjb, ci, cdk, cjj)
+    sc.unroll(cjj)
+    # probabilities: the same tile shape, a thread per element, lanes along queries
+    p = a.prob
+    p.compute_at(m, kb)
+    p.set_scope("shared")
+    pb, ph, pjb, pjj, pi = p.op.axis
+    _threads(p, p.fuse(pjj, pi), bq, td)
+    p.storage_align(pjj, bq, 2)
+    # block max and sum: the keys reduced across the td threads of a query (shuffles)
+    for st in (a.bmax, a.bsum):
+        st.compute_at(m, kb)
+        st.set_scope("shared")
+        xb, xh, xi, xjb = st.op.axis
+        (xjj,) = st.op.reduce_axis
+        _jo, jt = st.split(xjj, factor=td)
+        st.bind(xi, thread_axis("threadIdx.y"))
+        st.bind(jt, thread_axis("threadIdx.x"))
+    # weighted values: OUT_VEC columns of a query per thread, in registers
+    a.bacc.compute_at(m, kb)
+    a.bacc.set_scope("local")
+    vb, vh, vi, vjb, vd = a.bacc.op.axis
+    (vjj,) = a.bacc.op.reduce_axis
+    a.bacc.reorder(vb, vh, vi, vjb, vjj, vd)
+    a.bacc.vectorize(vd)
+    return {anchor, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, sc}
+
+
+def _staged_shape_of(a) -> "tuple[int, int] | None":
+    block_k = const_value(simplify(a.score.op.axis[3].dom.extent))
+    dv = const_value(simplify(a.out.op.axis[3].dom.extent))
+    if block_k is None or dv is None:
+        return None
+    shape = staged_shape(block_k, dv, a.out.op.outputs[0].dtype.bits // 8)
+    return None if shape is None else (*shape, block_k)
