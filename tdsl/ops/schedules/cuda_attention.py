@@ -109,6 +109,8 @@ OUT_VEC = 4
 TILE_BYTES = 36 * 1024
 #: Most threads per block (queries x d / OUT_VEC).
 MAX_THREADS = 512
+#: Most scores a thread accumulates in registers (keys of one query).
+MAX_KEYS_PER_THREAD = 16
 
 
 def staged_shape(block_k: int, dv: int, itemsize: int = 4) -> "tuple[int, int] | None":
@@ -161,7 +163,7 @@ def _schedule_staged(s: Schedule, a, anchor: Stage, bq: int, td: int, block_k: i
     # scores: a (key block x query block) tile in shared memory; each thread computes
     # ``rj`` consecutive keys of one query in registers (a cached local tile: one read of
     # the query's transposed element per ``rj`` multiply-adds), lanes along queries
-    rj = -(-block_k // td)
+    rj = min(-(-block_k // td), MAX_KEYS_PER_THREAD)
     sc = s[s.cache_write(a.score.op.outputs[0], "local")]
     st = a.score
     st.compute_at(m, kb)
@@ -209,3 +211,16 @@ def _staged_shape_of(a) -> "tuple[int, int] | None":
         return None
     shape = staged_shape(block_k, dv, a.out.op.outputs[0].dtype.bits // 8)
     return None if shape is None else (*shape, block_k)
+
+
+def attention_schedule(out, variant: str = "staged") -> Schedule:
+    """A CUDA schedule of the attention whose result is tensor ``out`` with the given
+    ``variant`` of ``schedule_attention`` (what ``ops.schedule(out, "cuda")`` makes with the
+    default one): to build and compare the variants side by side."""
+    from tdsl.schedule import create_schedule
+    from . import inline_injective
+    s = create_schedule([out.op])
+    inline_injective(s)
+    if not schedule_attention(s, s[out], variant):
+        raise ScheduleError("attention_schedule", out.name, "not the result of ops.attention")
+    return s
