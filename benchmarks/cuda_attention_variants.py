@@ -4,9 +4,11 @@
                                                  [--seq 1024 ...] [--heads 12] [--d 64]
 
 Contenders (``CONTENDERS``): the default schedule ("staged": score / probability tiles in
-shared memory, a thread per (query, 4 columns of d)) at the declaration's default key block
-and at 128 and 64 keys, and the first one ("thread": a thread per query, K / V tiles in shared
-memory; ``schedule_attention(variant="thread")``).  Each case (batch 1, ``--heads`` x
+shared memory, a thread per (query, 4 columns of d), 1 query x up to 16 keys of the score
+tile per thread) with its default tiles, with 2 queries per thread of the score tile
+("q2"), also with 8 columns ("c8q2"), at key blocks of 128 and 64 rather than the
+declaration's default, and the first schedule ("thread": a thread per query, K / V tiles in
+shared memory; ``schedule_attention(variant="thread")``).  Each case (batch 1, ``--heads`` x
 ``--seq`` x ``--d`` fp32, causal and not) is built for every contender and checked against
 ``torch.nn.functional.scaled_dot_product_attention`` (max error <= 1e-3 x max |ref|); then
 the contenders and SDPA are timed interleaved (``--rounds`` rounds; each a CUDA-graph replay
@@ -26,21 +28,23 @@ import statistics
 import sys
 from typing import Any
 
-#: (label, schedule variant, key block or None for the declaration's default).
-CONTENDERS = (("staged", "staged", None), ("staged bk128", "staged", 128),
-              ("staged bk64", "staged", 64), ("thread", "thread", None))
+#: (label, schedule variant, key block or None for the declaration's default, staged tiles
+#: as (columns per thread, queries per thread of the score tile) or None for the default).
+CONTENDERS = (("staged", "staged", None, None), ("staged q2", "staged", None, (4, 2)),
+              ("staged c8q2", "staged", None, (8, 2)), ("staged bk128", "staged", 128, None),
+              ("staged bk64", "staged", 64, None), ("thread", "thread", None, None))
 
 
 def build(heads: int, seq: int, d: int, causal: bool, variant: str,
-          block_k: "int | None", arch: str) -> Any:
+          block_k: "int | None", tiles: "tuple[int, int] | None", arch: str) -> Any:
     """The attention of one case built with ``variant``'s schedule for ``arch``."""
     import tdsl as td
     from tdsl import ops
-    from tdsl.ops.schedules.cuda_attention import attention_schedule
+    from tdsl.ops.schedules.cuda_attention import StagedTiles, attention_schedule
     Q, K, V = (td.placeholder((1, heads, seq, d), name=n) for n in "QKV")
     out = ops.attention(Q, K, V, causal=causal, block_k=block_k)
-    return td.build(attention_schedule(out, variant), [Q, K, V, out],
-                    target=f"cuda -arch={arch}")
+    sch = attention_schedule(out, variant, StagedTiles(*tiles) if tiles else None)
+    return td.build(sch, [Q, K, V, out], target=f"cuda -arch={arch}")
 
 
 def static_figures(f: Any, arch: str) -> str:
@@ -88,9 +92,9 @@ def main(argv: "list[str] | None" = None) -> int:
         for causal in (False, True):
             case = f"1x{a.heads}x{seq}x{a.d}{' causal' if causal else ''}"
             built = {}
-            for label, variant, bk in CONTENDERS:
+            for label, variant, bk, tiles in CONTENDERS:
                 try:
-                    f = build(a.heads, seq, a.d, causal, variant, bk, arch)
+                    f = build(a.heads, seq, a.d, causal, variant, bk, tiles, arch)
                     built[label] = f
                     print(f"{case:<22}{label:<14}{static_figures(f, arch)}", flush=True)
                 except Exception as e:  # noqa: BLE001 - report the contender and go on

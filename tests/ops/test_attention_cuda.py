@@ -7,7 +7,7 @@ import pytest
 import tdsl as td
 from tdsl import ops
 from tdsl.backends.cuda import nvrtc
-from tdsl.ops.schedules.cuda_attention import attention_schedule
+from tdsl.ops.schedules.cuda_attention import StagedTiles, attention_schedule
 
 torch = pytest.importorskip("torch", reason="PyTorch's SDPA is the reference")
 
@@ -48,7 +48,7 @@ MARKS = {"thread": ("k_shared", "v_shared", "float4"),
 
 
 def _emulate(q_shape, k_shape, causal=False, mask_shape=None, sizes=None, symbolic=False,
-             variant="staged"):
+             variant="staged", tiles=None):
     """Build the CUDA attention ``variant`` (``symbolic``: seq_q and seq_k symbolic),
     emulate it at ``sizes`` (q, k shapes) and compare with PyTorch's SDPA."""
     if symbolic:
@@ -63,7 +63,8 @@ def _emulate(q_shape, k_shape, causal=False, mask_shape=None, sizes=None, symbol
         mask = td.placeholder(mask_shape, name="mask", dtype="bool")
         args.append(mask)
     o = ops.attention(q, k, v, causal=causal, mask=mask)
-    sch = ops.schedule(o, "cuda") if variant == "staged" else attention_schedule(o, variant)
+    sch = ops.schedule(o, "cuda") if variant == "staged" and tiles is None else \
+        attention_schedule(o, variant, tiles)
     f = td.build(sch, [*args, o], target="cuda -arch=sm_80")
     src = f.get_source()
     assert src.count("__global__") == 1 and all(m in src for m in MARKS[variant])
@@ -93,6 +94,13 @@ def test_shared_tiles_at_sizes_the_tiles_do_not_divide(causal, variant):
     """37 queries, 130 keys: a partial query block (staged: 32 queries; thread: 64), a
     partial K / V tile and a partial key block, seq_q != seq_k."""
     _emulate((1, 2, 37, 64), (1, 2, 130, 64), causal=causal, variant=variant)
+
+
+@pytest.mark.parametrize("tiles", [StagedTiles(4, 2), StagedTiles(8, 2)])
+def test_staged_tiles_at_sizes_the_tiles_do_not_divide(tiles):
+    """The staged schedule's other tiles (2 queries a thread in the score tile, 8 columns):
+    37 queries, 130 keys, causal."""
+    _emulate((1, 2, 37, 16), (1, 2, 130, 16), causal=True, tiles=tiles)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -18,6 +18,8 @@ stack frame), Q staged for coalesced reads, the output written through shared me
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tdsl.errors import ScheduleError
 from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
@@ -34,9 +36,12 @@ TILE_K = 64
 VEC = 4
 
 
-def schedule_attention(s: Schedule, anchor: Stage, variant: str = "staged") -> set:
+def schedule_attention(s: Schedule, anchor: Stage, variant: str = "staged",
+                       tiles: "StagedTiles | None" = None) -> set:
     """The fused schedule; an empty set when ``anchor``'s stages are not recognized.
-    ``variant``: "staged" (the default) or "thread" (a thread per query, the first one)."""
+    ``variant``: "staged" (the default; ``tiles``: its tile sizes, None: ``DEFAULT_TILES``)
+    or "thread" (a thread per query, the first one; also where the staged one does not
+    apply: a symbolic or odd head size, a symbolic key block)."""
     if variant not in ("staged", "thread"):
         raise ScheduleError("schedule_attention", anchor.name,
                             f"variant must be 'staged' or 'thread', got {variant!r}")
@@ -44,9 +49,10 @@ def schedule_attention(s: Schedule, anchor: Stage, variant: str = "staged") -> s
     if a is None:
         return set()
     if variant == "staged":
-        shape = _staged_shape_of(a)
+        t = tiles or DEFAULT_TILES
+        shape = _staged_shape_of(a, t)
         if shape is not None:
-            return _schedule_staged(s, a, anchor, *shape)
+            return _schedule_staged(s, a, anchor, *shape, t)
     y = anchor
     b, h, i, d = y.op.axis
     io, ii = y.split(i, factor=BLOCK_Q)
@@ -102,25 +108,36 @@ def _stage_tiles(s: Schedule, a) -> None:
 
 
 # ---- the staged schedule (default) -------------------------------------------------------
-#: Floats per thread of an output row (one 16-byte store; the weighted values and the
-#: running statistics of those 4 columns stay in registers).
-OUT_VEC = 4
+#: Floats of one vector access (float4): a thread's output columns come in runs of these.
+VEC_COLS = 4
 #: Most bytes of shared memory the key block's score and probability tiles may take.
 TILE_BYTES = 36 * 1024
-#: Most threads per block (queries x d / OUT_VEC).
+#: Most threads per block (queries x d / cols).
 MAX_THREADS = 512
-#: Most scores a thread accumulates in registers (keys of one query).
-MAX_KEYS_PER_THREAD = 16
+#: Most scores a thread accumulates in registers.
+MAX_SCORES = 16
 
 
-def staged_shape(block_k: int, dv: int, itemsize: int = 4) -> "tuple[int, int] | None":
+@dataclass(frozen=True)
+class StagedTiles:
+    """``cols``: output columns (of d) per thread, a multiple of ``VEC_COLS`` (its weighted
+    values and running statistics stay in registers); ``score_queries``: queries per thread
+    of the score tile (each thread computes ``keys x score_queries`` scores in registers)."""
+
+    cols: int = 4
+    score_queries: int = 1
+
+
+def staged_shape(block_k: int, dv: int, itemsize: int = 4,
+                 tiles: StagedTiles = StagedTiles()) -> "tuple[int, int] | None":
     """(queries per block, threads along d) of the staged schedule; None where it does not
-    apply (a head size that is not a multiple of ``OUT_VEC``)."""
-    if dv % OUT_VEC:
+    apply (a head size that is not a multiple of ``tiles.cols``)."""
+    if dv % tiles.cols or tiles.cols % VEC_COLS:
         return None
-    td = dv // OUT_VEC
+    td = dv // tiles.cols
     bq = 32
-    while bq > 1 and (2 * block_k * (bq + 1) * itemsize > TILE_BYTES or bq * td > MAX_THREADS):
+    while bq > tiles.score_queries and (2 * block_k * (bq + 2) * itemsize > TILE_BYTES
+                                        or bq * td > MAX_THREADS):
         bq //= 2
     return bq, td
 
@@ -134,17 +151,25 @@ def _threads(st: Stage, fused, bq: int, td: int):
     return rest
 
 
-def _schedule_staged(s: Schedule, a, anchor: Stage, bq: int, td: int, block_k: int) -> set:
+def _cols(st: Stage, iv) -> None:
+    """A thread's run of output columns ``iv``: float4 accesses, unrolled runs of them."""
+    vo, vi = st.split(iv, factor=VEC_COLS)
+    st.unroll(vo)
+    st.vectorize(vi)
+
+
+def _schedule_staged(s: Schedule, a, anchor: Stage, bq: int, td: int, block_k: int,
+                     t: StagedTiles) -> set:
     y = anchor
     b, h, i, d = y.op.axis
     io, ii = y.split(i, factor=bq)
-    dq, dv = y.split(d, factor=OUT_VEC)
+    dq, dv = y.split(d, factor=t.cols)
     y.reorder(b, h, io, ii, dq, dv)
     blk = y.fuse(b, h, io)
     y.bind(blk, thread_axis("blockIdx.x"))
     y.bind(ii, thread_axis("threadIdx.y"))
     y.bind(dq, thread_axis("threadIdx.x"))
-    y.vectorize(dv)
+    _cols(y, dv)
     m = a.merge
     m.compute_at(y, dq)
     m.set_scope("local")
@@ -160,24 +185,27 @@ def _schedule_staged(s: Schedule, a, anchor: Stage, bq: int, td: int, block_k: i
     qt.reorder(qb, qh, qi, qd)
     _threads(qt, qt.fuse(qi, qd), bq, td)
     qt.storage_align(qd, bq, 1)
-    # scores: a (key block x query block) tile in shared memory; each thread computes
-    # ``rj`` consecutive keys of one query in registers (a cached local tile: one read of
-    # the query's transposed element per ``rj`` multiply-adds), lanes along queries
-    rj = min(-(-block_k // td), MAX_KEYS_PER_THREAD)
+    # scores: a (key block x query block) tile in shared memory (rows padded by 2: the
+    # block max reads it across keys, conflict free); each thread computes ``rj`` keys x
+    # ``rq`` queries in registers (a cached local tile), lanes along queries
+    rq = t.score_queries
+    rj = max(1, min(-(-block_k // (td * rq)), MAX_SCORES // rq))
     sc = s[s.cache_write(a.score.op.outputs[0], "local")]
     st = a.score
     st.compute_at(m, kb)
     st.set_scope("shared")
     sb, sh, sjb, sjj, si = st.op.axis
     jt, jr = st.split(sjj, factor=rj)
-    st.reorder(sb, sh, sjb, jt, si, jr)
-    _threads(st, st.fuse(jt, si), bq, td)
+    iq, ir = st.split(si, factor=rq)
+    st.reorder(sb, sh, sjb, jt, iq, jr, ir)
+    _threads(st, st.fuse(jt, iq), bq, td)
     st.storage_align(sjj, bq, 2)
-    sc.compute_at(st, st.leaf_iter_vars[-2])
+    sc.compute_at(st, st.leaf_iter_vars[-3])
     cb, ch, cjb, cjj, ci = sc.op.axis
     (cdk,) = sc.op.reduce_axis
-    sc.reorder(cb, ch, cjb, ci, cdk, cjj)
+    sc.reorder(cb, ch, cjb, cdk, cjj, ci)
     sc.unroll(cjj)
+    sc.unroll(ci)
     # probabilities: the same tile shape, a thread per element, lanes along queries
     p = a.prob
     p.compute_at(m, kb)
@@ -186,34 +214,39 @@ def _schedule_staged(s: Schedule, a, anchor: Stage, bq: int, td: int, block_k: i
     _threads(p, p.fuse(pjj, pi), bq, td)
     p.storage_align(pjj, bq, 2)
     # block max and sum: the keys reduced across the td threads of a query (shuffles)
-    for st in (a.bmax, a.bsum):
-        st.compute_at(m, kb)
-        st.set_scope("shared")
-        xb, xh, xi, xjb = st.op.axis
-        (xjj,) = st.op.reduce_axis
-        _jo, jt = st.split(xjj, factor=td)
-        st.bind(xi, thread_axis("threadIdx.y"))
-        st.bind(jt, thread_axis("threadIdx.x"))
-    # weighted values: OUT_VEC columns of a query per thread, in registers
+    for x in (a.bmax, a.bsum):
+        x.compute_at(m, kb)
+        x.set_scope("shared")
+        xb, xh, xi, xjb = x.op.axis
+        (xjj,) = x.op.reduce_axis
+        _jo, xt = x.split(xjj, factor=td)
+        x.bind(xi, thread_axis("threadIdx.y"))
+        x.bind(xt, thread_axis("threadIdx.x"))
+    # weighted values: the thread's output columns of a query, in registers
     a.bacc.compute_at(m, kb)
     a.bacc.set_scope("local")
     vb, vh, vi, vjb, vd = a.bacc.op.axis
     (vjj,) = a.bacc.op.reduce_axis
     a.bacc.reorder(vb, vh, vi, vjb, vjj, vd)
-    a.bacc.vectorize(vd)
+    _cols(a.bacc, vd)
     return {anchor, a.merge, a.bacc, a.bsum, a.prob, a.bmax, a.score, a.qt, sc}
 
 
-def _staged_shape_of(a) -> "tuple[int, int] | None":
+#: The staged schedule's default tiles.
+DEFAULT_TILES = StagedTiles()
+
+
+def _staged_shape_of(a, t: StagedTiles) -> "tuple[int, int, int] | None":
     block_k = const_value(simplify(a.score.op.axis[3].dom.extent))
     dv = const_value(simplify(a.out.op.axis[3].dom.extent))
     if block_k is None or dv is None:
         return None
-    shape = staged_shape(block_k, dv, a.out.op.outputs[0].dtype.bits // 8)
+    shape = staged_shape(block_k, dv, a.out.op.outputs[0].dtype.bits // 8, t)
     return None if shape is None else (*shape, block_k)
 
 
-def attention_schedule(out, variant: str = "staged") -> Schedule:
+def attention_schedule(out, variant: str = "staged",
+                       tiles: "StagedTiles | None" = None) -> Schedule:
     """A CUDA schedule of the attention whose result is tensor ``out`` with the given
     ``variant`` of ``schedule_attention`` (what ``ops.schedule(out, "cuda")`` makes with the
     default one): to build and compare the variants side by side."""
@@ -221,6 +254,6 @@ def attention_schedule(out, variant: str = "staged") -> Schedule:
     from . import inline_injective
     s = create_schedule([out.op])
     inline_injective(s)
-    if not schedule_attention(s, s[out], variant):
+    if not schedule_attention(s, s[out], variant, tiles):
         raise ScheduleError("attention_schedule", out.name, "not the result of ops.attention")
     return s
