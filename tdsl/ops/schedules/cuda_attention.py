@@ -1,20 +1,35 @@
-"""Default CUDA schedule of ``ops.attention``: one kernel, a thread block per (batch, head,
-query block), a thread per query.
+"""Default CUDA schedules of ``ops.attention``: one kernel over the shared declaration
+(``llvm_attention.attention_stages``), a thread block per (batch, head, query block).
 
-Each thread runs the one-pass online softmax for its query: the merge's key-block loop
-outermost, the block's scores, probabilities, statistics and weighted values in the
-thread's local memory (registers where the compiler keeps them), so no seq_q x seq_k
-buffer exists.  K and V are staged in shared memory, ``TILE_K`` keys at a time: all the
-block's threads fetch a tile (consecutive lanes on consecutive 16-byte chunks of its rows:
-coalesced), then each reads it as broadcasts (the whole warp on one key), so each K/V
-element is read from global memory once per query block rather than once per query.  The
-tile fetches sit between barriers inside the key-block loop, so the causal skip of blocks
-above the diagonal is decided per thread block (``lowering/idle_iterations.py``).
+"staged" (the default): ``bq`` queries a block (32; 16 with 256-key blocks, so the tiles fit
+48 KB) and ``d / cols`` threads a query, ``threadIdx = (query, column run)``.  Each thread
+keeps the running statistics and weighted values of its query's ``cols`` (4) columns of
+the output in registers (the merge and the block's weighted values), and writes them as one
+float4 (the block's output rows: coalesced).  Every other stage is a block-wide shared
+tile with its own thread mapping, computed inside the merge's key-block loop between
+barriers:
 
-Not done yet (issue 24's target): a query row split across threads with the running max,
-sum and accumulator in registers (the declaration's merge keeps (max, sum) per (query, d),
-and the per-thread score / probability rows of a key block live in local memory: the
-stack frame), Q staged for coalesced reads, the output written through shared memory.
+* ``T_attn_qt`` (d x bq, rows padded by one): Q read along its rows, once per block;
+* ``T_attn_score`` (key block x bq, rows padded by two): each thread ``rj`` keys x
+  ``score_queries`` queries in registers (a cached local tile), K read through L1 as
+  broadcasts (a warp on one key row);
+* ``T_attn_bmax`` / ``T_attn_bsum`` (bq): each query's keys reduced across its ``d / cols``
+  threads (partial max / sum, then warp shuffles: a cross-thread reduction);
+* ``T_attn_prob`` (key block x bq): a thread per element, lanes along queries.
+
+Registers stay under 64 and there is no local memory (stack frame 0), several blocks fit an
+SM; no ``seq_q x seq_k`` buffer exists.  ``StagedTiles`` sets ``cols`` and
+``score_queries``.
+
+"thread" (the first schedule, kept to compare): a thread per query; the merge's key-block
+loop outermost, the block's scores, probabilities, statistics and weighted values in the
+thread's local memory; K and V staged in shared memory ``TILE_K`` keys at a time (fetched
+coalesced, read as broadcasts).  Its Q loads and output stores are uncoalesced (a thread
+per row) and its rows live in local memory (a 2-3 KB stack frame).  It is also what a
+symbolic head size or one that is not a multiple of ``cols`` gets.
+
+Both decide the causal skip of key blocks above the diagonal per thread block (the tile
+fetches sit between barriers: ``lowering/idle_iterations.py``).
 """
 from __future__ import annotations
 
