@@ -5,8 +5,8 @@
 
 Contenders (``CONTENDERS``): the default schedule ("staged": score / probability tiles in
 shared memory, a thread per (query, 4 columns of d), 1 query x up to 16 keys of the score
-tile per thread) with its default tiles, with 2 queries per thread of the score tile
-("q2"), also with 8 columns ("c8q2"), at key blocks of 128 and 64 rather than the
+tile per thread) with its default tiles, with the scores' loop over d unrolled by the
+compiler ("unroll": more registers), with 2 queries per thread of the score tile ("q2"), also with 8 columns ("c8q2"), at key blocks of 128 and 64 rather than the
 declaration's default, and the first schedule ("thread": a thread per query, K / V tiles in
 shared memory; ``schedule_attention(variant="thread")``).  Each case (batch 1, ``--heads`` x
 ``--seq`` x ``--d`` fp32, causal and not) is built for every contender and checked against
@@ -29,14 +29,16 @@ import sys
 from typing import Any
 
 #: (label, schedule variant, key block or None for the declaration's default, staged tiles
-#: as (columns per thread, queries per thread of the score tile) or None for the default).
-CONTENDERS = (("staged", "staged", None, None), ("staged q2", "staged", None, (4, 2)),
+#: as (columns per thread, queries per thread of the score tile, unroll the dot product's
+#: loop) or None for the default).
+CONTENDERS = (("staged", "staged", None, None), ("staged unroll", "staged", None, (4, 1, True)),
+              ("staged q2", "staged", None, (4, 2)),
               ("staged c8q2", "staged", None, (8, 2)), ("staged bk128", "staged", 128, None),
               ("staged bk64", "staged", 64, None), ("thread", "thread", None, None))
 
 
 def build(heads: int, seq: int, d: int, causal: bool, variant: str,
-          block_k: "int | None", tiles: "tuple[int, int] | None", arch: str) -> Any:
+          block_k: "int | None", tiles: "tuple | None", arch: str) -> Any:
     """The attention of one case built with ``variant``'s schedule for ``arch``."""
     import tdsl as td
     from tdsl import ops

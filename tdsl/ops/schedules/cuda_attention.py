@@ -137,10 +137,14 @@ MAX_SCORES = 16
 class StagedTiles:
     """``cols``: output columns (of d) per thread, a multiple of ``VEC_COLS`` (its weighted
     values and running statistics stay in registers); ``score_queries``: queries per thread
-    of the score tile (each thread computes ``keys x score_queries`` scores in registers)."""
+    of the score tile (each thread computes ``keys x score_queries`` scores in registers);
+    ``unroll_dot``: let the compiler unroll the scores' loop over d (``#pragma unroll 1``
+    otherwise: at 12 x 1024 x 64, unrolled it took 51-64 registers rather than 40-48, so
+    2 blocks an SM rather than 3)."""
 
     cols: int = 4
     score_queries: int = 1
+    unroll_dot: bool = False
 
 
 def staged_shape(block_k: int, dv: int, itemsize: int = 4,
@@ -221,6 +225,8 @@ def _schedule_staged(s: Schedule, a, anchor: Stage, bq: int, td: int, block_k: i
     sc.reorder(cb, ch, cjb, cdk, cjj, ci)
     sc.unroll(cjj)
     sc.unroll(ci)
+    if not t.unroll_dot:
+        sc.pragma(cdk, "unroll_limit", 1)
     # probabilities: the same tile shape, a thread per element, lanes along queries
     p = a.prob
     p.compute_at(m, kb)
