@@ -176,3 +176,21 @@ def test_staged_static_figures(arch, causal):
     assert ks.bank_ways <= worst and ks.sector_ratio <= worst, ks.findings
     assert ks.occupancy[arch].blocks_per_sm >= 2, ks.findings
     assert ks.shared_bytes <= 48 * 1024
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_staged_fp16_emulated_against_torch(causal):
+    """fp16 operands (tiles of half the bytes, half4 vector accesses): against PyTorch's
+    SDPA in fp32 on the same fp16 inputs, within fp16's precision."""
+    shapes = ((1, 2, 37, 16), (1, 2, 70, 16), (1, 2, 70, 16))
+    q, k, v = (td.placeholder(s, "float16", name=x) for s, x in zip(shapes, "qkv"))
+    o = ops.attention(q, k, v, causal=causal)
+    f = td.build(ops.schedule(o, "cuda"), [q, k, v, o], target="cuda -arch=sm_80")
+    assert "T_attn_score[" in f.get_source()
+    rng = np.random.default_rng(5)
+    a = [rng.standard_normal(s).astype("float16") for s in shapes]
+    out = np.full(shapes[0], 7.0, "float16")
+    f.emulate(*a, out)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *[torch.from_numpy(x).float() for x in a], is_causal=causal).numpy()
+    np.testing.assert_allclose(out.astype("float32"), ref, rtol=1e-2, atol=5e-3)
