@@ -194,3 +194,16 @@ def test_staged_fp16_emulated_against_torch(causal):
     ref = torch.nn.functional.scaled_dot_product_attention(
         *[torch.from_numpy(x).float() for x in a], is_causal=causal).numpy()
     np.testing.assert_allclose(out.astype("float32"), ref, rtol=1e-2, atol=5e-3)
+
+
+def test_bad_variant_and_tiles_are_schedule_errors():
+    q, k = td.placeholder((1, 1, 8, 8), name="q"), td.placeholder((1, 1, 8, 8), name="k")
+    o = ops.attention(q, k, k)
+    with pytest.raises(td.TDSLError, match="variant must be"):
+        attention_schedule(o, "warp")
+    with pytest.raises(td.TDSLError, match="cols must be"):
+        StagedTiles(cols=6)
+    with pytest.raises(td.TDSLError, match="score_queries must be"):
+        StagedTiles(score_queries=0)
+    with pytest.raises(td.TDSLError, match="not the result of ops.attention"):
+        attention_schedule(td.compute((4,), lambda i: q[0, 0, i, 0] * 2.0, name="x"))

@@ -146,6 +146,14 @@ class StagedTiles:
     score_queries: int = 1
     unroll_dot: bool = False
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.cols, int) or self.cols < VEC_COLS or self.cols % VEC_COLS:
+            raise ScheduleError("StagedTiles", None, f"cols must be a positive multiple of "
+                                f"{VEC_COLS}, got {self.cols!r}")
+        if not isinstance(self.score_queries, int) or self.score_queries < 1:
+            raise ScheduleError("StagedTiles", None, f"score_queries must be a positive int, "
+                                f"got {self.score_queries!r}")
+
 
 def staged_shape(block_k: int, dv: int, itemsize: int = 4,
                  tiles: StagedTiles = StagedTiles()) -> "tuple[int, int] | None":
