@@ -165,11 +165,16 @@ def skip_idle_iterations(stmt: Stmt, ana: "Analyzer | None" = None) -> Stmt:
                               None if s.else_case is None else visit(s.else_case, threads))
         if not isinstance(s, For):
             return s
-        # the threads of a block (blockIdx is the same for all of them: not relaxed)
-        in_block = s.kind is ForKind.THREAD_BINDING and \
-            not str(s.thread_tag or "").startswith("blockIdx")
-        inner = threads + (s,) if in_block else threads
-        body = visit(s.body, inner)
+        # the threads of a block are relaxed; blockIdx is the same for all of them: not
+        # relaxed, its range known (a tail guard of the grid then holds for every block)
+        block = s.kind is ForKind.THREAD_BINDING and \
+            str(s.thread_tag or "").startswith("blockIdx")
+        inner = threads + (s,) if s.kind is ForKind.THREAD_BINDING and not block else threads
+        if block:
+            with guards.ana.bind(s.var, Interval(s.min, s.min + s.extent - 1)):
+                body = visit(s.body, inner)
+        else:
+            body = visit(s.body, inner)
         if s.kind in (ForKind.SERIAL, ForKind.PARALLEL) and _has_idle_work(body, guards):
             g = guards.guard(body, frozenset())
             if threads and _cooperative(body):
