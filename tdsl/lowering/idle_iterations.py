@@ -22,8 +22,8 @@ from tdsl.arith import Analyzer
 from tdsl.arith.interval import Interval
 from tdsl.dtype import INDEX
 from tdsl.expr import GE, GT, LE, LT, And, BufferLoad, Call, Const, Expr, Or
-from tdsl.stmt import (Allocate, Barrier, BufferStore, For, ForKind, IfThenElse, LetStmt, SeqStmt,
-                        Stmt)
+from tdsl.stmt import (AllReduce, Allocate, Barrier, BufferStore, For, ForKind, IfThenElse,
+                       LetStmt, SeqStmt, Stmt)
 from tdsl.visitor import free_vars, post_order_visit
 
 _TRUE = Const(True, "bool")
@@ -82,6 +82,8 @@ class _Guards:
             return _FALSE if s.buffer in local else _TRUE
         if isinstance(s, Barrier):      # stores nothing (its block-uniform guard: skip_...)
             return _FALSE
+        if isinstance(s, AllReduce):    # stores its results only (block-uniform, as a barrier)
+            return _FALSE if all(r in local for r in s.results) else _TRUE
         if isinstance(s, SeqStmt):
             g = _FALSE
             for c in s.stmts:
@@ -163,8 +165,16 @@ def skip_idle_iterations(stmt: Stmt, ana: "Analyzer | None" = None) -> Stmt:
                               None if s.else_case is None else visit(s.else_case, threads))
         if not isinstance(s, For):
             return s
-        inner = threads + (s,) if s.kind is ForKind.THREAD_BINDING else threads
-        body = visit(s.body, inner)
+        # the threads of a block are relaxed; blockIdx is the same for all of them: not
+        # relaxed, its range known (a tail guard of the grid then holds for every block)
+        block = s.kind is ForKind.THREAD_BINDING and \
+            str(s.thread_tag or "").startswith("blockIdx")
+        inner = threads + (s,) if s.kind is ForKind.THREAD_BINDING and not block else threads
+        if block:
+            with guards.ana.bind(s.var, Interval(s.min, s.min + s.extent - 1)):
+                body = visit(s.body, inner)
+        else:
+            body = visit(s.body, inner)
         if s.kind in (ForKind.SERIAL, ForKind.PARALLEL) and _has_idle_work(body, guards):
             g = guards.guard(body, frozenset())
             if threads and _cooperative(body):

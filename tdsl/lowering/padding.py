@@ -89,6 +89,9 @@ def domain_policy(nb: "NestBuilder", st: "Stage") -> str:
     body = _body(nb, st)
     if not body or not _staged(nb, st) or any(_divides_by_data(e) for e in body):
         return GUARD
+    from .nest import is_thread_reduce
+    if any(is_thread_reduce(st, iv) for iv in st.leaf_iter_vars):
+        return GUARD    # a cross-thread reduction's nest keeps its domain guards (allreduce.py)
     reads = [nb.sch[ld.tensor] for e in body for ld in _loads(e)]
     # every producer staged and written at every point of its region (no read of an
     # element no thread wrote)

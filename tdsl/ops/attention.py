@@ -226,8 +226,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
             where=(kb * block_k <= i) if causal else None),
         name="T_attn_merge", tag=OpKind.ATTENTION)
     zero = Const(0.0, dt)
+    # a query that sees no key has sum 0 and accumulator 0: divided by 1 instead, it gives
+    # 0 (an add rather than a select: the CUDA output store stays one vector store)
     return compute(
         (B, H, Sq, Dv),
-        lambda b, h, i, d: _i.if_then_else(lsum[b, h, i, d] == zero, zero,
-                                           acc[b, h, i, d] / lsum[b, h, i, d]),
+        lambda b, h, i, d: acc[b, h, i, d] / (
+            lsum[b, h, i, d] + (lsum[b, h, i, d] == zero).astype(dt)),
         name="T_attn", tag=OpKind.ATTENTION_OUT)

@@ -265,3 +265,39 @@ def test_stage_over_a_guarded_producer_is_not_run_unguarded():
     b = np.full(n, np.nan, "float32")
     f.emulate(a, b)
     np.testing.assert_allclose(b, a.sum(1) * 2 + 1, rtol=1e-5, atol=1e-5)
+
+
+@needs_gxx
+def test_stage_over_a_cross_thread_reduction_keeps_its_guard():
+    """A shared reduction over threads (its rows on threadIdx.y, its keys on threadIdx.x:
+    an all-reduce) reads only a zero-filled fetch, yet its nest keeps its domain guards
+    (the all-reduce's store); a local stage reading it past the domain must be guarded
+    too, not run unguarded on elements no thread wrote (ops.attention's staged CUDA
+    schedule: the probabilities over the block max)."""
+    n = 70
+    A = td.placeholder((n, 32), name="A")
+    k = td.reduce_axis((0, 32), name="k")
+    S = td.compute((n,), lambda i: td.max(A[i, k], axis=k), name="S")
+    L = td.compute((n,), lambda i: S[i] * 2.0, name="L")
+    B = td.compute((n, 32), lambda i, j: L[i] + j.astype("float32"), name="B")
+    s = td.create_schedule(B.op)
+    bo, bi = s[B].split(B.op.axis[0], factor=8)
+    s[B].bind(bo, td.thread_axis("blockIdx.x"))
+    s[B].bind(bi, td.thread_axis("threadIdx.y"))
+    s[B].bind(B.op.axis[1], td.thread_axis("threadIdx.x"))
+    AS = s.cache_read(A, "shared", [S])
+    s[AS].compute_at(s[B], bo)
+    ai, aj = s[AS].op.axis
+    s[AS].bind(s[AS].split(ai, factor=8)[1], td.thread_axis("threadIdx.y"))
+    s[AS].bind(aj, td.thread_axis("threadIdx.x"))
+    s[S].set_scope("shared")
+    s[S].compute_at(s[B], bo)
+    s[S].bind(s[S].split(S.op.axis[0], factor=8)[1], td.thread_axis("threadIdx.y"))
+    s[S].bind(S.op.reduce_axis[0], td.thread_axis("threadIdx.x"))
+    s[L].set_scope("local")
+    s[L].compute_at(s[B], bi)
+    f = td.build(s, [A, B], target="cuda")
+    a = np.random.default_rng(0).standard_normal((n, 32)).astype("float32")
+    b = np.full((n, 32), np.nan, "float32")
+    f.emulate(a, b)
+    np.testing.assert_allclose(b, a.max(1)[:, None] * 2 + np.arange(32), rtol=1e-5)

@@ -4,6 +4,8 @@ iterations of its (outer) reduce loop no longer computes the stages attached ins
 a guard that reads data is never hoisted."""
 import numpy as np
 
+import pytest
+
 import tdsl as td
 import tdsl.interpreter
 from tdsl.stmt import Allocate, For, IfThenElse
@@ -73,24 +75,30 @@ def test_causal_attention_skips_key_blocks_above_the_diagonal():
     assert isinstance(body, IfThenElse), body
 
 
-def test_cuda_attention_skips_key_blocks_with_a_block_uniform_guard():
-    """The CUDA default fetches K / V tiles into shared memory between barriers inside the
-    key-block loop: the skip guard is the per-query condition relaxed over the block's
-    threads (no thread var in it), so a whole block skips a tile or none of it does."""
+@pytest.mark.parametrize("variant", ["staged", "thread"])
+def test_cuda_attention_skips_key_blocks_with_a_block_uniform_guard(variant):
+    """The CUDA schedules fill shared tiles between barriers inside the key-block loop (and
+    the staged one all-reduces the block max and sum there): the skip guard is the
+    per-query condition relaxed over the block's threads (no thread var in it), so a whole
+    block skips a key block or none of it does -- but not over the block index, which all
+    of a block's threads share (relaxed over it too, the guard held for every block but
+    the last key blocks of the sequence, and no causal block was skipped)."""
     from tdsl import ops
+    from tdsl.ops.schedules.cuda_attention import attention_schedule
     from tdsl.stmt import Barrier
     from tdsl.visitor import free_vars
     q, k, v = (td.placeholder((1, 2, n, 64), name=x) for x, n in (("q", 200), ("k", 300),
                                                                    ("v", 300)))
     o = ops.attention(q, k, v, causal=True)
-    func = td.lower(ops.schedule(o, "cuda"), [q, k, v, o])
+    func = td.lower(attention_schedule(o, variant), [q, k, v, o])
     body = _peel(_loop(func, "kb").body)
     assert isinstance(body, IfThenElse), body
     barriers = []
     post_order_visit(body, lambda n: barriers.append(n) if isinstance(n, Barrier) else None)
     assert barriers
-    assert all("threadIdx" not in str(getattr(x, "thread_tag", "")) and
-               "i.inner" not in x.name for x in free_vars(body.cond)), body.cond
+    names = {x.name for x in free_vars(body.cond)}
+    assert not any("inner" in n for n in names), body.cond
+    assert any("fused" in n for n in names), body.cond     # the block index
 
 
 def test_a_body_with_a_barrier_gets_a_guard_free_of_thread_vars():
