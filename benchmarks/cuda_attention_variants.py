@@ -123,7 +123,8 @@ def _time_case(torch: Any, case: str, built: dict, heads: int, seq: int, d: int,
     timers = {}
     for label, f in built.items():
         try:
-            res = torch.full_like(want, 7.0)
+            # not full_like: SDPA's output on the GPU is a permuted (non-contiguous) view
+            res = torch.full(tuple(want.shape), 7.0, device=dev)
             f(q, k, v, res)
             torch.cuda.synchronize()
             err = (res - want).abs().max().item()
