@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from tdsl.schedule import Schedule, Stage
 
 from ..tags import OpKind
-from .cpu import CPU, PARTIAL_TILE_COST, _ext, _fuse, _out_dtype, _vector_split, accumulate_locally, vector_tile
+from .cpu import (CPU, PARTIAL_TILE_COST, _ext, _fuse, _out_dtype, _vector_split,
+                  accumulate_locally, vector_tile)
 from .graph import effective_loads, permuted_access
 from .llvm_matmul import _producer_of_kind
 
