@@ -99,8 +99,9 @@ def panels_outer(attrs: dict, pack: "Stage | None", oh: "int | None", ow: "int |
     than one panel of filter (``ih * iw < kh * kw * bco``), so that re-reading the batch's
     input once per panel costs less than re-reading the whole filter once per image (7 x 7
     and 14 x 14 3x3 stages of ResNet-18), and there are at least two panels per thread.
-    ResNet-18's 3x3 512 -> 512 at 7 x 7, batch 8, with ``conv_width``: 26.9 -> 18.4 ms
-    (PyTorch 15.8; one thread, AVX-512, CPU time on a busy machine)."""
+    ResNet-18's 3x3 512 -> 512 at 7 x 7, batch 8, with ``conv_width``: 19.8-34.5 ms over
+    four runs before (the 9 MiB filter re-read from the shared L3 for every image), 17.4-18.4
+    after (PyTorch 15.2-15.8; one thread, AVX-512, CPU time on a busy machine)."""
     if pack is None or oh is None or ow is None:
         return False
     cig, kh, kw, co = (_ext(iv) for iv in pack.op.axis)
