@@ -1,0 +1,131 @@
+"""The conv2d CPU schedule's blocking keyed by the real sizes (issue 23, ResNet-18 at batch 8):
+the register tile's width fitted to the output rows (``conv_width``), and one parallel task
+per filter panel, packed once and swept over every image and row, where an image's input is
+smaller than a panel of filter (``panels_outer``).  Checked against PyTorch's conv2d on random
+data at batch 1, 3 and 8, a symbolic batch, sizes that do and do not divide the tiles, and
+stride 2 on odd sizes.  (Speed lives in ``benchmarks/resnet_convs.py``.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tdsl as td
+from tdsl import ops
+from tdsl.ops.schedules.cpu import vector_tile
+from tdsl.ops.schedules.llvm import cpu_of, default_conv_tiles
+from tdsl.ops.schedules.llvm_conv import conv_width, panels_outer
+from tdsl.target import as_target
+
+from .helpers import check, randn
+from .ir_count import allocations
+
+torch = pytest.importorskip("torch")
+
+CPU = cpu_of(as_target("llvm"))
+LANES = CPU.lanes(td.placeholder((1,), name="f32").dtype)
+TILES = default_conv_tiles(CPU)
+
+
+def _ref(x, w, b, stride, pad):
+    t = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                                   torch.from_numpy(b), stride, pad)
+    return torch.relu(t).numpy()
+
+
+def _conv(N, C, CO, K, stride, pad, HW, kernel_layout):
+    X = td.placeholder((N, C, HW, HW), name="X")
+    shape = (CO, C, K, K) if kernel_layout == "OIHW" else (K, K, C, CO)
+    W = td.placeholder(shape, name="W")
+    b = td.placeholder((CO,), name="b")
+    Y = ops.conv2d(X, W, stride=stride, padding=pad, kernel_layout=kernel_layout, bias=b,
+                   activation="relu")
+    s = ops.schedule(Y, "llvm")
+    return s, [X, W, b, Y]
+
+
+def _weights(C, CO, K, kernel_layout):
+    w = randn(CO, C, K, K)
+    return w, (w if kernel_layout == "OIHW" else np.ascontiguousarray(w.transpose(2, 3, 1, 0)))
+
+
+# ---- the choices --------------------------------------------------------------------------
+def test_conv_width_fits_the_output_row():
+    w = TILES.width
+    for ow in range(1, 130):
+        got = conv_width(ow, w)
+        assert max(1, w // 2) <= got <= w
+        if any(ow % x == 0 for x in range(max(1, w // 2), w + 1)):
+            assert ow % got == 0, (ow, got)     # no partial tile where a width divides
+    assert conv_width(None, w) == w             # symbolic: the widest
+    assert conv_width(8 * 7, 8) == 8 and conv_width(14, 8) == 7 and conv_width(7, 8) == 7
+
+
+def test_panels_outer_where_the_filter_outweighs_an_image():
+    def pack_of(C, CO, K, HW):
+        s, _ = _conv(8, C, CO, K, 1, K // 2, HW, "HWIO")
+        return next(st for st in s.stages if st.op.name.endswith("_pack"))
+    attrs = {"stride": (1, 1), "dilation": (1, 1)}
+    # ResNet-18's last stage (3x3 512 -> 512 at 7x7): 16 panels of 32 channels
+    assert panels_outer(attrs, pack_of(512, 512, 3, 7), 7, 7, 32, 2)
+    # its first stage (3x3 64 -> 64 at 56x56): the image is the larger
+    assert not panels_outer(attrs, pack_of(64, 64, 3, 56), 56, 56, 32, 2)
+    # too few panels for the threads
+    assert not panels_outer(attrs, pack_of(512, 64, 3, 7), 7, 7, 32, 2)
+    assert not panels_outer(attrs, None, 7, 7, 32, 2)
+
+
+# ---- results against PyTorch --------------------------------------------------------------
+CASES = [
+    # N, C, CO, K, stride, pad, HW
+    (8, 64, 128, 3, 1, 1, 7),        # panels outer, width 7
+    (3, 48, 80, 3, 1, 1, 14),        # panels outer; 80 channels: tiles of 16
+    (8, 32, 64, 3, 2, 1, 13),        # stride 2, odd size: 7 x 7 out
+    (1, 24, 64, 3, 2, 1, 15),        # stride 2, odd size: 8 x 8 out
+    (8, 16, 96, 1, 2, 0, 15),        # 1x1 stride 2 (a downsample), 8 x 8 out
+    (3, 20, 40, 3, 1, 1, 11),        # 11 columns: a partial register tile
+    (8, 8, 64, 3, 1, 1, 28),         # images outer (the image outweighs the filter)
+]
+
+
+@pytest.mark.parametrize("kernel_layout", ["OIHW", "HWIO"])
+@pytest.mark.parametrize("N, C, CO, K, stride, pad, HW", CASES)
+def test_conv_matches_torch(N, C, CO, K, stride, pad, HW, kernel_layout):
+    s, args = _conv(N, C, CO, K, stride, pad, HW, kernel_layout)
+    f = td.build(s, args)
+    x, b = randn(N, C, HW, HW), randn(CO)
+    w, wk = _weights(C, CO, K, kernel_layout)
+    check(f, [x, wk, b], _ref(x, w, b, stride, pad), rtol=1e-4, atol=1e-4 * C * K)
+
+
+@pytest.mark.parametrize("C, CO, HW, stride", [(64, 128, 7, 1), (40, 72, 15, 2)])
+def test_conv_with_a_symbolic_batch(C, CO, HW, stride):
+    n = td.var("n")
+    X = td.placeholder((n, C, HW, HW), name="X")
+    W = td.placeholder((3, 3, C, CO), name="W")
+    b = td.placeholder((CO,), name="b")
+    Y = ops.conv2d(X, W, stride=stride, padding=1, kernel_layout="HWIO", bias=b,
+                   activation="relu")
+    f = td.build(ops.schedule(Y, "llvm"), [X, W, b, Y])
+    w, wk = _weights(C, CO, 3, "HWIO")
+    bb = randn(CO)
+    for N in (1, 3, 8):
+        x = randn(N, C, HW, HW)
+        check(f, [x, wk, bb], _ref(x, w, bb, stride, 1), rtol=1e-4, atol=1e-3)
+
+
+# ---- the schedule it was meant to get ------------------------------------------------------
+def _pack_shape(func, name="W_pack"):
+    a = allocations(func)[name]
+    return [int(d.value) for d in a.buffer.shape]
+
+
+def test_each_task_packs_one_panel_once_at_batch_8():
+    """8 images of 3x3 512 -> 512 at 7x7 (scaled down: 128 -> 256): each filter panel is
+    packed by the task that owns it (one panel's buffer), not the whole filter at root and
+    read with a stride of the full channel count; and the register tile is 7 wide."""
+    s, args = _conv(8, 128, 256, 3, 1, 1, 7, "HWIO")
+    func = td.lower(s, args)
+    bco = vector_tile(256, LANES, TILES.vectors)
+    assert _pack_shape(func) == [128, 3, 3, bco]
+    acc = _pack_shape(func, "T_conv2d_nhwc")
+    assert acc[-2:] == [conv_width(7, TILES.width), bco]
