@@ -245,6 +245,17 @@ class Schedule:
                                 "own; add them to this schedule instead")
         self.variants.append((cond, other))
 
+    def normalize(self) -> "Schedule":
+        """TVM's ``s = s.normalize()``: this schedule itself, unchanged.
+
+        TVM's version returns a copy in which inlined stages are substituted and every loop
+        whose range starts above 0 is rebased to start at 0, steps its own lowering needs.
+        tdsl's ``lower`` does both itself (each loop runs from 0 and offsets its index), so
+        there is nothing to rebuild.  Unlike TVM, the result is not a copy: scheduling it
+        also schedules ``self`` (they are the same object).
+        """
+        return self
+
     # ---- display --------------------------------------------------------------------------------
     def default_args(self) -> list[Tensor]:
         """Inputs in order of first use, then the outputs: what ``print(s)`` lowers with."""
