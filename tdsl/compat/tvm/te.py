@@ -13,6 +13,8 @@ from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, Te
 from tdsl.expr import Expr, int_to_float_promotion
 
 from . import te_schedule as schedule
+from . import te_tensor as tensor
+from .te_tensor import ExternOp, ScanOp
 from .te_schedule import create_schedule
 from .autodiff import gradient
 from .tir import (const, div, floordiv, floormod, indexdiv, indexmod, truncdiv, truncmod,
@@ -130,4 +132,4 @@ __all__ = ["placeholder", "compute", "var", "size_var", "reduce_axis", "thread_a
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
            "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin",
            "scan", "extern", "tag_scope", "div", "floordiv", "floormod", "indexdiv", "indexmod",
-           "truncdiv", "truncmod", "schedule", "gradient"]
+           "truncdiv", "truncmod", "schedule", "gradient", "tensor", "ScanOp", "ExternOp"]
