@@ -1,7 +1,7 @@
-"""``tvm.ir``: the few names scripts touch.  ``save_json``/``load_json`` (``node_json.py``);
-``IRModule`` is the lowered function itself
+"""``tvm.ir``: the few names scripts touch.  ``IRModule`` is the lowered function itself
 (a ``tdsl.PrimFunc``, so tdsl's interpreter and ``tvm.build`` take it) that also answers
-TVM's ``mod["main"]`` (and ``mod[<its name>]``) with itself."""
+TVM's ``mod["main"]`` (and ``mod[<its name>]``) with itself; ``save_json``/``load_json``
+are ``node_json.py``'s."""
 from __future__ import annotations
 
 from tdsl.errors import ArgumentError

@@ -78,7 +78,7 @@ def load_json(json_str: str) -> Any:
     except TDSLError:
         raise
     except (binascii.Error, pickle.UnpicklingError, EOFError, TypeError, ValueError,
-            AttributeError, IndexError) as e:
+            AttributeError, LookupError) as e:
         raise ArgumentError(f"tvm.ir.load_json: the saved object is damaged ({e})") from None
 
 

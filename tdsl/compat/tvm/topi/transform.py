@@ -2,6 +2,7 @@
 one injective compute per output (TVM's ``T_split_sections``/``T_split``, ``T_take``)."""
 from __future__ import annotations
 
+import numbers
 from typing import Any, Sequence
 
 from tdsl.dtype import INDEX
@@ -25,8 +26,9 @@ def split(ary: Tensor, indices_or_sections: Any, axis: int = 0) -> list[Tensor]:
     if size is None:
         raise ShapeError(f"topi.split: axis {ax} has the symbolic size {ary.shape[ax]}; "
                          f"split needs a constant size")
-    if isinstance(indices_or_sections, int) and not isinstance(indices_or_sections, bool):
-        n = indices_or_sections
+    if isinstance(indices_or_sections, numbers.Integral) and not isinstance(
+            indices_or_sections, bool):
+        n = int(indices_or_sections)
         if n <= 0 or size % n:
             raise ShapeError(f"topi.split: {n} sections do not divide axis {ax} of "
                              f"{shape_str(ary.shape)} (size {size})")
@@ -64,8 +66,9 @@ def take(a: Tensor, indices: Any, axis: "int | None" = None, batch_dims: int = 0
          mode: str = "clip") -> Tensor:
     """``a``'s elements at ``indices`` (a tensor of integers), along ``axis`` or, with no
     axis, in ``a`` flattened, as ``np.take``.  ``mode`` handles an index out of range:
-    "clip" (the default) clamps it into range, "wrap" takes it modulo the size, "fast"
-    trusts it."""
+    "clip" (the default) clamps it into range, "wrap" takes it modulo the size.  "fast" is
+    TVM's unchecked mode (an index out of range reads outside ``a``); tdsl clamps there too,
+    so a bad index never reads outside the tensor."""
     check_tensor("topi.take", a, "a")
     check_tensor("topi.take", indices, "indices")
     if not indices.dtype.is_int:
@@ -80,11 +83,9 @@ def take(a: Tensor, indices: Any, axis: "int | None" = None, batch_dims: int = 0
 
     def fix(i: Expr) -> Expr:
         i = i.astype(INDEX) if i.dtype != INDEX else i
-        if mode == "clip":
-            return Min(Max(i, Const(0, INDEX)), size - 1)
         if mode == "wrap":
             return i % size
-        return i
+        return Min(Max(i, Const(0, INDEX)), size - 1)
 
     if ax is None:
         def body(*idx: Expr) -> Expr:
