@@ -38,5 +38,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tvm.te.schedule' (tdsl.compat) has no attribute {name!r}")
 
 
-__all__ = ["IterVar", "Schedule", "Stage", "create_schedule", "Split", "Fuse", "Singleton", "Buffer",
-           "AutoInlineElemWise", "AutoInlineBroadcast", "AutoInlineInjective"]
+__all__ = ["IterVar", "Schedule", "Stage", "create_schedule", "Split", "Fuse", "Singleton",
+           "Buffer", "AutoInlineElemWise", "AutoInlineBroadcast", "AutoInlineInjective"]
