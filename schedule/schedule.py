@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from tdsl.errors import ScheduleError
+from tdsl.errors import InternalError, ScheduleError
 from tdsl.tensor import IterVar, Operation, Tensor
 
 from .stage import AttachType, Stage, unique_name
@@ -53,6 +53,24 @@ class Schedule:
         #: TVM's order of an rfactor stage's reduce axes: the ones it leaves alone first,
         #: then the loops it rebuilds (tdsl.compat.tvm sets it; tdsl keeps the loop order)
         self.rfactor_untouched_first = False
+
+    # ---- pickling -----------------------------------------------------------------------
+    def __getstate__(self) -> dict:
+        """The state with ``stage_map`` as (operation, stage) pairs: its keys are ``id``s,
+        which mean nothing in another process (a copy keyed by them found no stage)."""
+        ops = {id(op): op for op in self._keepalive}
+        missing = [k for k in self.stage_map if k not in ops]
+        if missing:
+            raise InternalError(f"schedule: {len(missing)} stage key(s) name no kept operation")
+        state = dict(self.__dict__)
+        state["stage_map"] = [(ops[k], st) for k, st in self.stage_map.items()]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        pairs = state.pop("stage_map")
+        self.__dict__.update(state)
+        self.stage_map = {id(op): st for op, st in pairs}
 
     # ---- lookup -------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Stage:
@@ -244,6 +262,17 @@ class Schedule:
             raise ScheduleError("specialize", None, "the specialized schedule has variants of its "
                                 "own; add them to this schedule instead")
         self.variants.append((cond, other))
+
+    def normalize(self) -> "Schedule":
+        """TVM's ``s = s.normalize()``: this schedule itself, unchanged.
+
+        TVM's version returns a copy in which inlined stages are substituted and every loop
+        whose range starts above 0 is rebased to start at 0, steps its own lowering needs.
+        tdsl's ``lower`` does both itself (each loop runs from 0 and offsets its index), so
+        there is nothing to rebuild.  Unlike TVM, the result is not a copy: scheduling it
+        also schedules ``self`` (they are the same object).
+        """
+        return self
 
     # ---- display --------------------------------------------------------------------------------
     def default_args(self) -> list[Tensor]:

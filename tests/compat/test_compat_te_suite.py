@@ -178,3 +178,18 @@ def test_int_operands_of_float_operations_are_cast_as_in_tvm(rng, n):
         td.compute((N,), lambda i: x[i] * v, name="y")
     with pytest.raises(DTypeError, match=r"mixes dtypes"):
         x[0] * v
+
+
+def test_tensor_compute_op_form_is_refused_by_name(rng):
+    """TVM's TensorComputeOp (a lambda over the leading axes applying an intrinsic to slices)
+    is named in the refusal; a lambda over every axis (or ``*i``) still builds."""
+    A = te.placeholder((4, 16), name="A")
+    with pytest.raises(tvm.TVMError, match=r"takes 1; .*TensorComputeOp.*tensorize"):
+        te.compute((4, 16), lambda i: A[i, 0:16])
+    with pytest.raises(tvm.TVMError, match=r"lambda takes 2 argument"):
+        te.compute((4,), lambda i, j: A[i, j])
+    B = te.compute((4, 16), lambda *i: A(*i) * 3.0, name="B")
+    C = te.compute((4, 16), lambda i, j: B[i, j] - A[i, j], name="C")
+    a = rng.standard_normal((4, 16)).astype("float32")
+    for out in _run_both(te.create_schedule(C.op), [A, C], [a, np.zeros((4, 16), "float32")]):
+        np.testing.assert_allclose(out[1], a * 2, rtol=1e-6)

@@ -1,11 +1,14 @@
 """``tvm.ir``: the few names scripts touch.  ``IRModule`` is the lowered function itself
 (a ``tdsl.PrimFunc``, so tdsl's interpreter and ``tvm.build`` take it) that also answers
-TVM's ``mod["main"]`` (and ``mod[<its name>]``) with itself."""
+TVM's ``mod["main"]`` (and ``mod[<its name>]``) with itself; ``save_json``/``load_json``
+are ``node_json.py``'s."""
 from __future__ import annotations
 
 from tdsl.errors import ArgumentError
 from tdsl.stmt import PrimFunc
 from tdsl.tensor import Range
+
+from .node_json import load_json, save_json
 
 
 class IRModule(PrimFunc):
@@ -30,4 +33,4 @@ class IRModule(PrimFunc):
         return name in ("main", self.name)
 
 
-__all__ = ["IRModule", "Range"]
+__all__ = ["IRModule", "Range", "save_json", "load_json"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextvars
+import inspect
 from typing import Any
 
 import tdsl
@@ -13,6 +14,8 @@ from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, Te
 from tdsl.expr import Expr, int_to_float_promotion
 
 from . import te_schedule as schedule
+from . import te_tensor as tensor
+from .te_tensor import ExternOp, ScanOp
 from .te_schedule import create_schedule
 from .autodiff import gradient
 from .tir import (const, div, floordiv, floormod, indexdiv, indexmod, truncdiv, truncmod,
@@ -39,8 +42,28 @@ def compute(shape: Any, fcompute: Any, name: str = "compute", tag: str = "",
     """A computed tensor (``fcompute`` maps indices to the element); in its body an integer
     operand of a float operation is cast to the float, as in TVM."""
     tag = tag or _TAG.get()
+    _refuse_tensor_compute(_shape(shape), fcompute)
     with int_to_float_promotion():      # TVM casts an int operand of a float operation
         return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
+
+
+def _refuse_tensor_compute(shape: Any, fcompute: Any) -> None:
+    """TVM's TensorComputeOp (``te.compute((n, 16), lambda i: intrin(A[i, 0:16]))``: a
+    lambda over the leading axes that calls a tensor intrinsic on slices) is not in tdsl;
+    say so rather than only that the argument count is off."""
+    try:
+        params = list(inspect.signature(fcompute).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if [p for p in params if p.kind is p.VAR_POSITIONAL]:
+        return
+    k = len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+    if 0 < k < len(shape):
+        raise tdsl.ShapeError(
+            f"te.compute: the shape has {len(shape)} dimension(s) but the lambda takes {k}; "
+            f"if this is TVM's form that applies a tensor intrinsic to slices of the last "
+            f"{len(shape) - k} (TensorComputeOp), tdsl.compat does not have it: write the "
+            f"body elementwise and use s[C].tensorize(loop, intrin)")
 
 
 def extern(shape: Any, inputs: Any, fcompute: Any, name: str = "extern", dtype: Any = None,
@@ -130,4 +153,4 @@ __all__ = ["placeholder", "compute", "var", "size_var", "reduce_axis", "thread_a
            "sigmoid", "erf", "abs", "floor", "ceil", "round", "trunc", "sin", "cos", "isnan",
            "power", "pow", "if_then_else", "all", "any", "decl_tensor_intrin", "TensorIntrin",
            "scan", "extern", "tag_scope", "div", "floordiv", "floormod", "indexdiv", "indexmod",
-           "truncdiv", "truncmod", "schedule", "gradient"]
+           "truncdiv", "truncmod", "schedule", "gradient", "tensor", "ScanOp", "ExternOp"]

@@ -1,8 +1,9 @@
 """``tvm.te.schedule``: the schedule classes (``Schedule``, ``Stage``, the loop relations
-``Split``/``Fuse``/``Singleton``), ``create_schedule``, and ``Buffer`` (what ``te.extern``'s function
-receives for each tensor).  TVM's internal passes ``InferBound`` and
-``ScheduleOps`` (bounds inference and statement building, which tdsl's ``lower`` does in
-one step) are refused with a ``TDSLError`` that says so."""
+``Split``/``Fuse``/``Singleton``), ``create_schedule``, ``Buffer`` (what ``te.extern``'s
+function receives for each tensor) and the ``AutoInline*`` helpers (``auto_inline.py``).
+TVM's internal passes ``InferBound`` and ``ScheduleOps`` (bounds inference and statement
+building, which tdsl's ``lower`` does in one step) are refused with a ``TDSLError`` that
+says so."""
 from __future__ import annotations
 
 from typing import Any
@@ -13,6 +14,8 @@ from tdsl.errors import TDSLError
 from tdsl.extern_op import ExternBuffer as Buffer
 
 from tdsl.schedule.relations import Fuse, Singleton, Split
+
+from .auto_inline import AutoInlineBroadcast, AutoInlineElemWise, AutoInlineInjective
 
 _INTERNAL = ("InferBound", "ScheduleOps", "Rebase", "PostProcessFeatures",
              "VerifyCompactBuffer", "SchedulePostProcRewriteForTensorCore")
@@ -35,4 +38,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tvm.te.schedule' (tdsl.compat) has no attribute {name!r}")
 
 
-__all__ = ["IterVar", "Schedule", "Stage", "create_schedule", "Split", "Fuse", "Singleton", "Buffer"]
+__all__ = ["IterVar", "Schedule", "Stage", "create_schedule", "Split", "Fuse", "Singleton",
+           "Buffer", "AutoInlineElemWise", "AutoInlineBroadcast", "AutoInlineInjective"]

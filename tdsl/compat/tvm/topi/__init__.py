@@ -1,7 +1,7 @@
 """``tvm.topi``: TVM's operator library names over ``tdsl.ops``.
 
 Elementwise, broadcast, reduction and layout operators are ``tdsl.ops``'s own;
-``topi.nn`` has ``dense``, ``conv2d_nchw``, ``softmax``, ``pool2d``...; the
+``split``/``take`` are ``transform.py``'s; ``topi.nn`` has ``dense``, ``conv2d_nchw``, ``softmax``, ``pool2d``...; the
 ``generic``/``x86``/``cuda`` submodules' ``schedule_*`` functions return
 ``tdsl.ops.schedule`` for the target.
 """
@@ -18,6 +18,7 @@ from tdsl.ops import (abs, add, broadcast_to, cast, ceil, clip, concatenate, cos
 
 from . import cuda, generic, nn, utils, x86
 from .contract import einsum, tensordot
+from .transform import split, take
 
 floor_mod = mod
 identity = _ops.identity
@@ -72,4 +73,4 @@ __all__ = ["nn", "generic", "x86", "cuda", "utils", "add", "subtract", "multiply
            "tanh", "sigmoid", "erf", "floor", "ceil", "round", "sin", "cos", "clip", "cast",
            "identity", "broadcast_to", "transpose", "reshape", "expand_dims", "squeeze",
            "concatenate", "sum", "max", "min", "prod", "argmax", "argmin", "matmul",
-           "full", "full_like", "einsum", "tensordot"]
+           "full", "full_like", "einsum", "tensordot", "split", "take"]
