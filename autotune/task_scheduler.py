@@ -29,7 +29,8 @@ its best latency fell per round over the last ``backward_window`` rounds,
 ``best / rounds`` when no floor is known) and the gap to the latency at
 ``1 / beta`` of the best throughput among similar tasks (the same output operator
 tag and an arithmetic intensity within 2x: a GEMV is not held to a matmul's FLOP/s)
-divided by the rounds since the task last improved, never going below the floor, the task's roofline, the larger of two:
+divided by the rounds since the task last improved, never going below the floor, the
+task's roofline, the larger of two:
 
 * memory: the task's memory traffic (its inputs read once, its outputs written once,
   which costs a read and a write) at the rate it can hope for -- for data larger than the
