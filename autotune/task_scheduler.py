@@ -28,8 +28,9 @@ its best latency fell per round over the last ``backward_window`` rounds,
 ``(best - floor) / rounds`` (latency falling as 1/rounds towards the task's floor; Ansor's
 ``best / rounds`` when no floor is known) and the gap to the latency at
 ``1 / beta`` of the best throughput among similar tasks (the same output operator
-tag and an arithmetic intensity within 2x: a GEMV is not held to a matmul's FLOP/s),
-never going below the floor, the task's roofline, the larger of two:
+tag and an arithmetic intensity within 2x: a GEMV is not held to a matmul's FLOP/s)
+divided by the rounds since the task last improved, never going below the floor, the
+task's roofline, the larger of two:
 
 * memory: the task's memory traffic (its inputs read once, its outputs written once,
   which costs a read and a write) at the rate it can hope for -- for data larger than the
@@ -37,7 +38,8 @@ never going below the floor, the task's roofline, the larger of two:
   streaming kernel's rate counted the same way (``stream_bandwidth``, measured when the job
   starts), or a higher rate a task of the job reached;
 * compute: its floating-point operations at ``PEAK_FRACTION`` of the CPU's measured FMA
-  peak with the job's threads (``backends/llvm/peak.py``).
+  peak with the job's threads (``backends/llvm/peak.py``), or at a higher rate a task of
+  the job reached (a peak measured on a busy machine reads low).
 
 A task at its floor is expected to gain nothing, and one near it little, less with each
 round: without the memory floor the heaviest elementwise task of a 12-task job took 58-80
@@ -478,7 +480,8 @@ class TaskScheduler:
             result.trials[i] = sessions[i].res.trials
         best = [t.best_cost for t in tuners]
         rates = self._bandwidths(best)
-        result.floors = [min(best[i], self._floor(i, *rates)) for i in range(n)]
+        reached = self._flops_reached(best)
+        result.floors = [min(best[i], self._floor(i, *rates, reached)) for i in range(n)]
         result.seconds = time.perf_counter() - t0
         return result
 
@@ -504,12 +507,27 @@ class TaskScheduler:
                                                           if self.bytes[j] > self.cache_bytes])
         return in_memory, in_cache
 
-    def _floor(self, i: int, in_memory: float, in_cache: float) -> float:
-        """Task ``i``'s roofline floor in seconds (0: none known)."""
+    def _flops_reached(self, best: Sequence[float]) -> float:
+        """The highest float32-equivalent FLOP/s a task of the job reached (0: none).  The
+        peak is measured once, on a machine that may be busy: on a shared 2-core machine
+        it read 47 GFLOP/s while MobileNetV2's pointwise convolutions ran at 97, and every
+        task above that "floor" was expected to gain nothing -- 30 of 32 tasks were never
+        tuned.  A rate a kernel reached is one the others may hope for."""
+        top = 0.0
+        for t, b in zip(self.tasks, best):
+            share = _PEAK_SHARE.get(str(t.outputs[-1].outputs[0].dtype), 0.0)
+            if share > 0 and t.flop > 0 and math.isfinite(b) and b > 0:
+                top = max(top, t.flop / b / share)
+        return top
+
+    def _floor(self, i: int, in_memory: float, in_cache: float,
+               flops_reached: float = 0.0) -> float:
+        """Task ``i``'s roofline floor in seconds (0: none known); ``flops_reached``
+        (``_flops_reached``) raises the compute roof above the measured peak's share."""
         rate = in_memory if self.bytes[i] > self.cache_bytes else in_cache
         memory = self.bytes[i] / rate if rate > 0 else 0.0
-        peak = (self.peak_flops or 0.0) * PEAK_FRACTION * \
-            _PEAK_SHARE.get(str(self.tasks[i].outputs[-1].outputs[0].dtype), 0.0)
+        roof = max(self.peak_flops * PEAK_FRACTION, flops_reached) if self.peak_flops else 0.0
+        peak = roof * _PEAK_SHARE.get(str(self.tasks[i].outputs[-1].outputs[0].dtype), 0.0)
         compute = self.tasks[i].flop / peak if peak > 0 else 0.0
         return max(memory, compute)
 
@@ -534,6 +552,7 @@ class TaskScheduler:
             return self.rng.choice(live)
         best = [s.best_cost for s in sessions]
         in_memory, in_cache = self._bandwidths(best)
+        reached = self._flops_reached(best)
         grads = {}
         for i in live:
             c = best[i]
@@ -544,19 +563,32 @@ class TaskScheduler:
             backward = (h[-1] - h[-1 - w]) / w if len(h) > w and math.isfinite(h[-1 - w]) \
                 else 0.0
             # the next round's latency if it falls as 1/rounds towards the task's floor
-            floor = min(c, self._floor(i, in_memory, in_cache))
+            floor = min(c, self._floor(i, in_memory, in_cache, reached))
             g_next = c - (c - floor) / max(1, rounds[i])
-            # the best throughput (FLOP/s) reached by a similar task
+            # the best throughput (FLOP/s) reached by a similar task: the gap to it, less
+            # with each round the task has not improved (without that fading, a MobileNetV2
+            # convolution at a sixth of a similar one's rate, 2x over its compute floor, won
+            # 266 of a 32-task job's 368 trials and gained nothing after its fifth round)
             top = max((self.tasks[j].flop / best[j] for j in self.similar[i]
                        if math.isfinite(best[j]) and best[j] > 0), default=0.0)
             if top > 0 and self.tasks[i].flop > 0:
-                g_next = min(g_next, self.beta * self.tasks[i].flop / top)
+                target = self.beta * self.tasks[i].flop / top
+                g_next = min(g_next, c - (c - target) / _rounds_since_gain(h))
             g_next = max(g_next, floor)
             forward = g_next - c
             grads[i] = self.weights[i] * (self.alpha * backward + (1 - self.alpha) * forward)
         self.gradients = grads
         low = min(grads.values())
         return self.rng.choice([i for i, g in grads.items() if g == low])
+
+
+def _rounds_since_gain(history: Sequence[float]) -> int:
+    """1 + the rounds at the end of a task's best-latency ``history`` that did not lower it
+    (1: the last round improved)."""
+    n = 1
+    while n < len(history) and not history[-n] < history[-n - 1]:
+        n += 1
+    return n
 
 
 class _Bar:

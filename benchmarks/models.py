@@ -131,14 +131,16 @@ def compile_tdsl(model, inputs, api: str, db: Optional[str], threads: int
 
 def summarize_reports(reports: list) -> str:
     """Kernels, fallbacks and eagerly run graphs over a model's compile reports."""
-    kernels, fallbacks, eager = 0, {}, []
+    kernels, tuned, fallbacks, eager = 0, 0, {}, []
     for r in reports:
         g = getattr(r, "graph", None)
         kernels += getattr(g, "kernels", 0) or 0
+        tuned += len(getattr(g, "tuned", None) or [])
         for op, n in (getattr(r, "fallbacks", None) or {}).items():
             fallbacks[op] = fallbacks.get(op, 0) + n
         eager += list(getattr(r, "eager", []) or [])
-    parts = [f"{len(reports)} graph(s), {kernels} kernels"]
+    parts = [f"{len(reports)} graph(s), {kernels} kernels"
+             + (f" ({tuned} built from tuning records)" if tuned else "")]
     if fallbacks:
         parts.append("fallbacks: " + ", ".join(f"{k} x{v}" for k, v in sorted(fallbacks.items())))
     if eager:

@@ -344,6 +344,54 @@ def test_a_task_near_its_floor_expects_less_with_each_round():
     assert grads[1] == pytest.approx(grads[0] / 2) and grads[2] == pytest.approx(grads[0] / 4)
 
 
+def test_the_pull_of_a_faster_similar_task_fades_while_a_task_does_not_improve():
+    """A matmul at a tenth of a similar matmul's FLOP/s is expected to close the gap to
+    1/beta of that rate -- while it improves.  Once it has not for many rounds the pull
+    fades like the floor's guess, and a task with a real gain left gets the round (the
+    unfading pull gave a MobileNetV2 convolution 266 of a 32-task job's 368 trials)."""
+    mk = lambda m: autotune.create_auto_task(
+        [ops.matmul(td.placeholder((m, 64), name="A"), td.placeholder((64, 64), name="B"))])
+    fast, slow = mk(64), mk(60)
+    ew = autotune.create_auto_task([ops.exp(td.placeholder((256, 256), name="x"))])
+    sched = TaskScheduler([fast, slow, ew], [1, 1, 1], eps_greedy=0.0, peak_flops=0,
+                          memory_bandwidth=0, cache_bandwidth=0)        # no floors
+    assert 0 in sched.similar[1]
+    fast_s, slow_s, ew_s = fast.flop / 50e9, slow.flop / 5e9, 1e-3
+    sessions = [_Session(fast_s), _Session(slow_s), _Session(ew_s)]
+    stalled = [[fast_s] * 31, [slow_s] * 31, [ew_s] * 31]
+    assert sched._choose(sessions, stalled, [30, 30, 30], [True] * 3) == 2
+    best = [fast_s, slow_s, ew_s]
+    floor = min(slow_s, sched._floor(1, *sched._bandwidths(best), sched._flops_reached(best)))
+    # the floor's guess (its memory floor at the job's best rate in cache) is all it has
+    assert sched.gradients[1] == pytest.approx(-0.8 * (slow_s - floor) / 30)
+    # improving in its last round: the whole gap to the similar task's rate pulls again
+    improving = [stalled[0], [slow_s * 1.001] * 30 + [slow_s], stalled[2]]
+    assert sched._choose(sessions, improving, [30, 30, 30], [True] * 3) == 1
+    target = sched.beta * slow.flop / (fast.flop / fast_s)
+    assert sched.gradients[1] < -0.8 * (slow_s - target)
+
+
+def test_a_rate_a_task_reached_raises_a_low_measured_peak():
+    """The compute floor uses the larger of the measured peak's share and the best FLOP/s a
+    task of the job reached: a peak measured on a busy machine (here 10 GFLOP/s) must not
+    make a task running at 20 GFLOP/s look finished when another reached 50."""
+    mk = lambda m, k: autotune.create_auto_task(
+        [ops.matmul(td.placeholder((m, k), name="A"), td.placeholder((k, 64), name="B"))])
+    a, b = mk(64, 64), mk(8, 256)
+    sched = TaskScheduler([a, b], [1, 1], eps_greedy=0.0, peak_flops=10e9,
+                          memory_bandwidth=0, cache_bandwidth=0)
+    a_s, b_s = a.flop / 50e9, b.flop / 20e9
+    hist = [[a_s] * 6, [b_s] * 6]
+    sched._choose([_Session(a_s), _Session(b_s)], hist, [5, 5], [True] * 2)
+    assert sched.gradients[1] < 0
+    assert sched._floor(1, 0.0, 0.0, 50e9) == pytest.approx(b.flop / 50e9)
+    # the measured peak still counts where it is the higher roof
+    assert sched._floor(1, 0.0, 0.0, 1e9) == pytest.approx(b.flop / (0.9 * 10e9))
+    # no measured peak (0): no compute floor, whatever the tasks reached
+    sched = TaskScheduler([a, b], [1, 1], peak_flops=0, memory_bandwidth=0, cache_bandwidth=0)
+    assert sched._floor(1, 0.0, 0.0, 50e9) == 0.0
+
+
 class _Done:
     def __init__(self, done):
         self.done, self.best_cost = done, 1e-3
