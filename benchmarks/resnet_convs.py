@@ -90,7 +90,28 @@ def build(n: int, cin: int, cout: int, k: int, stride: int, pad: int, size: int,
     f(x, wk, b, out)
     err = float(np.abs(out - ref).max() / max(1e-6, np.abs(ref).max()))
     tfn = lambda: torch.relu(torch.nn.functional.conv2d(tx, tw, tb, stride, pad, 1, groups))
-    return (f, [x, wk, b, out]), tfn, err
+    gemm = None
+    if (k, stride, pad, groups) == (1, 1, 0, 1):
+        gemm = _gemm_form(x, w, b, out.shape, ref)
+        err = max(err, gemm[1])
+    return (f, [x, wk, b, out]), tfn, err, (gemm[0] if gemm else None)
+
+
+def _gemm_form(x, w, b, shape, ref):
+    """A pointwise convolution as the graph's ``passes.pointwise`` rewrites it: the batched
+    GEMM ``w (1, co, ci) @ x (n, ci, h * w)``, bias and ReLU fused (one kernel)."""
+    n, cin, h, wd = x.shape
+    cout = w.shape[0]
+    X = td.placeholder((n, cin, h * wd), name="x")
+    W = td.placeholder((1, cout, cin), name="w")
+    B = td.placeholder((cout, 1), name="b")
+    y = ops.relu(ops.add(ops.batch_matmul(W, X), B))
+    f = td.build(ops.schedule(y), [X, W, B, y])
+    args = [x.reshape(n, cin, h * wd), np.ascontiguousarray(w.reshape(1, cout, cin)),
+            b.reshape(cout, 1).copy(), np.empty((n, cout, h * wd), np.float32)]
+    f(*args)
+    err = float(np.abs(args[3].reshape(shape) - ref).max() / max(1e-6, np.abs(ref).max()))
+    return (f, args), err
 
 
 def main() -> None:
@@ -101,6 +122,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--model", default="resnet18", choices=("resnet18", "mobilenet_v2"))
     p.add_argument("--only", default="", help="substring of the case names to run")
+    p.add_argument("--gemm", action="store_true",
+                   help="also time 1x1 stride-1 convolutions as the batched GEMM")
     p.add_argument("--tiles", default="", help="width,vectors,rows: override the conv tiles")
     args = p.parse_args()
     if args.tiles:
@@ -116,16 +139,20 @@ def main() -> None:
         if args.only and args.only not in name:
             continue
         t0 = time.perf_counter()
-        tdf, tfn, err = build(args.batch, *shape)
-        r = benchmark({"tdsl": tdf, "torch": tfn}, threads=args.threads, repeat=args.repeat,
+        tdf, tfn, err, gemm = build(args.batch, *shape)
+        contenders = {"tdsl": tdf, "torch": tfn}
+        if gemm is not None and args.gemm:
+            contenders["gemm"] = gemm
+        r = benchmark(contenders, threads=args.threads, repeat=args.repeat,
                       min_repeat_ms=20, warmup_ms=20, settle_ms=20,
                       clock=clock)
-        ms = {k: r.median(k) * 1e3 for k in ("tdsl", "torch")}
+        ms = {k: r.median(k) * 1e3 for k in contenders}
         lost = (ms["tdsl"] - ms["torch"]) * count
         rows.append((lost, name, count, ms["tdsl"], ms["torch"], err))
         print(f"{name:<20} x{count} tdsl {ms['tdsl']:8.3f} ms torch {ms['torch']:8.3f} ms "
               f"{ms['torch'] / ms['tdsl']:5.2f}x lost {lost:7.2f} ms err {err:.1e} "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+              + (f" gemm {ms['gemm']:8.3f} ms" if "gemm" in ms else "")
+              + f" ({time.perf_counter() - t0:.0f} s)", flush=True)
     print("\nby lost time (ms, x count):")
     for lost, name, count, a, b, _ in sorted(rows, reverse=True):
         print(f"  {lost:8.2f}  {name:<20} x{count}  {b / a:5.2f}x")

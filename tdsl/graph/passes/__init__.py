@@ -1,5 +1,6 @@
 """Graph passes: constant folding, batch-norm folding, dead code, common subexpressions,
-decompositions (attention), horizontal merging of GEMMs that share an input, and fusion
+decompositions (attention), horizontal merging of GEMMs that share an input, pointwise
+convolutions as GEMMs, and fusion
 into kernels (``fusion.fuse``).
 
 ``optimize(graph)`` runs them in order on a copy and returns it with what each did.
@@ -15,6 +16,7 @@ from .flatten import flatten_anchors, merge_reshapes, sink_reshapes
 from .fold import fold_batch_norm, fold_constants
 from .fusion import Alias, Fallback, Group, fuse
 from .horizontal import merge_parallel_gemms
+from .pointwise import pointwise_as_gemm
 from .prepack import prepack_weights
 from .recompute import recompute_cheap
 from .rewrite import clone
@@ -38,6 +40,7 @@ class PassStats:
     recomputed: int = 0
     prepacked: int = 0
     merged_gemms: int = 0
+    pointwise_gemms: int = 0
 
 
 def optimize(graph: Graph) -> tuple[Graph, PassStats]:
@@ -54,6 +57,7 @@ def optimize(graph: Graph) -> tuple[Graph, PassStats]:
     st.folded_constants += fold_constants(g)
     st.merged_common += eliminate_common_subexpressions(g, digest)
     st.merged_gemms += merge_parallel_gemms(g)     # constant weights, before pre-packing
+    st.pointwise_gemms += pointwise_as_gemm(g)    # after BN folding, before HWIO pre-packing
     st.prepacked += prepack_weights(g)
     st.flattened += flatten_anchors(g)
     st.sunk_reshapes += sink_reshapes(g)

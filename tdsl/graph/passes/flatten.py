@@ -9,6 +9,10 @@ become the anchor's epilogue or a row group on the flat shape:
 
     reshape(dense(x2)) + r  ->  reshape(dense(x2) + reshape(r))
 
+A reshape that merges trailing dimensions (a pointwise convolution's GEMM output
+``(n, c, h * w)`` -> ``(n, c, h, w)``, ``passes.pointwise``) sinks below elementwise ops
+alike, their per-channel operands reshaped with it (``(1, c, 1, 1)`` -> ``(1, c, 1)``).
+
 Finally ``reshape(reshape(x))`` becomes one reshape, and a reshape to the same shape
 disappears.
 """
@@ -106,7 +110,9 @@ def _sink_one(graph: Graph, n: Node, users: dict, outs: set) -> "list[Node] | No
         # only towards fewer dimensions (the flattened anchor's): it terminates
         if not 1 <= y.ndim < r_in.ndim or not same_shape(out.shape, r_in.shape):
             continue
-        if _key(y.shape[-1]) != _key(r_in.shape[-1]):
+        merged = _trailing_merge(y.shape, r_in.shape)
+        if _key(y.shape[-1]) != _key(r_in.shape[-1]) and (
+                not merged or opset.kind(n.op) is not Kind.ELEMWISE):
             continue
         pre: list[Node] = []
         ins: list[Value] = []
@@ -118,6 +124,14 @@ def _sink_one(graph: Graph, n: Node, users: dict, outs: set) -> "list[Node] | No
                 ins.append(o)
             elif same_shape(o.shape, out.shape):
                 node, o2 = _reshape(o, y.shape, o.name + "_flat")
+                pre.append(node)
+                ins.append(o2)
+            elif merged:
+                shape = _merged_operand(o.shape, out.shape, y.shape)
+                if shape is None:
+                    ok = False
+                    break
+                node, o2 = _reshape(o, shape, o.name + "_flat")
                 pre.append(node)
                 ins.append(o2)
             elif all(_key(d) == "1" for d in o.shape[:-1]) and (
@@ -142,6 +156,32 @@ def _sink_one(graph: Graph, n: Node, users: dict, outs: set) -> "list[Node] | No
         return pre + [Node(n.op, ins, attrs, [mid]),
                       Node("reshape", [mid], {"shape": out.shape}, [out])]
     return None
+
+
+def _trailing_merge(flat: tuple, full: tuple) -> bool:
+    """Whether ``flat`` is ``full`` with its trailing two or more dimensions merged into
+    one (a pointwise convolution's ``(n, c, h * w)`` of ``(n, c, h, w)``)."""
+    lead = len(flat) - 1
+    if lead < 0 or len(full) - lead < 2 or not same_shape(flat[:lead], full[:lead]):
+        return False
+    return _key(flat[-1]) == _key(_flat(full[lead:]))
+
+
+def _merged_operand(shape: tuple, out: tuple, flat: tuple) -> "tuple | None":
+    """The shape a broadcasting operand of an elementwise op on ``out`` takes on ``flat``
+    (``out``'s trailing dimensions merged, ``_trailing_merge``): its trailing dimensions
+    must be all 1 (a per-channel bias: ``(1, c, 1, 1)`` -> ``(1, c, 1)``) or all ``out``'s;
+    None when they are neither."""
+    lead = len(flat) - 1
+    full = (1,) * (len(out) - len(shape)) + tuple(shape)
+    tail = full[lead:]
+    if all(_key(d) == "1" for d in tail):
+        last: Any = 1
+    elif same_shape(tail, out[lead:]):
+        last = flat[-1]
+    else:
+        return None
+    return (*full[:lead], last)
 
 
 def sink_reshapes(graph: Graph) -> int:
