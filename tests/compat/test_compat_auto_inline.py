@@ -4,22 +4,14 @@ against NumPy on random data at symbolic sizes bound to several values."""
 import numpy as np
 import pytest
 
-import tdsl.interpreter
 import tvm
 from tvm import te
 
 from tdsl.errors import ScheduleError, TDSLError
 
+from .helpers import run_both
+
 SIZES = [(5, 7), (8, 16), (13, 3)]
-
-
-def _run(s, args, arrays):
-    """LLVM and the interpreter on copies of ``arrays``: both outputs."""
-    ref = [a.copy() for a in arrays]
-    tdsl.interpreter.run(tvm.lower(s, args), *ref)
-    got = [a.copy() for a in arrays]
-    tvm.build(s, args, "llvm")(*got)
-    return ref, got
 
 
 def _graph():
@@ -46,7 +38,7 @@ def _check(rng, s, args, sizes):
     a, b = rng.standard_normal((2, m, n)).astype("float32")
     c = rng.standard_normal(m).astype("float32")
     want = (a * b + c[:, None])[:, 1:].sum(axis=1) + 1
-    for out in _run(s, list(args), [a, b, c, np.zeros(m, "float32")]):
+    for out in run_both(s, list(args), [a, b, c, np.zeros(m, "float32")]):
         np.testing.assert_allclose(out[3], want, rtol=1e-5, atol=1e-5)
 
 

@@ -4,19 +4,11 @@ Interpreter and LLVM against NumPy, with split factors that do and do not divide
 import numpy as np
 import pytest
 
-import tdsl.interpreter
 import tvm
 from tdsl.errors import ScheduleError
 from tvm import te
 
-
-def _run(s, args, arrays):
-    """The interpreter and LLVM on copies of ``arrays``; both results."""
-    ref = [a.copy() for a in arrays]
-    tdsl.interpreter.run(tvm.lower(s, args), *ref)
-    got = [a.copy() for a in arrays]
-    tvm.build(s, args, "llvm")(*got)
-    return ref, got
+from .helpers import run_both
 
 
 @pytest.mark.parametrize("n,m", [(5, 16), (7, 13), (3, 4)])
@@ -33,7 +25,7 @@ def test_rfactor_of_a_sum_with_an_init_tensor(rng, n, m, factor_axis):
     s[BF].parallel(BF.op.axis[factor_axis])
     a = rng.standard_normal((n, m)).astype("float32")
     c = rng.standard_normal(n).astype("float32")
-    for out in _run(s, [A, C0, B], [a, c, np.full(n, np.nan, "float32")]):
+    for out in run_both(s, [A, C0, B], [a, c, np.full(n, np.nan, "float32")]):
         np.testing.assert_allclose(out[2], a.sum(axis=1) + 2 * c, rtol=1e-5, atol=1e-5)
 
 
@@ -45,7 +37,7 @@ def test_rfactor_of_a_max_with_a_constant_init_above_some_rows(rng):
     BF = s.rfactor(B, s[B].split(k, nparts=3)[0])
     a = rng.uniform(-1, 1, (6, 10)).astype("float32")
     a[2] -= 2.0                               # this row's max is below the init
-    for out in _run(s, [A, B], [a, np.full(6, np.nan, "float32")]):
+    for out in run_both(s, [A, B], [a, np.full(6, np.nan, "float32")]):
         np.testing.assert_allclose(out[1], np.maximum(a.max(axis=1), 0.5), rtol=1e-6)
     assert BF.op.body[0].init == () and B.op.body[0].init
 
@@ -76,7 +68,7 @@ def test_rfactor_of_a_tuple_reducer_with_init(rng):
     ii = np.tile(np.arange(m, dtype="int32"), (n, 1))
     want_v = np.maximum(a.max(axis=1), 0.0)
     want_i = np.where(a.max(axis=1) > 0, a.argmax(axis=1), -1)
-    for out in _run(s, [idx, A, T0, T1], [ii, a, np.zeros(n, "int32"), np.zeros(n, "float32")]):
+    for out in run_both(s, [idx, A, T0, T1], [ii, a, np.zeros(n, "int32"), np.zeros(n, "float32")]):
         np.testing.assert_array_equal(out[2], want_i)
         np.testing.assert_allclose(out[3], want_v, rtol=1e-6)
 

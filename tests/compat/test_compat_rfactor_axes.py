@@ -6,19 +6,11 @@ import pytest
 
 import tdsl as td
 import tdsl.interpreter
-import tvm
 from tdsl import ops
 from tdsl.errors import ScheduleError
 from tvm import te
 
-
-def _run(s, args, arrays):
-    """The interpreter and LLVM on copies of ``arrays``; both results."""
-    ref = [a.copy() for a in arrays]
-    tdsl.interpreter.run(tvm.lower(s, args), *ref)
-    got = [a.copy() for a in arrays]
-    tvm.build(s, args, "llvm")(*got)
-    return ref, got
+from .helpers import run_both
 
 
 def _red_stage(out):
@@ -39,7 +31,7 @@ def test_argmax_rfactor_in_tvm_order_keeps_the_first_index_on_ties(rng, shape):
     assert RF.op.reduce_axis[0] is k1 and RF.op.reduce_axis[1].var is ko.var
     x = rng.integers(0, 3, size=shape).astype("int32")
     x[0, -1] = x[4, 0] = 9      # the max twice: row 4 (ko 1) comes first in k1-major order
-    for out in _run(s, [X, Y], [x, np.zeros(1, "int64")]):
+    for out in run_both(s, [X, Y], [x, np.zeros(1, "int64")]):
         assert out[1][0] == np.argmax(x)
 
 
@@ -56,7 +48,7 @@ def test_tdsl_rfactor_keeps_the_loop_order(rng, m):
     RF = s.rfactor(R, ki)[0]        # a tuple reduction: one tensor per output
     assert RF.op.reduce_axis[0].var is ko.var and RF.op.reduce_axis[1] is k1
     x = rng.integers(0, 3, size=(m, 10)).astype("int32")
-    for out in _run(s, [X, Y], [x, np.zeros(1, "int64")]):
+    for out in run_both(s, [X, Y], [x, np.zeros(1, "int64")]):
         assert out[1][0] == np.argmax(x)
 
 
@@ -77,7 +69,7 @@ def test_rfactor_of_a_fused_reduction_keeps_the_other_axis(rng, n):
     assert BF.op.reduce_axis[0] is k3 and BF.op.reduce_axis[1].var is fo.var
     s[BF].unroll(k3)
     a = rng.standard_normal((n, 4, 5, 3)).astype("float32")
-    for out in _run(s, [A, B], [a, np.zeros(n, "float32")]):
+    for out in run_both(s, [A, B], [a, np.zeros(n, "float32")]):
         np.testing.assert_allclose(out[1], a.sum(axis=(1, 2, 3)), rtol=1e-4, atol=1e-4)
 
 

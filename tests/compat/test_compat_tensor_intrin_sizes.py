@@ -7,17 +7,10 @@ import pytest
 
 import tdsl as td
 import tdsl.interpreter
-import tvm
 from tdsl.errors import ScheduleError
 from tvm import te
 
-
-def _run(s, args, arrays):
-    ref = [a.copy() for a in arrays]
-    tdsl.interpreter.run(tvm.lower(s, args), *ref)
-    got = [a.copy() for a in arrays]
-    tvm.build(s, args, "llvm")(*got)
-    return ref, got
+from .helpers import run_both
 
 
 def _vmuladd():
@@ -53,7 +46,7 @@ def test_elementwise_intrinsic_over_a_size(rng, rows, factor):
     s[Z].tensorize(xi, intrin)
     x = rng.standard_normal((rows, 48)).astype("float32")
     y = rng.standard_normal((rows, 48)).astype("float32")
-    for out in _run(s, [X, Y, Z], [x, y, np.full((rows, 48), np.nan, "float32")]):
+    for out in run_both(s, [X, Y, Z], [x, y, np.full((rows, 48), np.nan, "float32")]):
         np.testing.assert_allclose(out[2], x * y + x, rtol=1e-6)
 
 
@@ -75,7 +68,7 @@ def test_reduction_intrinsic_over_two_sizes(rng, rows, depth):
     s[C].tensorize(ji, intrin)
     a = rng.standard_normal((N, K)).astype("float32")
     b = rng.standard_normal((J, K)).astype("float32")
-    for out in _run(s, [A, B, C], [a, b, np.full((N, J), np.nan, "float32")]):
+    for out in run_both(s, [A, B, C], [a, b, np.full((N, J), np.nan, "float32")]):
         np.testing.assert_allclose(out[2], a @ b.T, rtol=1e-4, atol=1e-4)
 
 
@@ -117,7 +110,7 @@ def test_tdsl_intrinsic_over_a_size_matches_loops_of_that_extent(rng):
     co, ci = s[C].split(C.op.axis[0], factor=6)
     s[C].tensorize(ci, intrin)
     x = rng.standard_normal(12).astype("float32")
-    for out in _run(s, [A, C], [x, np.full(12, np.nan, "float32")]):
+    for out in run_both(s, [A, C], [x, np.full(12, np.nan, "float32")]):
         np.testing.assert_allclose(out[1], 2 * x, rtol=1e-6)
 
 
