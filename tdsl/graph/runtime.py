@@ -54,6 +54,9 @@ class CompileReport:
     #: kernels built from a tuning record of ``db`` (their output stage names); empty
     #: without ``db``
     tuned: list = field(default_factory=list)
+    #: kernels ``db`` has no (replayable) record for: built with their default schedules
+    #: (said here once rather than warned per kernel)
+    untuned: list = field(default_factory=list)
 
     def __str__(self) -> str:
         changed = ", ".join(f"{k.replace('_', ' ')} {v}"
@@ -65,8 +68,10 @@ class CompileReport:
         if self.fallbacks:
             lines.append("run by PyTorch: " + ", ".join(f"{k} x{n}"
                                                        for k, n in self.fallbacks.items()))
-        if self.tuned:
-            lines.append(f"built from tuning records: {len(self.tuned)} kernels")
+        if self.tuned or self.untuned:
+            lines.append(f"built from tuning records: {len(self.tuned)} of "
+                         f"{len(self.tuned) + len(self.untuned)} kernels (the others: no "
+                         f"record in the database, default schedules)")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -297,6 +302,7 @@ class CompiledGraph:
             self._build_all(build_threads)
         if records is not None:
             self.report.tuned = list(records.hits)
+            self.report.untuned = list(records.misses)
         for k in self.kernels.values():
             self.report.fused.append((k.name, k.ops))
             if k.note:
@@ -436,7 +442,9 @@ def _apply_db(db: Any) -> Any:
     if db is None:
         return _NoDb()
     from tdsl import autotune
-    return autotune.apply_history_best(db)
+    # a model's kernels without records (shapes not tuned, elementwise glue) are normal:
+    # the compile report counts them instead of one warning each
+    return autotune.apply_history_best(db, warn_missing=False)
 
 
 def compile_graph(graph: Graph, target: Any = "llvm", db: Any = None,

@@ -53,6 +53,20 @@ def test_records_weights_and_compile_uses_them(tmp_path):
     assert tdsl.compile(model, (x,)).report.graph.tuned == []
 
 
+def test_kernels_without_records_are_counted_in_the_report_not_warned(tmp_path):
+    db = str(tmp_path / "other.db")
+    model, (x,), job = _tune(db)
+    other = torch.from_numpy(np.random.default_rng(5).uniform(-2, 2, (9, 12)).astype("float32"))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="apply_history_best")
+        em = tdsl.compile(model, (other,), options={"db": db})   # other shapes: no record
+    report = em.report.graph
+    assert report.tuned == [] and len(report.untuned) == len(job.tasks)
+    assert f"built from tuning records: 0 of {len(job.tasks)} kernels" in str(report)
+    np.testing.assert_allclose(em(other).detach().numpy(), model(other).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_dynamic_batch_tuned_at_example_size(tmp_path):
     db = str(tmp_path / "dyn.db")
     model, (x,), job = _tune(db, dynamic={0: "batch"})
