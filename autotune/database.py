@@ -55,7 +55,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from tdsl.errors import TuningError
+from tdsl.errors import ArgumentError, TuningError
 
 from .measure import MeasureErrorNo, bound_notes, median, spread
 from .record_check import check_costs, check_record, error_no
@@ -523,14 +523,24 @@ class Database:
 
     def contended(self, task_key: "str | None" = None) -> list[Record]:
         """The records (of a task) whose timing is marked contended."""
+        self._key("task_key", task_key)
         where = "WHERE EXISTS (SELECT 1 FROM contended c WHERE c.record_id = r.id)"
         if task_key is None:
             return self._rows(where)
         return self._rows(where + " AND r.task_key = ?", (task_key,))
 
     # ---- reading ---------------------------------------------------------------------------
+    def _key(self, what: str, value: Any, optional: bool = True) -> Any:
+        """``value`` when it is a str (or None where ``optional``), else an ``ArgumentError``
+        naming it (SQLite's own message was "the file is damaged")."""
+        if isinstance(value, str) or (optional and value is None):
+            return value
+        raise ArgumentError(f"tuning database {self.path!r}: {what} must be a string "
+                            f"(e.g. task.key), got {type(value).__name__} {value!r:.60}")
+
     def records_after(self, task_key: str, after_id: int) -> list[Record]:
         """The records of a task stored after row ``after_id`` (by any process)."""
+        self._key("task_key", task_key, optional=False)
         return self._rows("WHERE r.task_key = ? AND r.id > ?", (task_key, int(after_id)))
 
     def _rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Record]:
@@ -586,6 +596,8 @@ class Database:
 
     def records(self, task_key: "str | None" = None, target: "str | None" = None) -> list[Record]:
         """The well-formed records (of one task and/or target), oldest first."""
+        self._key("task_key", task_key)
+        self._key("target", target)
         where, params = [], []
         if task_key is not None:
             where.append("r.task_key = ?")
@@ -598,14 +610,17 @@ class Database:
 
     def by_workload(self, workload: str) -> list[Record]:
         """Records of every size of one computation and target (see ``Task.workload``)."""
+        self._key("workload", workload, optional=False)
         return self._rows("WHERE r.workload = ?", (workload,))
 
     def measured_hashes(self, task_key: str) -> set[str]:
+        self._key("task_key", task_key, optional=False)
         with self._guard("cannot read records"):
             return {r[0] for r in self._conn.execute(
                 "SELECT prog_hash FROM records WHERE task_key = ?", (task_key,))}
 
     def count(self, task_key: "str | None" = None) -> int:
+        self._key("task_key", task_key)
         with self._guard("cannot read records"):
             if task_key is None:
                 return int(self._conn.execute("SELECT COUNT(*) FROM records").fetchone()[0])

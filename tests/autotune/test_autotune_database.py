@@ -369,3 +369,16 @@ def test_two_tuners_with_one_seed_never_measure_a_program_twice(tmp_path):
                   if r.error_no is not MeasureErrorNo.INSTANTIATION_ERROR]
     assert len(hashes) == len(set(hashes)) == measured     # nothing measured twice
     assert measured <= 12 + 3              # one budget (in-flight claims count), not two
+
+
+def test_a_key_of_the_wrong_type_is_an_argument_error_not_a_damaged_file(tmp_path):
+    from tdsl.errors import ArgumentError
+    with Database(str(tmp_path / "keys.db")) as db:
+        for call in (lambda: db.records(("a", "b")), lambda: db.records(target=3),
+                     lambda: db.by_workload(None), lambda: db.count(b"key"),
+                     lambda: db.measured_hashes(1), lambda: db.records_after(("k",), 0),
+                     lambda: db.contended(["k"])):
+            with pytest.raises(ArgumentError, match="must be a string") as info:
+                call()
+            assert "damaged" not in str(info.value)
+        assert db.records("no such task") == [] and db.count() == 0
