@@ -118,3 +118,30 @@ def test_bad_strings_are_refused():
     assert isinstance(e.value, RuntimeError)
     with pytest.raises(TDSLError, match="save_json: cannot save function"):
         tvm.ir.save_json(lambda i: i)
+
+
+class _ByGetattr:
+    """Pickles as ``getattr(owner, name)``, as some Pythons (3.11.2) pickle enum members."""
+
+    def __init__(self, owner, name):
+        self.owner, self.name = owner, name
+
+    def __reduce__(self):
+        return (getattr, (self.owner, self.name))
+
+
+def _as_json(obj) -> str:
+    from tdsl.compat.tvm.node_json import FORMAT, VERSION
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return json.dumps({"format": FORMAT, "version": VERSION,
+                       "pickle": base64.b64encode(data).decode("ascii")})
+
+
+def test_getattr_in_a_string_gives_enum_members_only():
+    from tdsl.dtype import DType
+    from tdsl.expr import Var
+    assert tvm.ir.load_json(_as_json(_ByGetattr(DType, "FLOAT32"))) is DType.FLOAT32
+    # a general getattr would walk from an allowed class to any function
+    for owner, name in ((Var, "__init__"), (DType, "__class__"), (DType, "mro")):
+        with pytest.raises(TDSLError, match="not an enum member"):
+            tvm.ir.load_json(_as_json(_ByGetattr(owner, name)))

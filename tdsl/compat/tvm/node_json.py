@@ -39,12 +39,26 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module == "builtins" and name in _BUILTINS:
             return super().find_class(module, name)
+        if module == "builtins" and name == "getattr":
+            return _enum_member     # some Pythons (3.11.2) pickle an enum member so
         if module in _ALLOWED:
             obj = super().find_class(module, name)
             if isinstance(obj, type):
                 return obj
         raise TDSLError(f"tvm.ir.load_json: the string names {module}.{name}, which is not a "
                         f"tdsl tensor-expression class; refused")
+
+
+def _enum_member(cls: Any, name: Any) -> Any:
+    """``getattr(cls, name)`` as a pickle of an enum member uses it, for the members of
+    the allowed classes only: a general ``getattr`` would let a crafted string walk from
+    an allowed class to any function."""
+    import enum
+    if isinstance(cls, type) and issubclass(cls, enum.Enum) and isinstance(name, str) \
+            and name in cls.__members__:
+        return cls[name]
+    raise TDSLError(f"tvm.ir.load_json: the string asks for {name!r:.40} of {cls!r:.60}, "
+                    f"which is not an enum member; refused")
 
 
 def save_json(node: Any) -> str:
