@@ -116,14 +116,14 @@ def _compile(source: str, arch: str, fmt: str, name: str) -> tuple[bytes, str]:
     if fmt not in ("ptx", "cubin"):
         raise NVRTCError(f"unknown output format {fmt!r}: use 'ptx' or 'cubin'")
     nv = _nvrtc()
-    version()   # a missing library is an NVRTCError here, not a loader exception below
+    ver = version()   # a missing library is an NVRTCError here, not a loader exception below
     number = arch_number(arch)
     gpu = f"compute_{number}" if fmt == "ptx" else f"sm_{number}"
     prog = _check(nv.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []),
                   "nvrtcCreateProgram")
     try:
         opts = [f"--gpu-architecture={gpu}".encode()] + [o.encode() for o in _OPTIONS]
-        if version() >= _NO_CACHE_SINCE:
+        if ver >= _NO_CACHE_SINCE:
             opts.append(b"--no-cache")
         if fmt == "cubin":      # -v: the spill counts (not in the cubin's attributes)
             opts.append(b"--ptxas-options=-v")
