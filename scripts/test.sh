@@ -24,6 +24,6 @@ for group in "tests/autotune tests/backends" \
              "tests/compat tests/frontend tests/fuzz tests/graph tests/integrations tests/ops" \
              "tests/schedule tests/tdsl tests/tutorials $(ls tests/test_*.py | tr '\n' ' ')"; do
     # shellcheck disable=SC2086  # the group is a list of paths
-    .venv/bin/python -m pytest -q -ra $group || status=$?
+    .venv/bin/python -m pytest -q -ra --durations=15 $group || status=$?
 done
 exit $status
