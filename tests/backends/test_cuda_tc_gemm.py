@@ -387,18 +387,32 @@ def _eight_warps():
 @pytest.mark.parametrize("M,N,K", [(256, 256, 64), (130, 264, 72)])
 def test_sweep_variants_match_numpy_under_the_emulator(M, N, K, monkeypatch):
     """Each variant at a size its tiles divide and at one they do not (row, column and k
-    tails: two column blocks, the second 8 columns wide)."""
+    tails: two column blocks, the second 8 columns wide); a matmul (B row layout), and at
+    the odd size also a bf16 dense with bias (B column layout, its copy loop over 256
+    threads)."""
     from tdsl.ops.schedules import cuda_tc
-    for n, cfg in enumerate(_eight_warps()):
+    g = np.random.default_rng(M)
+    for cfg in _eight_warps():
         monkeypatch.setattr(cuda_tc.schedule_tc, "__defaults__", (cfg,))
         f = _build(_matmul(M, N, K))
         assert f"tdsl_tc_gemm<false, true, {cfg.bm}, {cfg.bn}, {cfg.wm}, {cfg.wn}, " \
                f"{cfg.stages}," in f.get_source()
-        g = np.random.default_rng(M + n)
         a, b = _rand(g, (M, K), "float16"), _rand(g, (K, N), "float16")
         c = np.full((M, N), np.nan, "float32")
         f.emulate(a, b, c)
         np.testing.assert_allclose(c, _f32(a) @ _f32(b), rtol=1e-5, atol=1e-5)
+    if M % 128 == 0:
+        return
+    X = td.placeholder((M, K), "bfloat16", name="X")
+    W = td.placeholder((N, K), "bfloat16", name="W")
+    bias = td.placeholder((N,), "float32", name="bias")
+    f = _build([X, W, bias, ops.dense(X, W, bias, out_dtype="float32")])
+    assert f"tdsl_tc_gemm<true, false, {cfg.bm}, {cfg.bn}," in f.get_source()
+    x, w = _rand(g, (M, K), "bfloat16"), _rand(g, (N, K), "bfloat16")
+    bv = g.standard_normal(N).astype("float32")
+    y = np.full((M, N), np.nan, "float32")
+    f.emulate(x, w, bv, y)
+    np.testing.assert_allclose(y, _f32(x) @ _f32(w).T + bv, rtol=1e-5, atol=1e-5)
 
 
 @needs_nvrtc
