@@ -28,10 +28,14 @@ from tdsl.ops.schedules.tc_config import CONFIGS, DEFAULT, TcConfig
 #: The default and the shapes to time beside it on the next GPU run (issue 26: HGEMM at
 #: 0.51x cuBLAS at 4096^3).  8 warps (256 threads) of 64 x 64 on a 128 x 256 block tile at
 #: 4 and 3 stages: each A tile feeds 4 warp columns (a quarter less global->shared traffic
-#: per MMA than 128 x 128).  Not more warps per SM: a 64 x 64 warp tile holds ~232+
-#: registers per thread, and the register file holds 8 such warps (README.md: static table).
-#: A 256 x 128 block of 8 warps is not expressible (a block has one thread per column).
-VARIANTS = [DEFAULT, TcConfig(128, 256, 64, 64, 4), TcConfig(128, 256, 64, 64, 3)]
+#: per MMA than 128 x 128), but not more warps per SM: a 64 x 64 warp tile holds ~240-255
+#: registers per thread and the register file holds 8 such warps (README.md: static table).
+#: More resident warps need smaller warp tiles: 64 x 128 with 32 x 64 warp tiles, 3 blocks
+#: of 4 warps per SM.  A 256 x 128 block of 8 warps is not expressible (a block has one
+#: thread per column).
+VARIANTS = [DEFAULT, TcConfig(128, 256, 64, 64, 4), TcConfig(128, 256, 64, 64, 3),
+            TcConfig(64, 128, 32, 64, 4)]
+
 
 @contextmanager
 def tile_shape(cfg: Any) -> Iterator[None]:
