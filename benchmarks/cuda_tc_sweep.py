@@ -8,11 +8,12 @@ builds ``ops.matmul`` (fp32 accumulation and output) with the default CUDA sched
 that shape, checks the result against PyTorch in fp32, and times it (CUDA graph replay,
 median of 5) beside PyTorch's own half-precision product, interleaved.  One row per shape:
 time, TFLOP/s, ratio to PyTorch; the fastest shape per size last.  It is how the default
-shape (``tc_config.DEFAULT``) is chosen.  ``--variants`` times every shape once per
-mainloop (``tc_config.MAINLOOPS``: the default "frag" and the first, "basic", whose keys end
-in ``/basic``), the two rows side by side, and the fastest shape per mainloop last: the
-comparison of the two mainloops in one run.  ``--build-only`` builds every shape for sm_90
-without a GPU (a check that the script runs).  Exits 2 without a GPU.
+shape (``tc_config.DEFAULT``) is chosen.  ``--variants`` times only ``VARIANTS``: the
+default and the candidates the next GPU run should compare with it (a short run).
+``--build-only`` needs no GPU: it assembles each shape for sm_80 and sm_90 (NVRTC) and
+prints its static figures (registers, spilled bytes, shared memory per block, threads,
+blocks and warps per SM and what limits them: ``backends/cuda/static``).  Exits 2 without
+a GPU otherwise.
 """
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ import statistics
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+from tdsl.ops.schedules.tc_config import CONFIGS, DEFAULT, TcConfig
+
+#: The default and the shapes to time beside it on the next GPU run (issue 26: HGEMM at
+#: 0.51x cuBLAS at 4096^3).  8 warps (256 threads) of 64 x 64 on a 128 x 256 block tile at
+#: 4 and 3 stages: each A tile feeds 4 warp columns (a quarter less global->shared traffic
+#: per MMA than 128 x 128), but not more warps per SM: a 64 x 64 warp tile holds ~240-255
+#: registers per thread and the register file holds 8 such warps (README.md: static table).
+#: More resident warps need smaller warp tiles: 64 x 128 with 32 x 64 warp tiles, 3 blocks
+#: of 4 warps per SM.  A 256 x 128 block of 8 warps is not expressible (a block has one
+#: thread per column).
+VARIANTS = [DEFAULT, TcConfig(128, 256, 64, 64, 4), TcConfig(128, 256, 64, 64, 3),
+            TcConfig(64, 128, 32, 64, 4)]
 
 
 @contextmanager
@@ -46,6 +60,15 @@ def build(n: int, dtype: str, cfg: Any, arch: str) -> Any:
     return td.build(s, [A, B, C], target=f"cuda -arch={arch}")
 
 
+def static_row(cfg: TcConfig, f: Any, arch: str) -> str:
+    """One row of the static figures of ``f`` (the matmul built with ``cfg`` for ``arch``)."""
+    from tdsl.backends.cuda.static import analyze
+    (ks,) = analyze(f, arch, occupancy_archs=(arch,))
+    occ = ks.occupancy[arch]
+    return (f"{cfg.key():<22}{arch:>6}{ks.registers:>6}{ks.spill_bytes:>8}{ks.shared_bytes:>8}"
+            f"{ks.threads:>8}{occ.blocks_per_sm:>7}{occ.warps_per_sm:>9}  {occ.limiter}")
+
+
 def main(argv: "list[str] | None" = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192])
@@ -53,18 +76,15 @@ def main(argv: "list[str] | None" = None) -> int:
     p.add_argument("--build-only", action="store_true")
     p.add_argument("--only", default="", help="the tile shapes whose key contains this")
     p.add_argument("--variants", action="store_true",
-                   help="each shape with every mainloop (tc_config.MAINLOOPS), side by side")
+                   help="only the default and the candidate shapes (VARIANTS)")
     a = p.parse_args(argv)
-    from dataclasses import replace
-
-    from tdsl.ops.schedules.tc_config import CONFIGS, MAINLOOPS
-    loops = MAINLOOPS if a.variants else (CONFIGS[0].mainloop,)
-    CONFIGS = [replace(c, mainloop=m) for c in CONFIGS for m in loops]
-    CONFIGS = [c for c in CONFIGS if a.only in c.key()]
+    configs = [c for c in (VARIANTS if a.variants else CONFIGS) if a.only in c.key()]
     if a.build_only:
-        for cfg in CONFIGS:
-            build(a.sizes[0], a.dtype, cfg, "sm_90").cubin()
-            print(f"{cfg.key():<28} built", flush=True)
+        print(f"{'tile shape':<22}{'arch':>6}{'regs':>6}{'spill B':>8}{'smem B':>8}"
+              f"{'threads':>8}{'blk/SM':>7}{'warps/SM':>9}  limiter", flush=True)
+        for cfg in configs:
+            for arch in ("sm_80", "sm_90"):
+                print(static_row(cfg, build(a.sizes[0], a.dtype, cfg, arch), arch), flush=True)
         return 0
     import torch
     if not torch.cuda.is_available():
@@ -91,8 +111,8 @@ def main(argv: "list[str] | None" = None) -> int:
     for n in a.sizes:
         x, y = (torch.randn(n, n, device=dev).to(tdt) for _ in range(2))
         want = x.float() @ y.float()
-        best: dict = {}
-        for cfg in CONFIGS:
+        best: "tuple[float, str] | None" = None
+        for cfg in configs:
             try:
                 f = build(n, a.dtype, cfg, arch)
                 res = torch.empty(n, n, device=dev)
@@ -110,12 +130,13 @@ def main(argv: "list[str] | None" = None) -> int:
                 mo, mt = statistics.median(ours), statistics.median(theirs)
                 print(f"{n:>6} {cfg.key():<28}{mo * 1e3:9.3f}{2 * n ** 3 / mo / 1e12:9.1f}"
                       f"{mt * 1e3:10.3f}{mo / mt:7.2f}", flush=True)
-                if cfg.mainloop not in best or mo < best[cfg.mainloop][0]:
-                    best[cfg.mainloop] = (mo, cfg.key())
+                if best is None or mo < best[0]:
+                    best = (mo, cfg.key())
             except Exception as e:  # noqa: BLE001 - report the shape and go on
                 print(f"{n:>6} {cfg.key():<28} FAILED: {type(e).__name__}: {e}".splitlines()[0],
                       flush=True)
-        for mo, key in best.values():
+        if best is not None:
+            mo, key = best
             print(f"best {n}: {key} {mo * 1e3:.3f} ms {2 * n ** 3 / mo / 1e12:.1f} TFLOP/s",
                   flush=True)
     return 0

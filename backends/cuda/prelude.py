@@ -218,7 +218,7 @@ def wmma_prelude(functions: set[str]) -> str:
 
 def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = None) -> str:
     """The prelude for a source whose kernels use ``helpers`` ("half", "bf16", "floordiv", "f2i",
-    "shared", "raw", "vector", "async", "wmma", "tc_gemm", "tc_gemm_basic")."""
+    "shared", "raw", "vector", "async", "wmma", "tc_gemm")."""
     parts = [_HEADER.format(target=target)]
     if "half" in helpers or "wmma" in helpers:
         parts.append(_HALF)
@@ -242,7 +242,7 @@ def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = 
         parts.append(_ASYNC)
     if "wmma" in helpers:
         parts.append(wmma_prelude(wmma_functions or set()))
-    if "tc_gemm" in helpers or "tc_gemm_basic" in helpers:
+    if "tc_gemm" in helpers:
         from .tc_kernel import helper
-        parts.append(helper("tc_gemm" in helpers, "tc_gemm_basic" in helpers))
+        parts.append(helper())
     return "\n\n".join(parts) + "\n"

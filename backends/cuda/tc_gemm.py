@@ -15,8 +15,8 @@ accumulator replaced by the value).  So bias, activation and cast run on the reg
 and the sizes stay whatever the IR says (constants or kernel parameters).
 The tile shape is the pragma's value (``tc_config.TcConfig.key()``, 1 for the default);
 a malformed or invalid one, or a threadIdx.x extent other than its columns, is refused.
-A key ending in ``/basic`` calls ``tdsl_tc_gemm_basic`` instead (``tc_kernel_basic.py``,
-the first mainloop, kept to compare; helper "tc_gemm_basic").
+A key naming a removed mainloop (``/basic``) is refused with the reason
+(``tc_config.REMOVED_MAINLOOPS``).
 
 Requirements checked here (a ``BuildError`` naming the kernel otherwise): A contiguous
 along k (its last index is ``k``), B contiguous along its columns (``B[.., k, j]``, the
@@ -235,7 +235,7 @@ def _replace_acc(e: Any, acc: Any, value: Var) -> Any:
 
 def render(r: Any, plan: TcPlan) -> None:
     """Emit the microkernel call for ``plan`` in place of its loop (``r``: KernelRenderer)."""
-    r.helpers.add("tc_gemm" if plan.cfg.mainloop == "frag" else "tc_gemm_basic")
+    r.helpers.add("tc_gemm")
     r.helpers.add("shared")
     r.use_type(plan.a.dtype)
     ctype = _DTYPES[plan.dtype]
@@ -285,6 +285,5 @@ def render(r: Any, plan: TcPlan) -> None:
         brow = "true" if plan.b_row else "false"
         c = plan.cfg
         shape = f"{c.bm}, {c.bn}, {c.wm}, {c.wn}, {c.stages}"
-        fn = "tdsl_tc_gemm" if c.mainloop == "frag" else f"tdsl_tc_gemm_{c.mainloop}"
-        r.emit(f"{fn}<{bf16}, {brow}, {shape}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, "
+        r.emit(f"tdsl_tc_gemm<{bf16}, {brow}, {shape}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, "
                f"tc_rows, tc_K, tc_a_off, tc_b_off, tc_col_ok, tc_epilogue);")

@@ -79,11 +79,12 @@ def test_checked_shapes_are_valid_and_others_refused():
     for c in bad:
         assert c.error() is not None, c
     assert parse("128x128x16/w64x64/s4") is None and parse("junk") is None
-    # the checked shapes run the default mainloop; the basic one is reachable by its key
+    # the checked shapes run the mainloop; the removed "basic" one parses from its key
+    # (a tuning record's) to a config refused with the reason
     assert {c.mainloop for c in CONFIGS} == {"frag"}
     basic = TcConfig(mainloop="basic")
-    assert basic.error() is None and basic.key() == "128x128x32/w64x64/s4/basic"
-    assert parse(basic.key()) == basic
+    assert basic.key() == "128x128x32/w64x64/s4/basic" and parse(basic.key()) == basic
+    assert "removed" in basic.error()
     for key in ("128x128x32/w64x64/s4/frag", "128x128x32/w64x64/s4/basic/x",
                 "128x128x32/w64x64/s4/fast"):
         got = parse(key)
@@ -101,7 +102,8 @@ def test_a_malformed_pragma_value_is_refused():
     task = create_auto_task(args, target=SM80)
     trace = task.candidate(_tc_point(task, DEFAULT.key())).trace
     assert DEFAULT.key() in trace
-    for bad, why in [("128x128x32/w64x64/s9", "pipeline depth 9"), ("nonsense", "malformed")]:
+    for bad, why in [("128x128x32/w64x64/s9", "pipeline depth 9"), ("nonsense", "malformed"),
+                     ("128x128x32/w64x64/s4/basic", "'basic': the first mainloop was removed")]:
         sch = replay(trace.replace(DEFAULT.key(), bad), task.outputs)
         with pytest.raises(BuildError, match=f"tdsl_tc_gemm.*{bad}.*{why}"):
             td.build(sch, args, target=SM80)

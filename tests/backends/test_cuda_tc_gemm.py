@@ -14,7 +14,6 @@ import tdsl as td
 from tdsl import ops
 from tdsl.backends.cuda import EmulationError, SharedMemoryRaceError, nvrtc
 from tdsl.errors import BuildError
-from tdsl.ops.schedules.tc_config import MAINLOOPS
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(),
@@ -48,16 +47,6 @@ def _build(args, target="cuda"):
     return td.build(s, list(args), target=target)
 
 
-def _use_mainloop(monkeypatch, mainloop: str) -> str:
-    """The default schedule's tile shape with ``mainloop``; the kernel's name in the source."""
-    from dataclasses import replace
-
-    from tdsl.ops.schedules import cuda_tc
-    monkeypatch.setattr(cuda_tc.schedule_tc, "__defaults__",
-                        (replace(cuda_tc.DEFAULT, mainloop=mainloop),))
-    return "tdsl_tc_gemm<" if mainloop == "frag" else f"tdsl_tc_gemm_{mainloop}<"
-
-
 def _matmul(M, N, K, dt="float16"):
     A = td.placeholder((M, K), dt, name="A")
     B = td.placeholder((K, N), dt, name="B")
@@ -70,11 +59,9 @@ def _matmul(M, N, K, dt="float16"):
     (130, 72, 100, "float16"),      # tails everywhere; 200-byte rows: the element-wise fills
     (130, 72, 104, "bfloat16"),     # tails, aligned rows: cp.async + zero fill + partial chunks
 ])
-@pytest.mark.parametrize("mainloop", MAINLOOPS)
-def test_emulated_matmul_matches_numpy(M, N, K, dt, mainloop, monkeypatch):
-    call = _use_mainloop(monkeypatch, mainloop)
+def test_emulated_matmul_matches_numpy(M, N, K, dt):
     f = _build(_matmul(M, N, K, dt))
-    assert call in f.get_source()
+    assert "tdsl_tc_gemm<" in f.get_source()
     g = np.random.default_rng(M + K)
     a, b = _rand(g, (M, K), dt), _rand(g, (K, N), dt)
     c = np.full((M, N), np.nan, "float32")
@@ -138,16 +125,14 @@ def test_bf16_batch_matmul_and_fp16_cast_epilogue():
 
 @needs_gxx
 @pytest.mark.parametrize("drop", ["__syncthreads();", "tdsl_tc_wait<ST - 2>();"])
-@pytest.mark.parametrize("mainloop", MAINLOOPS)
-def test_emulator_checks_the_pipeline(drop, mainloop, monkeypatch):
+def test_emulator_checks_the_pipeline(drop):
     """The emulation tracks the pipeline: without the per-tile barrier a warp reads a stage
     another warp's copies are filling; without the wait a copy is read before it lands.
-    The per-tile one is the last in the source (the default mainloop has a first one before
-    its loop, for the first tile)."""
-    _use_mainloop(monkeypatch, mainloop)
+    The per-tile one is the last in the source (the mainloop has a first one before its
+    loop, for the first tile)."""
     f = _build(_matmul(64, 64, 256))
     src = f.get_source()
-    assert src.count(drop) == (2 if mainloop == "frag" else 1)
+    assert src.count(drop) == 2
     g = np.random.default_rng(0)
     a, b = _rand(g, (64, 256), "float16"), _rand(g, (256, 64), "float16")
     c = np.zeros((64, 64), "float32")
@@ -221,24 +206,22 @@ def test_assembles_to_ldmatrix_mma_cp_async_without_spills(arch, dt):
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("mainloop", MAINLOOPS)
-def test_fragments_are_loaded_one_k_step_ahead(mainloop, monkeypatch):
-    """The default mainloop double-buffers the fragments: the first k step's are loaded
-    before the loop, then each step loads the next one's (one more set of ldmatrix than
-    the two k steps of a tile: 3 x (4 A + 4 B) for the 64 x 64 warp tile); the basic one
-    loads each step's own (2 x 8).  Both B layouts."""
-    _use_mainloop(monkeypatch, mainloop)
+def test_fragments_are_loaded_one_k_step_ahead():
+    """The mainloop double-buffers the fragments: the first k step's are loaded before the
+    loop, then each step loads the next one's (one more set of ldmatrix than the two k
+    steps of a tile: 3 x (4 A + 4 B) for the 64 x 64 warp tile, where loading each step's
+    own would be 2 x 8).  Both B layouts."""
     X = td.placeholder((256, 4096), "float16", name="X")
     W = td.placeholder((4096, 4096), "float16", name="W")
     for args in (_matmul(256, 4096, 4096), [X, W, ops.dense(X, W, out_dtype="float32")]):
         ptx = _build(args, "cuda -arch=sm_80").ptx("sm_80")
-        assert ptx.count("ldmatrix.sync.aligned") == (24 if mainloop == "frag" else 16)
+        assert ptx.count("ldmatrix.sync.aligned") == 24
         assert ptx.count("mma.sync.aligned") == 64
 
 
-def _hand_scheduled(row_index):
+def _hand_scheduled(row_index, pragma=1):
     """A hand-written fp16 GEMM ``C[i, j] = sum_k A[row_index(i), k] * B[k, j]`` given the
-    loop nest the default schedule makes (cuda_tc.py) by hand, pragma included."""
+    loop nest the default schedule makes (cuda_tc.py) by hand, pragma (value) included."""
     A = td.placeholder((256, 64), "float16", name="A")
     B = td.placeholder((64, 128), "float16", name="B")
     k = td.reduce_axis((0, 64), name="k")
@@ -254,7 +237,7 @@ def _hand_scheduled(row_index):
     s[C].bind(bj, td.thread_axis("blockIdx.x"))
     s[C].bind(jj, td.thread_axis("threadIdx.x"))
     acc.compute_at(s[C], ii)
-    s[C].pragma(ii, "tdsl_tc_gemm", 1)
+    s[C].pragma(ii, "tdsl_tc_gemm", pragma)
     return s, [A, B, C]
 
 
@@ -273,6 +256,22 @@ def test_a_gather_along_the_rows_is_refused():
     s, args = _hand_scheduled(lambda i: i // 2)
     with pytest.raises(BuildError, match="tdsl_tc_gemm.*not affine"):
         td.build(s, args, target="cuda")
+
+
+def test_the_removed_basic_mainloop_is_refused_with_the_reason():
+    """A pragma, tuning record or config naming the removed first mainloop ("/basic") is a
+    BuildError / ScheduleError saying it was removed and what to write instead."""
+    from tdsl.errors import ScheduleError
+    from tdsl.ops.schedules import cuda_gemm, cuda_tc
+    from tdsl.ops.schedules.tc_config import TcConfig
+    s, args = _hand_scheduled(lambda i: i, pragma="128x128x32/w64x64/s4/basic")
+    with pytest.raises(BuildError, match=r"s4/basic.*'basic'.*removed.*drop mainloop"):
+        td.build(s, args, target="cuda")
+    A, B, C = _matmul(64, 64, 64)
+    sch = td.create_schedule(C.op)
+    st = sch[C.op]
+    with pytest.raises(ScheduleError, match=r"tensor-core tile .*/s4/basic.*removed"):
+        cuda_tc.schedule_tc(sch, st, None, cuda_gemm._pack_of(sch, st), TcConfig(mainloop="basic"))
 
 
 needs_gpu = pytest.mark.skipif(not __import__("tdsl.backends.cuda", fromlist=["x"]).has_device(),
@@ -335,8 +334,9 @@ _LAYOUT_BODY = r'''
   for (int e = lane; e < 128; e += 32) tdsl_tc_st(sp, 256 + e, (tdsl_half)B[e]);
   __syncwarp();
   unsigned la[4], lb[4];
-  tdsl_tc_ldsm_x4(la, sp, (lane % 16) * 16 + (lane / 16) * 8);   // rows of A, two k halves
-  tdsl_tc_ldsm_x4_t(lb, sp, 256 + (lane % 16) * 8);               // k rows of B (x2, twice)
+  const auto sb = tdsl_tc_sbase(sp);                              // as the microkernel does
+  tdsl_tc_ldsm_x4(la, sb, (lane % 16) * 16 + (lane / 16) * 8);   // rows of A, two k halves
+  tdsl_tc_ldsm_x4_t(lb, sb, 256 + (lane % 16) * 8);               // k rows of B (x2, twice)
   float e[4] = {0.f, 0.f, 0.f, 0.f};
   tdsl_tc_mma<false>(e, la, lb[0], lb[1]);
   D[128 + g * 8 + 2 * t] = e[0]; D[128 + g * 8 + 2 * t + 1] = e[1];
@@ -364,3 +364,75 @@ def test_emulated_fragment_layouts_follow_the_ptx_isa():
     want = _f32(a.flat[:256].reshape(16, 16)) @ _f32(b.flat[:128].reshape(16, 8))
     np.testing.assert_allclose(d.flat[:128].reshape(16, 8), want, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(d.flat[128:256].reshape(16, 8), want, rtol=1e-6, atol=1e-6)
+
+
+# ---- the candidate shapes of the next GPU run (benchmarks/cuda_tc_sweep.py --variants) --------
+def _sweep():
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import cuda_tc_sweep
+    return cuda_tc_sweep
+
+
+def _variants():
+    """The sweep's non-default variants (checked shapes of ``CONFIGS``)."""
+    from tdsl.ops.schedules.tc_config import CONFIGS, DEFAULT
+    variants = _sweep().VARIANTS
+    assert variants[0] == DEFAULT and all(c in CONFIGS and c.error() is None for c in variants)
+    return variants[1:]
+
+
+@needs_gxx
+@pytest.mark.parametrize("M,N,K", [(256, 256, 64), (130, 264, 72)])
+def test_sweep_variants_match_numpy_under_the_emulator(M, N, K, monkeypatch):
+    """Each variant at a size its tiles divide and at one they do not (row, column and k
+    tails: 128 x 256 blocks leave a second column block 8 columns wide); a matmul (B row
+    layout), and at the odd size also a bf16 dense with bias on an 8-warp shape (B column
+    layout, its copy loop over 256 threads)."""
+    from tdsl.ops.schedules import cuda_tc
+    g = np.random.default_rng(M)
+    for cfg in _variants():
+        monkeypatch.setattr(cuda_tc.schedule_tc, "__defaults__", (cfg,))
+        f = _build(_matmul(M, N, K))
+        assert f"tdsl_tc_gemm<false, true, {cfg.bm}, {cfg.bn}, {cfg.wm}, {cfg.wn}, " \
+               f"{cfg.stages}," in f.get_source()
+        a, b = _rand(g, (M, K), "float16"), _rand(g, (K, N), "float16")
+        c = np.full((M, N), np.nan, "float32")
+        f.emulate(a, b, c)
+        np.testing.assert_allclose(c, _f32(a) @ _f32(b), rtol=1e-5, atol=1e-5)
+    if M % 128 == 0:
+        return
+    cfg = next(c for c in reversed(_variants()) if c.threads == 256)
+    monkeypatch.setattr(cuda_tc.schedule_tc, "__defaults__", (cfg,))
+    X = td.placeholder((M, K), "bfloat16", name="X")
+    W = td.placeholder((N, K), "bfloat16", name="W")
+    bias = td.placeholder((N,), "float32", name="bias")
+    f = _build([X, W, bias, ops.dense(X, W, bias, out_dtype="float32")])
+    assert f"tdsl_tc_gemm<true, false, {cfg.bm}, {cfg.bn}," in f.get_source()
+    x, w = _rand(g, (M, K), "bfloat16"), _rand(g, (N, K), "bfloat16")
+    bv = g.standard_normal(N).astype("float32")
+    y = np.full((M, N), np.nan, "float32")
+    f.emulate(x, w, bv, y)
+    np.testing.assert_allclose(y, _f32(x) @ _f32(w).T + bv, rtol=1e-5, atol=1e-5)
+
+
+@needs_nvrtc
+def test_sweep_variants_assemble_without_spills_and_report_their_shared_memory():
+    """sm_80 and sm_90 at 4096^3: no spill, at most 255 registers, at least the default's 8
+    warps per SM; the static report counts the tiles' dynamic shared memory per block (it
+    counted static shared memory only, so blocks per SM ignored the tiles), and a row of
+    the sweep's --build-only table."""
+    from tdsl.backends.cuda.static import analyze, occupancy
+    sweep = _sweep()
+    for cfg in _variants():
+        for arch in ("sm_80", "sm_90"):
+            f = sweep.build(4096, "float16", cfg, arch)
+            (ks,) = analyze(f, arch)
+            assert ks.spill_bytes == ks.frame_bytes == 0 and ks.registers <= 255, (cfg, ks)
+            assert ks.threads == cfg.threads and ks.shared_bytes == cfg.smem_bytes, (cfg, ks)
+            for a, occ in ks.occupancy.items():
+                assert occ == occupancy(a, ks.registers, cfg.smem_bytes, cfg.threads)
+                assert occ.warps_per_sm >= 8, (cfg, a, occ)
+            row = sweep.static_row(cfg, f, arch)
+            assert row.split()[:4] == [cfg.key(), arch, str(ks.registers), "0"], row

@@ -42,7 +42,7 @@ class KernelStatic:
     registers: int
     frame_bytes: int
     spill_bytes: int
-    shared_bytes: int
+    shared_bytes: int                 # per block, static + dynamic
     threads: int
     bank_ways: int                    # worst shared access (1: conflict free; 0: none)
     bank_site: str
@@ -80,11 +80,13 @@ def analyze(module: Any, arch: Optional[str] = None, sizes: "Mapping[str, int] |
         sites = warp_accesses(k, sizes)
         ways, wsite = _worst(sites, "shared", lambda q: conflict_ways(q))
         ratio, rsite = _worst(sites, "global", _ratio)
-        occ = {a: occupancy(a, r.registers, k.shared_bytes, threads) for a in occupancy_archs}
+        # static and dynamic (the tensor-core GEMM's tiles) shared memory: both are per block
+        shared = k.shared_bytes + k.dynamic_shared_bytes
+        occ = {a: occupancy(a, r.registers, shared, threads) for a in occupancy_archs}
         want, have, ins = instruction_findings(k, sm, ptx.get(k.name, ""),
                                                (sass or {}).get(k.name))
         ks = KernelStatic(k.name, arch, r.registers, r.frame_bytes,
-                          r.spill_stores + r.spill_loads, k.shared_bytes, threads, int(ways),
+                          r.spill_stores + r.spill_loads, shared, threads, int(ways),
                           wsite, round(ratio, 3), rsite, occ, _min_blocks(k), want, have,
                           [s.label for s in sites if s.unknown])
         ks.findings = (spill_findings({k.name: r}) + _site_findings(k.name, sites)

@@ -7,15 +7,15 @@ is the shape of that grid.  The schedule carries the config to the backend as th
 ``pragma(ii, "tdsl_tc_gemm", cfg.key())``; the backend parses it back (``parse``).
 
 ``CONFIGS`` is the set each of which is checked correct under the emulator and assembled
-by ptxas for sm_80 and sm_90 with no spill (``tests/backends/test_cuda_tc_gemm.py``); the
-auto-scheduler's tensor-core knob chooses among them.  As measured with the default
-mainloop (fragments double-buffered in registers; ptxas 12.9, fp16 4096^3 matmul and
-dense, sm_80 and sm_90): 158-186 registers per thread for the 64-row tiles, 232-255 for
-the 128-row ones, no spills (the basic mainloop: 122-160 and 204-248); 16-96 KiB of shared
-memory.  A 128-row tile holds 128 accumulators and 64 fragment registers per thread: 2
-blocks of 128 threads fit an SM's 64 Ki registers, 3 would need at most 168 per thread,
-out of reach with that tile (shared memory allows 3 at 3 stages).  A 256-row block tile
-(128 x 64 warp tiles: 256 accumulators per thread) would spill, so it is not offered.
+by ptxas for sm_80 and sm_90 with no spill (``tests/autotune/test_autotune_sketch_tc.py``);
+the auto-scheduler's tensor-core knob chooses among them.  As measured with the mainloop
+(fragments double-buffered in registers; ptxas 12.9, fp16 4096^3 matmul and dense, sm_80
+and sm_90): 158-186 registers per thread for the 64-row tiles, 232-255 for the 128-row
+ones, no spills; 16-96 KiB of shared memory.  A 128-row tile holds 128 accumulators and 64
+fragment registers per thread: 2 blocks of 128 threads fit an SM's 64 Ki registers, 3
+would need at most 168 per thread, out of reach with that tile (shared memory allows 3 at
+3 stages).  A 256-row block tile (128 x 64 warp tiles: 256 accumulators per thread) would
+spill, so it is not offered.
 """
 from __future__ import annotations
 
@@ -25,10 +25,16 @@ from typing import Any, Optional
 BK = 32
 #: Dynamic shared memory a block may opt in to, by the smallest arch the kernel runs on.
 SMEM_OPT_IN = 163 * 1024          # sm_80 (sm_90: 227 KiB)
-#: The mainloops of the kernel: "frag" (``tc_kernel.py``, the default: fragments
-#: double-buffered in registers, the next k step's ldmatrix in flight during this step's
-#: MMAs) and "basic" (``tc_kernel_basic.py``, the first version, for comparison).
-MAINLOOPS = ("frag", "basic")
+#: The mainloops of the kernel: "frag" (``tc_kernel.py``: fragments double-buffered in
+#: registers, the next k step's ldmatrix in flight during this step's MMAs) is the only one.
+MAINLOOPS = ("frag",)
+#: Mainloops that were removed, and why: a config, tuning record or pragma naming one is
+#: refused with this reason (``TcConfig.error``), never run with another loop silently.
+REMOVED_MAINLOOPS = {
+    "basic": "the first mainloop was removed: the fragment-pipelined one replaced it on every "
+             "measured shape (H200, fp16 4096^3: 263 -> 398 TFLOP/s); drop mainloop=\"basic\" "
+             "(the key suffix \"/basic\") to get the same tile shape with it",
+}
 #: fp32 accumulators per thread a warp tile may hold without spilling (64 x 64 / 32).
 MAX_ACC = 128
 
@@ -42,8 +48,8 @@ class TcConfig:
     wm: int = 64
     wn: int = 64
     stages: int = 4
-    #: the mainloop (``MAINLOOPS``): "frag" (default) or "basic" (the first one, kept to
-    #: compare: ``benchmarks/cuda_tc_sweep.py --variants``; not in ``CONFIGS``)
+    #: the mainloop (``MAINLOOPS``; a key names any other as a suffix, which ``error``
+    #: refuses with the reason: ``REMOVED_MAINLOOPS``)
     mainloop: str = "frag"
 
     @property
@@ -56,13 +62,17 @@ class TcConfig:
         return self.stages * (self.bm * BK + BK * self.bn) * 2
 
     def key(self) -> str:
-        """The pragma value, e.g. ``"128x128x32/w64x64/s4"`` (``".../s4/basic"`` for the
-        basic mainloop)."""
+        """The pragma value, e.g. ``"128x128x32/w64x64/s4"`` (a mainloop other than "frag"
+        as a suffix, ``".../s4/<mainloop>"``)."""
         tail = "" if self.mainloop == "frag" else f"/{self.mainloop}"
         return f"{self.bm}x{self.bn}x{BK}/w{self.wm}x{self.wn}/s{self.stages}{tail}"
 
     def error(self) -> Optional[str]:
         """Why the kernel cannot take this shape, None where it can."""
+        if self.mainloop in REMOVED_MAINLOOPS:
+            return f"mainloop {self.mainloop!r}: {REMOVED_MAINLOOPS[self.mainloop]}"
+        if self.mainloop not in MAINLOOPS:
+            return f"mainloop {self.mainloop!r} not in {', '.join(MAINLOOPS)}"
         if self.bn not in (64, 128, 256):
             return f"block tile columns {self.bn} not in 64, 128, 256 (threads = columns)"
         if self.bm % 16 or not 16 <= self.bm <= 256:
@@ -79,8 +89,6 @@ class TcConfig:
             return f"block tile {self.bm}x{self.bn}: A tile chunks do not split over threads"
         if not 2 <= self.stages <= 4:
             return f"pipeline depth {self.stages} not in 2..4"
-        if self.mainloop not in MAINLOOPS:
-            return f"mainloop {self.mainloop!r} not in {', '.join(MAINLOOPS)}"
         if self.smem_bytes > SMEM_OPT_IN:
             return f"{self.smem_bytes} bytes of shared memory exceed the sm_80 opt-in limit"
         return None
