@@ -296,8 +296,9 @@ class TensorRegion:
                                  f"a region's slices are contiguous (step 1)")
             begin = _region_index(tensor, d, 0 if ix.start is None else ix.start)
             end = tensor.shape[d] if ix.stop is None else _region_index(tensor, d, ix.stop)
+            from .arith import Analyzer
             self.begins.append(begin)
-            self.extents.append(end - begin)
+            self.extents.append(Analyzer().simplify(end - begin))
 
     def misuse(self) -> ShapeError:
         """The error of using the region as a value (``convert`` raises it)."""
@@ -318,7 +319,9 @@ class TensorRegion:
     __hash__ = None    # type: ignore[assignment]  # compared only to raise
 
     def __repr__(self) -> str:
-        parts = [repr(b) if e is None else f"{b!r}:{b!r}+{e!r}"
+        from .arith import Analyzer
+        ana = Analyzer()
+        parts = [repr(b) if e is None else f"{b!r}:{ana.simplify(b + e)!r}"
                  for b, e in zip(self.begins, self.extents)]
         return f"{self.tensor.name}[{', '.join(parts)}]"
 

@@ -27,7 +27,7 @@ from tdsl.schedule.tensorize import decl_tensor_intrin as _core_decl
 from tdsl.tensor import IterKind, IterVar, Range, Tensor, TensorRegion
 from tdsl.visitor import substitute, transform
 
-from .buffer import Buffer, BufferError, check_matches, decl_buffer
+from .buffer import Buffer, BufferError, check_matches, compact_strides, decl_buffer
 
 
 class TensorIntrin(_CoreIntrin):
@@ -40,6 +40,13 @@ class TensorIntrin(_CoreIntrin):
     reduce_init: Any = None
     reduce_update: Any = None
     scalar_params: list = []
+
+    def check_call(self, call: Any, where: str) -> None:
+        """At lowering: each region the call reads or writes must fit the buffer declared
+        for it, as TVM's buffer binding requires (``check_region``)."""
+        bufs = list(self.buffers)
+        for reg, buf in zip(list(call.inputs) + list(call.outputs), bufs):
+            check_region(reg, buf, self.size_map(), f"{where}: intrinsic '{self.name}'")
 
     def __call__(self, *args: Any, reduce_axis: Any = None, **kwargs: Any) -> "IntrinApplication":
         if kwargs:
@@ -78,6 +85,48 @@ def decl_tensor_intrin(op: Any, fcompute: "Callable | None" = None,
         else:
             intrin.body = result
     return intrin
+
+
+def check_region(reg: Any, buf: Buffer, sizes: dict, where: str) -> None:
+    """``reg`` (a window of a tdsl buffer) must fit ``buf`` (TVM's binding rules): the same
+    scope; along the intrinsic's dimensions, the region's strides equal the buffer's
+    constant strides, or its compact ones when it declares none (a symbolic stride takes
+    any); the region's first element a provable multiple of ``offset_factor``.  A
+    LoweringError naming the buffer otherwise."""
+    from tdsl.arith import Analyzer
+    from tdsl.errors import LoweringError
+    ana = Analyzer()
+    actual = reg.buffer.effective_strides()
+    scope = getattr(reg.buffer.scope, "value", reg.buffer.scope)
+    if buf.scope != scope:
+        raise LoweringError(f"{where}: buffer '{buf.name}' is declared in scope '{buf.scope}' "
+                            f"but the region {reg.buffer.name} is in '{scope}' (cache it there, "
+                            f"or declare the buffer's scope)")
+    shape = [ana.simplify(substitute(d, sizes)) for d in buf.shape]
+    want = [ana.simplify(substitute(x, sizes)) for x in buf.strides] if buf.strides \
+        else [ana.simplify(x) for x in compact_strides(shape)]
+    for d, j in enumerate(reg.axes):
+        if j is None or (not buf.strides and _is_one(shape[j])):
+            continue
+        w = ana.simplify(want[j])
+        if buf.strides and not isinstance(w, Const):
+            continue                    # a symbolic stride: any row stride is accepted
+        if not ana.can_prove(ana.simplify(actual[d] - w) == 0):
+            kind = "its strides" if buf.strides else "compact strides (no strides= given)"
+            raise LoweringError(f"{where}: buffer '{buf.name}' declares {kind} "
+                                f"{[str(x) for x in want]} but the region of "
+                                f"'{reg.buffer.name}' has stride {ana.simplify(actual[d])} along its "
+                                f"dimension {j}; declare strides=[te.var(...), ...]")
+    if buf.offset_factor > 1:
+        offset = ana.simplify(sum((m * s for m, s in zip(reg.mins, actual)), Const(0, "int64")))
+        if not ana.can_prove(ana.simplify(offset % buf.offset_factor) == 0):
+            raise LoweringError(f"{where}: buffer '{buf.name}' declares offset_factor="
+                                f"{buf.offset_factor} but the region of '{reg.buffer.name}' "
+                                f"starts at element {offset}, not provably a multiple of it")
+
+
+def _is_one(e: Any) -> bool:
+    return isinstance(e, Const) and e.value == 1
 
 
 class IntrinApplication:
