@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import contextvars
-import inspect
 from typing import Any
 
 import tdsl
 from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor,
-                  abs, all, any, ceil, comm_reducer, cos, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
-                  log10, max, max_value, min, min_value, power, reduce_axis, round,
+                  abs, all, any, ceil, comm_reducer, cos, erf, exp, exp2, floor, if_then_else,
+                  isnan, log, log2, log10, max, max_value, min, min_value, power, reduce_axis, round,
                   rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, trunc, var)
 from tdsl.expr import Expr, int_to_float_promotion
 

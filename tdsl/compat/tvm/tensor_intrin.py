@@ -40,13 +40,16 @@ class TensorIntrin(_CoreIntrin):
     reduce_init: Any = None
     reduce_update: Any = None
     scalar_params: list = []
+    #: per buffer: the layout fields lowering checks (None: all, for a buffer given in
+    #: ``binds``; for a default one, only those ``default_buffer_params`` set)
+    checked: list = []
 
     def check_call(self, call: Any, where: str) -> None:
         """At lowering: each region the call reads or writes must fit the buffer declared
         for it, as TVM's buffer binding requires (``check_region``)."""
-        bufs = list(self.buffers)
-        for reg, buf in zip(list(call.inputs) + list(call.outputs), bufs):
-            check_region(reg, buf, self.size_map(), f"{where}: intrinsic '{self.name}'")
+        regions = list(call.inputs) + list(call.outputs)
+        for reg, buf, fields in zip(regions, self.buffers, self.checked):
+            check_region(reg, buf, self.size_map(), f"{where}: intrinsic '{self.name}'", fields)
 
     def __call__(self, *args: Any, reduce_axis: Any = None, **kwargs: Any) -> "IntrinApplication":
         if kwargs:
@@ -69,14 +72,18 @@ def decl_tensor_intrin(op: Any, fcompute: "Callable | None" = None,
             raise BufferError(f"decl_tensor_intrin '{name}': binds names '{getattr(t, 'name', t)}'"
                               f", which is not an input or output of the intrinsic")
     params = dict(default_buffer_params or {})
-    buffers = []
+    buffers, checked = [], []
     for t in tensors:
         buf = next((b for u, b in binds.items() if u is t), None)
         if buf is None:
             buf = decl_buffer(t.shape, t.dtype.value, t.op.name, **params)
+            checked.append(frozenset(params))
+        else:
+            checked.append(None)
         check_matches(buf, t, f"decl_tensor_intrin '{name}'")
         buffers.append(buf)
     intrin.buffers = buffers
+    intrin.checked = checked
     if fcompute is not None:
         n_in = len(intrin.inputs)
         result = fcompute(buffers[:n_in], buffers[n_in:])
@@ -87,18 +94,20 @@ def decl_tensor_intrin(op: Any, fcompute: "Callable | None" = None,
     return intrin
 
 
-def check_region(reg: Any, buf: Buffer, sizes: dict, where: str) -> None:
+def check_region(reg: Any, buf: Buffer, sizes: dict, where: str,
+                 fields: "frozenset | None" = None) -> None:
     """``reg`` (a window of a tdsl buffer) must fit ``buf`` (TVM's binding rules): the same
     scope; along the intrinsic's dimensions, the region's strides equal the buffer's
     constant strides, or its compact ones when it declares none (a symbolic stride takes
     any); the region's first element a provable multiple of ``offset_factor``.  A
-    LoweringError naming the buffer otherwise."""
+    LoweringError naming the buffer otherwise.  ``fields`` limits the checks to those
+    layout fields (a default buffer: what ``default_buffer_params`` set); None: all."""
     from tdsl.arith import Analyzer
     from tdsl.errors import LoweringError
     ana = Analyzer()
     actual = reg.buffer.effective_strides()
     scope = getattr(reg.buffer.scope, "value", reg.buffer.scope)
-    if buf.scope != scope:
+    if (fields is None or "scope" in fields) and buf.scope != scope:
         raise LoweringError(f"{where}: buffer '{buf.name}' is declared in scope '{buf.scope}' "
                             f"but the region {reg.buffer.name} is in '{scope}' (cache it there, "
                             f"or declare the buffer's scope)")
@@ -106,6 +115,8 @@ def check_region(reg: Any, buf: Buffer, sizes: dict, where: str) -> None:
     want = [ana.simplify(substitute(x, sizes)) for x in buf.strides] if buf.strides \
         else [ana.simplify(x) for x in compact_strides(shape)]
     for d, j in enumerate(reg.axes):
+        if fields is not None and "strides" not in fields:
+            break
         if j is None or (not buf.strides and _is_one(shape[j])):
             continue
         w = ana.simplify(want[j])
@@ -115,9 +126,9 @@ def check_region(reg: Any, buf: Buffer, sizes: dict, where: str) -> None:
             kind = "its strides" if buf.strides else "compact strides (no strides= given)"
             raise LoweringError(f"{where}: buffer '{buf.name}' declares {kind} "
                                 f"{[str(x) for x in want]} but the region of "
-                                f"'{reg.buffer.name}' has stride {ana.simplify(actual[d])} along its "
-                                f"dimension {j}; declare strides=[te.var(...), ...]")
-    if buf.offset_factor > 1:
+                                f"'{reg.buffer.name}' has stride {ana.simplify(actual[d])} "
+                                f"along its dimension {j}; declare strides=[te.var(...), ...]")
+    if (fields is None or "offset_factor" in fields) and buf.offset_factor > 1:
         offset = ana.simplify(sum((m * s for m, s in zip(reg.mins, actual)), Const(0, "int64")))
         if not ana.can_prove(ana.simplify(offset % buf.offset_factor) == 0):
             raise LoweringError(f"{where}: buffer '{buf.name}' declares offset_factor="

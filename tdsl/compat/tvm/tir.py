@@ -178,7 +178,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tvm.tir' (tdsl.compat) has no attribute {name!r}")
 
 
-__all__ = ["Buffer", "decl_buffer", "ir_builder", "call_packed", "call_extern", "call_pure_extern", "const", "Select", "IntImm",
+__all__ = ["Buffer", "decl_buffer", "ir_builder",
+           "call_packed", "call_extern", "call_pure_extern", "const", "Select", "IntImm",
            "FloatImm", "Var", "SizeVar", "Cast", "cast",
            "indexdiv", "indexmod", "floordiv", "floormod", "truncdiv", "truncmod", "ceildiv",
            "div", "max", "min", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",
