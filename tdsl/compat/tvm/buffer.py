@@ -2,12 +2,12 @@
 intrinsic's function receives (one buffer per input and output) and builds its call with.
 
 A ``Buffer`` describes memory: shape, dtype, strides (symbolic ones mean "any row
-stride"), an element offset and its alignment factor.  tdsl's tensorized regions and
-bound arguments are windows of compact row-major tensors, so a buffer is checked against
-the tensor it stands for (same shape and dtype, strides that a compact tensor or a
-window of one can have); its layout fields are then descriptive.  ``binds=`` of
-``tvm.lower``/``build`` accepts only buffers that describe the compact tensor itself
-(``check_bind``): an argument with other strides or an offset is refused, naming it.
+stride"), an element offset and its alignment factor, a scope.  A tensor intrinsic's
+buffers are checked against the tensors they stand for when declared (same shape and
+dtype) and against each tensorized region when lowered (scope, strides, offset:
+``tensor_intrin.check_region``).  ``binds=`` of ``tvm.lower``/``build`` accepts only
+buffers that describe the compact argument tdsl passes (``check_bind``): another layout,
+an offset or another scope is refused, naming the buffer and the tensor.
 """
 from __future__ import annotations
 

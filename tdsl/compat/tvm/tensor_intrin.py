@@ -35,14 +35,14 @@ class TensorIntrin(_CoreIntrin):
     ``reduce_init``, ``reduce_update`` (what the declared function returned) and
     ``scalar_params``; calling it on slices inside ``te.compute`` applies it there."""
 
-    buffers: list = []
+    buffers: Sequence[Buffer] = ()
     body: Any = None
     reduce_init: Any = None
     reduce_update: Any = None
-    scalar_params: list = []
+    scalar_params: Sequence[Any] = ()
     #: per buffer: the layout fields lowering checks (None: all, for a buffer given in
     #: ``binds``; for a default one, only those ``default_buffer_params`` set)
-    checked: list = []
+    checked: Sequence[Any] = ()
 
     def check_call(self, call: Any, where: str) -> None:
         """At lowering: each region the call reads or writes must fit the buffer declared
