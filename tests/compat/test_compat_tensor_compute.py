@@ -263,3 +263,26 @@ def test_binds_of_lower_and_build(rng):
         for fn in (tvm.build, tvm.lower):
             with pytest.raises(TDSLError, match=f"buffer 'Ab'.*{why}"):
                 fn(s, [A, C], binds={A: buf})
+
+
+@pytest.mark.parametrize("block,rows", [(8, 3), (16, 2)])
+def test_intrinsic_over_sizes_applied_with_the_sizes_fixed_by_the_slices(rng, block, rows):
+    """An intrinsic declared over ``te.var`` sizes: the compute's inner extent and the
+    slices fix them (one declaration, two block sizes); sizes left open are refused."""
+    n, l = te.var("n"), te.var("l")
+    x = te.placeholder((n, l), name="x")
+    y = te.placeholder((l,), name="y")
+    r = te.reduce_axis((0, l), name="r")
+    z = te.compute((n,), lambda i: te.sum(x[i, r] * y[r], axis=r), name="z")
+    gemv = te.decl_tensor_intrin(z.op, name="gemv")
+    R = te.size_var("R")
+    A = te.placeholder((R, block, 12), name="A")
+    V = te.placeholder((12,), name="V")
+    C = te.compute((R, block), lambda i: gemv(A[i, 0:block, 0:12], V[0:12]), name="C")
+    s = te.create_schedule(C.op)
+    assert _tensorized(s, [A, V, C])
+    a, v = _rand(rng, (rows, block, 12)), _rand(rng, (12,))
+    for out in run_both(s, [A, V, C], [a, v, np.full((rows, block), np.nan, "float32")]):
+        np.testing.assert_allclose(out[2], a @ v, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ShapeError, match="would be both 12 and 6"):
+        te.compute((R, block), lambda i: gemv(A[i, 0:block, 0:12], V[0:6]), name="C")

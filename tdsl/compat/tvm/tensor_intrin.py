@@ -20,8 +20,8 @@ import inspect
 from typing import Any, Callable, Sequence
 
 import tdsl
-from tdsl.errors import ShapeError
-from tdsl.expr import Const, Expr, Reduce, TensorLoad
+from tdsl.errors import ScheduleError, ShapeError
+from tdsl.expr import Const, Expr, Reduce, TensorLoad, Var
 from tdsl.schedule.tensorize import TensorIntrin as _CoreIntrin
 from tdsl.schedule.tensorize import decl_tensor_intrin as _core_decl
 from tdsl.tensor import IterKind, IterVar, Range, Tensor, TensorRegion
@@ -201,23 +201,27 @@ def tensor_compute(shape: tuple, fcompute: Callable, name: str, tag: str,
                          f"to slices (intrin(A[i, 0:16], ...)), got {type(app).__name__}")
     intrin = app.intrin
     where = f"te.compute '{name}': intrinsic '{intrin.name}'"
-    if intrin.symbolic:
-        raise ShapeError(f"{where} is declared over sizes (te.var); inside te.compute its "
-                         f"extents must be numbers (or tensorize a compute over its sizes)")
     iop = intrin.op
     inner_shape = shape[k:]
-    if len(inner_shape) != len(iop.axis) or any(
-            _const(a) != _const(b.dom.extent) for a, b in zip(inner_shape, iop.axis)):
-        raise ShapeError(f"{where} computes a {[int(iv.dom.extent.value) for iv in iop.axis]} "
+    if len(inner_shape) != len(iop.axis):
+        raise ShapeError(f"{where} computes a {len(iop.axis)}-d block but the shape leaves "
+                         f"{list(inner_shape)} after the lambda's {k} axes")
+    smap = _bind_sizes(app, inner_shape, where) if intrin.symbolic else {}
+
+    def fixed(e: Any) -> "int | None":
+        return _const(substitute(e, smap))
+    if any(_const(a) != fixed(b.dom.extent) for a, b in zip(inner_shape, iop.axis)):
+        raise ShapeError(f"{where} computes a {[fixed(iv.dom.extent) for iv in iop.axis]} "
                          f"block but the shape leaves {list(inner_shape)} after the lambda's "
                          f"{k} axes")
     inner = [IterVar(Range(0, s), f"{iv.name}.i", IterKind.DATA_PAR)
              for s, iv in zip(inner_shape, iop.axis)]
-    ired = [IterVar(Range(0, iv.dom.extent), f"{iv.name}.i", IterKind.REDUCE)
+    ired = [IterVar(Range(0, fixed(iv.dom.extent)), f"{iv.name}.i", IterKind.REDUCE)
             for iv in iop.reduce_axis]
     amap = {iv.var: v.var for iv, v in zip(list(iop.axis) + list(iop.reduce_axis),
                                            inner + ired)}
-    loads = _region_loads(app, where)
+    amap.update(smap)
+    loads = _region_loads(app, where, smap)
 
     def pre(n: Any) -> Any:
         if isinstance(n, TensorLoad):
@@ -258,7 +262,28 @@ def _index_of(tensors: Sequence[Tensor], t: Tensor) -> int:
     return next(n for n, u in enumerate(tensors) if u is t)
 
 
-def _region_loads(app: IntrinApplication, where: str) -> list:
+def _bind_sizes(app: IntrinApplication, inner_shape: Sequence[Any], where: str) -> dict:
+    """The sizes (``te.var``) of an intrinsic declared over them, fixed by this application:
+    an output axis or input dimension whose extent is a bare size takes the compute's
+    inner extent or the slice's; every extent must then be a number (ShapeError)."""
+    intrin = app.intrin
+    pairs = [(iv.dom.extent, s) for iv, s in zip(intrin.op.axis, inner_shape)]
+    for reg, t in zip(app.regions, intrin.inputs):
+        pairs += list(zip(t.shape, [e for e in reg.extents if e is not None]))
+    sizes: dict = {}
+    for want, got in pairs:
+        n = _const(got)
+        if isinstance(want, Var) and n is not None and sizes.setdefault(want, n) != n:
+            raise ShapeError(f"{where}: its size '{want.name}' would be both {sizes[want]} "
+                             f"and {n}")
+    try:
+        return intrin.specialized(sizes).size_map()
+    except ScheduleError as e:
+        raise ShapeError(f"{where}: {e.reason}; applied inside te.compute, the slices and "
+                         f"the shape must fix every size of the intrinsic") from None
+
+
+def _region_loads(app: IntrinApplication, where: str, smap: dict) -> list:
     """Per intrinsic input: a function from the intrinsic's indices to the load of its
     slice; each slice's ranged dimensions, in order, are the input's dimensions."""
     out = []
@@ -267,9 +292,10 @@ def _region_loads(app: IntrinApplication, where: str) -> list:
         if reg.tensor.dtype != t.dtype:
             raise ShapeError(f"{where}: slice {reg!r} is {reg.tensor.dtype} but input "
                              f"'{t.name}' is {t.dtype}")
-        if len(ranged) != t.ndim or any(_const(a) != _const(b) for a, b in zip(ranged, t.shape)):
+        want = [_const(substitute(b, smap)) for b in t.shape]
+        if len(ranged) != t.ndim or any(_const(a) != b for a, b in zip(ranged, want)):
             raise ShapeError(f"{where}: slice {reg!r} has extents {list(ranged)} but input "
-                             f"'{t.name}' has shape {list(t.shape)}")
+                             f"'{t.name}' has shape {want}")
 
         def load(idx: list, reg: TensorRegion = reg) -> TensorLoad:
             it = iter(idx)
