@@ -43,6 +43,10 @@ class Schedule:
             self.stage_map[id(op)] = st
         for op in self.outputs:
             self.stage_map[id(op)].is_output = True
+        for st in self.stages:
+            if getattr(st.op, "intrin_region", None) is not None:
+                from .tensorize import tensorize_region
+                tensorize_region(st, *st.op.intrin_region)
         self._keepalive: list[Operation] = list(_topo_ops(self.outputs))
         #: ``(cond, schedule)`` pairs from ``specialize``, tried in order at run time
         self.variants: list[tuple[Any, "Schedule"]] = []

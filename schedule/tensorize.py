@@ -443,6 +443,18 @@ def tensorize(stage: "Stage", var: IterVar, intrin: TensorIntrin) -> None:
     stage.attr(var).tensor_intrin = intrin
 
 
+def tensorize_region(stage: "Stage", intrin: TensorIntrin, loops: Any, at: IterVar) -> None:
+    """A new stage of a compute whose inner axes ``intrin`` computes (``ComputeOp.
+    intrin_region``): order its loops as ``loops`` (a permutation of its axes) and tensorize
+    them from ``at`` inward.  Not a recorded primitive: it is the stage's default."""
+    loops = list(loops)
+    if sorted(map(id, loops)) != sorted(map(id, stage.leaf_iter_vars)):
+        raise ScheduleError("tensorize", stage.name, "the intrinsic region's loops are not the "
+                            "stage's axes", at.name)
+    stage.leaf_iter_vars[:] = loops
+    tensorize(stage, at, intrin)
+
+
 # ---- early refusals for primitives called after tensorize (lowering re-checks) -------------
 def check_outside_region(primitive: str, stage: "Stage", loops: list[IterVar]) -> None:
     """Refuse to split or fuse a loop inside a tensorized region: the intrinsic matches

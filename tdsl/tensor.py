@@ -131,6 +131,10 @@ class ComputeOp(Operation):
     #: True for a stage ``td.compute`` lifted out of another compute's body (``<name>.red0``):
     #: the schedule moves it with the stage that reads it (``schedule/attach.py``)
     lifted: bool = False
+    #: ``(intrin, loops, at)`` for a compute whose inner axes one tensor intrinsic computes
+    #: (TVM's TensorComputeOp, built by ``tdsl.compat.tvm``): a new schedule puts its loops
+    #: in the order ``loops`` and tensorizes them from ``at`` inward with ``intrin``
+    intrin_region: Any = None
 
     def __init__(self, name: str, tag: str, attrs: dict, axis: Sequence[IterVar],
                  body: Sequence[Expr], output_names: "Sequence[str] | None" = None):
@@ -194,11 +198,14 @@ class Tensor:
     def ndim(self) -> int:
         return len(self.shape)
 
-    def __getitem__(self, indices: Any) -> "TensorLoad | TensorSlice":
+    def __getitem__(self, indices: Any) -> "TensorLoad | TensorSlice | TensorRegion":
         """``A[i, j]``; ``A[i]`` of a 2-d tensor is a ``TensorSlice`` that ``[j]`` completes
-        (TVM's ``A[i][j]``)."""
+        (TVM's ``A[i][j]``); ``A[i, 0:16]`` is a ``TensorRegion``, the argument of a tensor
+        intrinsic applied inside a compute (TVM's TensorComputeOp)."""
         if not isinstance(indices, tuple):
             indices = (indices,)
+        if len(indices) == self.ndim and any(isinstance(i, slice) for i in indices):
+            return TensorRegion(self, indices)
         if 0 < len(indices) < self.ndim and not any(isinstance(i, slice) for i in indices):
             return TensorSlice(self, indices)
         return self(*indices)
@@ -264,6 +271,67 @@ class TensorSlice:
 
     def __repr__(self) -> str:
         return f"TensorSlice({self.tensor.name}, {len(self.indices)} of {self.tensor.ndim})"
+
+
+class TensorRegion:
+    """A rectangular window of a tensor, ``A[i, 0:16]``: per dimension a fixed index or a
+    slice ``begin:end``.  Only an argument of a tensor intrinsic applied inside a compute
+    (``intrin(A[i, 0:16], ...)``); any other use is a ShapeError."""
+
+    __slots__ = ("tensor", "begins", "extents")
+
+    def __init__(self, tensor: Tensor, indices: tuple):
+        self.tensor = tensor
+        #: per dimension: the first index read
+        self.begins: list[Expr] = []
+        #: per dimension: the slice's length, or None for a fixed index
+        self.extents: "list[Expr | None]" = []
+        for d, ix in enumerate(indices):
+            if not isinstance(ix, slice):
+                self.begins.append(_region_index(tensor, d, ix))
+                self.extents.append(None)
+                continue
+            if ix.step is not None and not (isinstance(ix.step, int) and ix.step == 1):
+                raise ShapeError(f"tensor '{tensor.name}': slice {d} has step {ix.step!r}; "
+                                 f"a region's slices are contiguous (step 1)")
+            begin = _region_index(tensor, d, 0 if ix.start is None else ix.start)
+            end = tensor.shape[d] if ix.stop is None else _region_index(tensor, d, ix.stop)
+            from .arith import Analyzer
+            self.begins.append(begin)
+            self.extents.append(Analyzer().simplify(end - begin))
+
+    def misuse(self) -> ShapeError:
+        """The error of using the region as a value (``convert`` raises it)."""
+        return ShapeError(f"tensor '{self.tensor.name}' is sliced ({self!r}): a slice is only an "
+                          f"argument of a tensor intrinsic applied inside a compute "
+                          f"(intrin(A[i, 0:16], ...)); index each element with loop variables")
+
+    def incomplete_index(self) -> ShapeError:
+        return self.misuse()
+
+    def _misuse(self, *_: Any) -> Any:
+        raise self.misuse()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _misuse
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _misuse
+    __neg__ = __bool__ = astype = __getitem__ = _misuse
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _misuse
+    __hash__ = None    # type: ignore[assignment]  # compared only to raise
+
+    def __repr__(self) -> str:
+        from .arith import Analyzer
+        ana = Analyzer()
+        parts = [repr(b) if e is None else f"{b!r}:{ana.simplify(b + e)!r}"
+                 for b, e in zip(self.begins, self.extents)]
+        return f"{self.tensor.name}[{', '.join(parts)}]"
+
+
+def _region_index(tensor: Tensor, d: int, ix: Any) -> Expr:
+    e = convert(ix, INDEX)
+    if not e.dtype.is_int:
+        raise DTypeError(f"tensor '{tensor.name}': index {d} has dtype {e.dtype}; indices "
+                         f"must be integers")
+    return e
 
 
 def _elementwise(name: str, op: str, swap: bool = False) -> Callable[[Tensor, Any], Any]:

@@ -85,4 +85,8 @@ def intrin_call(builder: Any, st: "Stage", leaves: list[IterVar], tpos: int,
         ext = [Const(intrin.extents[j], intrin.op.axis[j].dom.extent.dtype) if j is not None
                else Const(1, "int64") for j in match.out_dims]
         outputs.append(BufferRegion(buf, idx, ext, match.out_dims))
-    return IntrinCall(intrin, inputs, outputs, reset=False, update=True)
+    call = IntrinCall(intrin, inputs, outputs, reset=False, update=True)
+    check = getattr(intrin, "check_call", None)     # an intrinsic with declared buffers
+    if check is not None:
+        check(call, f"tensorize: stage '{st.name}', loop '{var.name}'")
+    return call

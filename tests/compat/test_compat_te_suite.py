@@ -180,12 +180,15 @@ def test_int_operands_of_float_operations_are_cast_as_in_tvm(rng, n):
         x[0] * v
 
 
-def test_tensor_compute_op_form_is_refused_by_name(rng):
-    """TVM's TensorComputeOp (a lambda over the leading axes applying an intrinsic to slices)
-    is named in the refusal; a lambda over every axis (or ``*i``) still builds."""
+def test_lambda_over_fewer_axes_without_an_intrinsic_is_refused_by_name(rng):
+    """A lambda over the leading axes must apply a tensor intrinsic to slices (TVM's
+    TensorComputeOp, tests/compat/test_compat_tensor_compute.py); anything else is named in
+    the refusal; a lambda over every axis (or ``*i``) still builds."""
     A = te.placeholder((4, 16), name="A")
-    with pytest.raises(tvm.TVMError, match=r"takes 1; .*TensorComputeOp.*tensorize"):
+    with pytest.raises(tvm.TVMError, match=r"takes 1; .*apply a tensor intrinsic to slices"):
         te.compute((4, 16), lambda i: A[i, 0:16])
+    with pytest.raises(tvm.TVMError, match=r"sliced .* only an argument of a tensor intrinsic"):
+        te.compute((4, 16), lambda i, j: A[i, 0:16] * 2.0)
     with pytest.raises(tvm.TVMError, match=r"lambda takes 2 argument"):
         te.compute((4,), lambda i, j: A[i, j])
     B = te.compute((4, 16), lambda *i: A(*i) * 3.0, name="B")

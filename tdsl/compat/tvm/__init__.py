@@ -26,12 +26,21 @@ __version__ = "0.19.0+tdsl"
 _LAZY = ("topi", "autotvm", "auto_scheduler", "transform", "ir", "driver", "error")
 
 
+def _check_binds(binds: Any, where: str) -> None:
+    """``binds={tensor: tir.decl_buffer(...)}``: accepted where the buffer describes the
+    compact row-major array tdsl passes (``buffer.check_bind``), else a BufferError."""
+    from .buffer import check_bind
+    for t, buf in dict(binds or {}).items():
+        if not isinstance(t, tdsl.Tensor):
+            raise TDSLError(f"{where}: binds keys are tensors, got {t!r}")
+        check_bind(t, buf, where)
+
+
 def lower(inputs: Any, args: "Sequence[Any] | None" = None, name: str = "main",
           binds: Any = None, simple_mode: bool = False) -> Any:
     """The loop IR of a schedule (``print`` it): a tdsl ``PrimFunc`` that also answers
     ``mod["main"]`` as TVM's ``IRModule`` does (``tvm.ir.IRModule``)."""
-    if binds:
-        raise TDSLError("tvm.lower: 'binds' (custom buffers) is not supported by tdsl.compat")
+    _check_binds(binds, "tvm.lower")
     if isinstance(inputs, tdsl.PrimFunc):
         return inputs
     from .ir import IRModule
@@ -45,8 +54,7 @@ def build(inputs: Any, args: "Sequence[Any] | None" = None, target: Any = None,
     ``target`` defaults to the ``with tvm.target.Target(...)`` in scope, else ``"llvm"``;
     ``target_host`` must be llvm (tdsl's hosts always are).
     """
-    if binds:
-        raise TDSLError("tvm.build: 'binds' (custom buffers) is not supported by tdsl.compat")
+    _check_binds(binds, "tvm.build")
     if target_host is not None and "llvm" not in str(target_host):
         raise TDSLError(f"tvm.build: target_host must be llvm, got {target_host}")
     if isinstance(target, dict):   # {"llvm": mod} or {target: mod}: one entry only

@@ -29,6 +29,7 @@ _ALLOWED = frozenset({
     "tdsl.dtype", "tdsl.expr", "tdsl.tensor", "tdsl.reduction", "tdsl.scan_op", "tdsl.opaque",
     "tdsl.extern_op", "tdsl.stmt", "tdsl.schedule.schedule", "tdsl.schedule.stage",
     "tdsl.schedule.relations", "tdsl.schedule.trace", "tdsl.compat.tvm.ir",
+    "tdsl.compat.tvm.schedule_record",
 })
 _BUILTINS = frozenset({"set", "frozenset"})
 

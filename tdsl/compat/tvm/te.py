@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import contextvars
-import inspect
 from typing import Any
 
 import tdsl
-from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor, TensorIntrin,
-                  abs, all, any, ceil, comm_reducer, cos,
-                  decl_tensor_intrin, erf, exp, exp2, floor, if_then_else, isnan, log, log2,
-                  log10, max, max_value, min, min_value, power, reduce_axis, round,
+from tdsl import (ComputeOp, IterVar, PlaceholderOp, Schedule, Stage, Tensor,
+                  abs, all, any, ceil, comm_reducer, cos, erf, exp, exp2, floor, if_then_else,
+                  isnan, log, log2, log10, max, max_value, min, min_value, power, reduce_axis, round,
                   rsqrt, scan, sigmoid, sin, size_var, sqrt, sum, tanh, trunc, var)
 from tdsl.expr import Expr, int_to_float_promotion
 
@@ -17,6 +15,7 @@ from . import te_schedule as schedule
 from . import te_tensor as tensor
 from .te_tensor import ExternOp, ScanOp
 from .te_schedule import create_schedule
+from .tensor_intrin import TensorIntrin, decl_tensor_intrin, lambda_arity, tensor_compute
 from .autodiff import gradient
 from .tir import (const, div, floordiv, floormod, indexdiv, indexmod, truncdiv, truncmod,
                   )
@@ -40,30 +39,16 @@ def placeholder(shape: Any, dtype: str = "float32", name: str = "placeholder") -
 def compute(shape: Any, fcompute: Any, name: str = "compute", tag: str = "",
             attrs: Any = None, varargs_names: Any = None) -> Any:
     """A computed tensor (``fcompute`` maps indices to the element); in its body an integer
-    operand of a float operation is cast to the float, as in TVM."""
+    operand of a float operation is cast to the float, as in TVM.  A lambda over fewer
+    axes than the shape applies a tensor intrinsic to slices (TVM's TensorComputeOp,
+    ``tensor_intrin.tensor_compute``)."""
     tag = tag or _TAG.get()
-    _refuse_tensor_compute(_shape(shape), fcompute)
+    shape = _shape(shape)
+    k = lambda_arity(fcompute)
     with int_to_float_promotion():      # TVM casts an int operand of a float operation
-        return tdsl.compute(_shape(shape), fcompute, name=name, tag=tag, attrs=attrs)
-
-
-def _refuse_tensor_compute(shape: Any, fcompute: Any) -> None:
-    """TVM's TensorComputeOp (``te.compute((n, 16), lambda i: intrin(A[i, 0:16]))``: a
-    lambda over the leading axes that calls a tensor intrinsic on slices) is not in tdsl;
-    say so rather than only that the argument count is off."""
-    try:
-        params = list(inspect.signature(fcompute).parameters.values())
-    except (TypeError, ValueError):
-        return
-    if [p for p in params if p.kind is p.VAR_POSITIONAL]:
-        return
-    k = len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
-    if 0 < k < len(shape):
-        raise tdsl.ShapeError(
-            f"te.compute: the shape has {len(shape)} dimension(s) but the lambda takes {k}; "
-            f"if this is TVM's form that applies a tensor intrinsic to slices of the last "
-            f"{len(shape) - k} (TensorComputeOp), tdsl.compat does not have it: write the "
-            f"body elementwise and use s[C].tensorize(loop, intrin)")
+        if k is not None and 0 < k < len(shape):
+            return tensor_compute(shape, fcompute, name, tag, attrs)
+        return tdsl.compute(shape, fcompute, name=name, tag=tag, attrs=attrs)
 
 
 def extern(shape: Any, inputs: Any, fcompute: Any, name: str = "extern", dtype: Any = None,

@@ -24,8 +24,19 @@ _INTERNAL = ("InferBound", "ScheduleOps", "Rebase", "PostProcessFeatures",
 def create_schedule(ops: Any) -> Schedule:
     """tdsl's ``create_schedule``, reporting an invalid ``compute_at`` (a stage attached to
     itself, a cycle, an output attached) when the schedule is lowered, as TVM does, and
-    ordering an rfactor stage's reduce axes as TVM does (the untouched ones first)."""
-    sch = _create_schedule(ops)
+    ordering an rfactor stage's reduce axes as TVM does (the untouched ones first).  Inside
+    ``PassContext(config={"te.keep_schedule_record": True})`` it keeps TVM's schedule
+    record (``schedule_record.py``)."""
+    from tdsl.tensor import Operation, Tensor
+    from .schedule_record import TVMSchedule
+    from .transform import PassContext
+    listed = list(ops) if isinstance(ops, (list, tuple)) else [ops]
+    listed = [o.op if isinstance(o, Tensor) else o for o in listed]
+    if not all(isinstance(o, Operation) for o in listed):
+        return _create_schedule(listed)     # its error names the bad entry
+    sch = TVMSchedule(listed)
+    sch.keep_schedule_record = bool(
+        PassContext.current().config.get("te.keep_schedule_record", False))
     sch.defer_attach_errors = True
     sch.rfactor_untouched_first = True
     return sch

@@ -19,6 +19,8 @@ from tdsl.bitwise import (bitwise_and, bitwise_not, bitwise_or, bitwise_xor, shi
 from tdsl.expr import (Add, And, Call, Cast, Const, Div, EQ, Expr, FloorDiv, FloorMod, GE, GT,
                        LE, LT, Max, Min, Mul, NE, Not, Or, Sub, Var, SizeVar)
 
+from .buffer import Buffer, decl_buffer, ir_builder
+
 IntImm = FloatImm = Const
 PrimExpr = Expr
 
@@ -148,15 +150,26 @@ def vscale() -> Any:
     return tdsl.size_var("vscale")
 
 
+#: TVM's TIR statement classes (a test of a lowered function's nodes): refused by name
+_TIR_STMTS = frozenset({"Stmt", "Evaluate", "For", "While", "IfThenElse", "SeqStmt", "LetStmt",
+                        "AttrStmt", "AssertStmt", "Allocate", "AllocateConst", "BufferStore",
+                        "BufferRealize", "ProducerStore", "ProducerRealize", "Prefetch",
+                        "DeclBuffer", "Block", "BlockRealize"})
+
+
 def __getattr__(name: str) -> Any:
     if name == "PrimFunc":
         from tdsl.stmt import PrimFunc
         return PrimFunc
-    if name in ("call_intrin", "call_llvm_intrin", "decl_buffer"):
+    if name in ("call_intrin", "call_llvm_intrin"):
         raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat (no TIR "
-                             f"intrinsic calls or custom buffers); see the README section "
-                             f"'Coming from TVM'")
-    if name in ("transform", "stmt_functor", "stmt", "ir_builder"):
+                             f"intrinsic calls); see the README section 'Coming from TVM'")
+    if name in _TIR_STMTS:
+        raise tdsl.TDSLError(f"tvm.tir.{name} is a TIR statement class: tdsl lowers to its own "
+                             f"IR (tdsl.stmt), not TVM's TIR, so a lowered function holds no "
+                             f"TIR statements to test for; see the README section 'Coming from "
+                             f"TVM'")
+    if name in ("transform", "stmt_functor", "stmt"):
         raise tdsl.TDSLError(f"tvm.tir.{name} is not supported by tdsl.compat: tdsl lowers to "
                              f"its own IR (tdsl.stmt), not TVM's TIR, so TIR passes, visitors "
                              f"and statement classes (tir.transform.prim_func_pass, "
@@ -165,7 +178,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tvm.tir' (tdsl.compat) has no attribute {name!r}")
 
 
-__all__ = ["call_packed", "call_extern", "call_pure_extern", "const", "Select", "IntImm",
+__all__ = ["Buffer", "decl_buffer", "ir_builder",
+           "call_packed", "call_extern", "call_pure_extern", "const", "Select", "IntImm",
            "FloatImm", "Var", "SizeVar", "Cast", "cast",
            "indexdiv", "indexmod", "floordiv", "floormod", "truncdiv", "truncmod", "ceildiv",
            "div", "max", "min", "exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tdsl.errors import TDSLError
 
 
 def lower(*args: Any, **kwargs: Any) -> Any:
@@ -21,11 +20,8 @@ def schedule_to_module(sch: Any, args: "Sequence[Any] | None" = None, name: str 
                        binds: Any = None) -> Any:
     """The lowered function of ``sch`` (TVM returns the IRModule before its passes; tdsl's
     lowering is one step, so this is ``tvm.lower``'s result)."""
-    if binds:
-        raise TDSLError("schedule_to_module: 'binds' (custom buffers) is not supported by "
-                        "tdsl.compat")
     from .. import lower as _lower
-    return _lower(sch, list(args or []), name=name)
+    return _lower(sch, list(args or []), name=name, binds=binds)
 
 
 __all__ = ["lower", "build", "schedule_to_module"]
