@@ -139,7 +139,17 @@ class TensorIntrin:
         if impl is not None:
             stmt = impl(call)
         elif "default" in self.impls:
-            stmt = self.impls["default"](list(call.inputs), list(call.outputs))
+            try:
+                stmt = self.impls["default"](list(call.inputs), list(call.outputs))
+            except (AttributeError, TypeError) as e:
+                # a TVM-style function (ins[0].access_ptr, ir_builder) given to the core API
+                raise ScheduleError(
+                    "tensorize", self.name,
+                    f"its function failed on tdsl's buffer regions ({type(e).__name__}: {e}): "
+                    f"the core decl_tensor_intrin calls it with BufferRegion inputs and "
+                    f"outputs and expects a loop-IR statement; a TVM-style function (buffers "
+                    f"with access_ptr, tir.ir_builder) belongs to "
+                    f"tdsl.compat.tvm.te.decl_tensor_intrin") from e
         else:
             return self.lower_fallback(call)
         if not isinstance(stmt, Stmt):

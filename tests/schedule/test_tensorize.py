@@ -551,3 +551,24 @@ def test_rfactor_after_tensorize_is_refused_at_lowering():
     with pytest.raises(td.LoweringError, match=r"tensorize: stage 'C', loop 'j.inner': the loop nest "
                        r"as finally scheduled \(loops \['j.inner', 'k.v'\].*no longer matches"):
         td.lower(s, [A, B, C])
+
+
+def test_a_tvm_style_function_given_to_the_core_intrinsic_is_a_clear_error():
+    """A TVM-style fcompute (``ins[0].access_ptr``) handed to ``td.decl_tensor_intrin`` fails
+    on tdsl's buffer regions: a ScheduleError naming the intrinsic and the compat API, not a
+    raw AttributeError from inside the backend."""
+    def tvm_style(ins, outs):
+        return ins[0].access_ptr("r")          # TVM's Buffer API, absent from BufferRegion
+
+    x = td.placeholder((8,), name="x")
+    y = td.placeholder((8,), name="y")
+    z = td.compute((8,), lambda i: x[i] * y[i] + x[i], name="z")
+    intrin = td.decl_tensor_intrin(z.op, tvm_style, name="vmuladd_tvm")
+    A = td.placeholder((32,), name="A")
+    B = td.placeholder((32,), name="B")
+    C = td.compute((32,), lambda i: A[i] * B[i] + A[i], name="C")
+    s = td.create_schedule(C.op)
+    _, xi = s[C].split(C.op.axis[0], factor=8)
+    s[C].tensorize(xi, intrin)
+    with pytest.raises(td.ScheduleError, match="vmuladd_tvm.*access_ptr.*tdsl.compat.tvm"):
+        td.build(s, [A, B, C], target="llvm")
