@@ -32,10 +32,13 @@ def calls_per_sample(fn: Callable[[], Any], min_sample_s: float) -> int:
 
 def interleaved(contenders: "dict[str, Callable[[], Any]]", rounds: int, min_sample_s: float,
                 settle_s: float = SETTLE_S, numbers: "dict[str, int] | None" = None,
-                max_rounds: "dict[str, int] | None" = None) -> dict[str, dict]:
+                max_rounds: "dict[str, int] | None" = None,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, dict]:
     """Seconds per call of each contender, per round: ``{name: {"median_s", "min_s",
     "samples_s", "calls_per_sample"}}``.  ``numbers`` fixes calls per sample for some
-    contenders; ``max_rounds`` caps the samples of slow ones."""
+    contenders; ``max_rounds`` caps the samples of slow ones.  ``clock``: what a sample
+    reads (``time.thread_time``: the calling thread's CPU time, for one-thread contenders
+    on a shared machine, where wall time counts the other processes' turns)."""
     numbers = dict(numbers or {})
     for name, fn in contenders.items():
         if name not in numbers:
@@ -49,9 +52,9 @@ def interleaved(contenders: "dict[str, Callable[[], Any]]", rounds: int, min_sam
             fn, k = contenders[name], numbers[name]
             rest(settle_s)
             fn()
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(k):
                 fn()
-            samples[name].append((time.perf_counter() - t0) / k)
+            samples[name].append((clock() - t0) / k)
     return {k: {"median_s": statistics.median(v), "min_s": min(v), "samples_s": v,
                 "calls_per_sample": numbers[k]} for k, v in samples.items()}

@@ -15,6 +15,10 @@ a tile: nothing of size seq_q x seq_k exists.  With ``causal``, the key blocks w
 the diagonal of a query block are skipped (the merge's ``where=``, hoisted by lowering's
 ``skip_idle_iterations``).  One query (decode): the query block is that query, each key's
 dot product runs in lanes along d (``rfactor``) and the exponentials along keys.
+
+Measured at one thread (AVX-512, 12 heads, d 64, thread CPU time): the non-causal kernel
+runs its multiply-adds at 87-91% of the rate OpenBLAS's sgemm reaches on the same core,
+1.1-1.2x PyTorch's SDPA at seq 512-4096 (``benchmarks/README.md``).
 """
 from __future__ import annotations
 
