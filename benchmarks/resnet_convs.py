@@ -128,8 +128,7 @@ def main() -> None:
     args = p.parse_args()
     if args.tiles:
         from tdsl.ops.schedules import llvm_conv
-        w, v, r = (int(t) for t in args.tiles.split(","))
-        llvm_conv.CONV_TILES = llvm_conv.ConvTiles(w, v, r)
+        llvm_conv.CONV_TILES = llvm_conv.ConvTiles(*(int(t) for t in args.tiles.split(",")))
     torch.set_num_threads(args.threads)
     cases = RESNET18 if args.model == "resnet18" else MOBILENET_V2
     rows = []

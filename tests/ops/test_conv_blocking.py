@@ -13,11 +13,12 @@ import tdsl as td
 from tdsl import ops
 from tdsl.ops.schedules.cpu import vector_tile
 from tdsl.ops.schedules.llvm import cpu_of, default_conv_tiles
-from tdsl.ops.schedules.llvm_conv import conv_width, panels_outer
+from tdsl.ops.schedules.llvm_conv import ConvTiles, conv_width, panels_outer, unrolls_taps
+from tdsl.stmt import For, ForKind
 from tdsl.target import as_target
 
 from .helpers import check, randn
-from .ir_count import allocations
+from .ir_count import allocations, nodes
 
 torch = pytest.importorskip("torch")
 
@@ -108,9 +109,39 @@ def test_conv_with_a_symbolic_batch(C, CO, HW, stride):
     f = td.build(ops.schedule(Y, "llvm"), [X, W, b, Y])
     w, wk = _weights(C, CO, 3, "HWIO")
     bb = randn(CO)
-    for N in (1, 3, 8):
+    for N in (1, 3, 8, 17):
         x = randn(N, C, HW, HW)
         check(f, [x, wk, bb], _ref(x, w, bb, stride, 1), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("K, stride, pad, dilation, HW", [
+    (2, 1, (0, 1, 1, 0), 1, 9),      # 2 taps (unrolled), asymmetric padding
+    (3, 1, 2, 2, 12),                # dilated 3x3: the unrolled taps 2 columns apart
+    (3, 2, (1, 0, 2, 1), 1, 16),     # stride 2, asymmetric padding
+    (5, 1, 2, 1, 10),                # 5 taps: stay a loop
+    (3, (1, 2), 1, (2, 1), 11),      # a stride and a dilation per axis
+])
+def test_conv_taps_match_torch(K, stride, pad, dilation, HW):
+    """Filters of 2, 3 and 5 taps, dilated and strided, each padding side its own: the tap
+    loop unrolled (up to ``unroll_taps``) or not, against PyTorch."""
+    N, C, CO = 3, 24, 40
+    X = td.placeholder((N, C, HW, HW), name="X")
+    W = td.placeholder((K, K, C, CO), name="W")
+    b = td.placeholder((CO,), name="b")
+    Y = ops.conv2d(X, W, stride=stride, padding=pad, dilation=dilation, kernel_layout="HWIO",
+                   bias=b, activation="relu")
+    f = td.build(ops.schedule(Y, "llvm"), [X, W, b, Y])
+    x, bb = randn(N, C, HW, HW), randn(CO)
+    w, wk = _weights(C, CO, K, "HWIO")
+    tx = torch.from_numpy(x)
+    if isinstance(pad, tuple):      # (top, left, bottom, right) -> F.pad's (l, r, t, b)
+        tx = torch.nn.functional.pad(tx, (pad[1], pad[3], pad[0], pad[2]))
+        tpad = 0
+    else:
+        tpad = pad
+    ref = torch.nn.functional.conv2d(tx, torch.from_numpy(w), torch.from_numpy(bb), stride,
+                                     tpad, dilation)
+    check(f, [x, wk, bb], torch.relu(ref).numpy(), rtol=1e-4, atol=1e-4 * C * K)
 
 
 # ---- the schedule it was meant to get ------------------------------------------------------
@@ -129,3 +160,25 @@ def test_each_task_packs_one_panel_once_at_batch_8():
     assert _pack_shape(func) == [128, 3, 3, bco]
     acc = _pack_shape(func, "T_conv2d_nhwc")
     assert acc[-2:] == [conv_width(7, TILES.width), bco]
+
+
+def _tap_loops(K):
+    s, args = _conv(2, 16, 32, K, 1, K // 2, 9, "HWIO")
+    return [f for f in nodes(td.lower(s, args), For) if f.var.name.startswith("rx")]
+
+
+def test_the_tap_loop_is_unrolled_up_to_the_tiles_bound():
+    """3 taps (ResNet's 3x3) unrolled around the register tile where the default tiles say
+    so (32 vector registers); 7 taps stay a loop; the choice itself by extent."""
+    assert TILES.unroll_taps >= 3 or CPU.vector_bits < 512
+    want = ForKind.UNROLLED if TILES.unroll_taps >= 3 else ForKind.SERIAL
+    loops = _tap_loops(3)       # 9 columns: a full and a partial (guarded) tile
+    assert loops and all(f.kind is want for f in loops)
+    loops = _tap_loops(7)
+    assert loops and all(f.kind is ForKind.SERIAL for f in loops)
+    tiles = ConvTiles(unroll_taps=3)
+    rx3 = td.reduce_axis((0, 3), name="rx")
+    assert unrolls_taps(rx3, tiles) and not unrolls_taps(rx3, ConvTiles(unroll_taps=0))
+    assert not unrolls_taps(td.reduce_axis((0, 1), name="rx"), tiles)
+    assert not unrolls_taps(td.reduce_axis((0, 5), name="rx"), tiles)
+    assert not unrolls_taps(td.reduce_axis((0, td.var("k")), name="rx"), tiles)
