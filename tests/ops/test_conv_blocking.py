@@ -118,11 +118,12 @@ def test_conv_with_a_symbolic_batch(C, CO, HW, stride):
     (2, 1, (0, 1, 1, 0), 1, 9),      # 2 taps (unrolled), asymmetric padding
     (3, 1, 2, 2, 12),                # dilated 3x3: the unrolled taps 2 columns apart
     (3, 2, (1, 0, 2, 1), 1, 16),     # stride 2, asymmetric padding
-    (5, 1, 2, 1, 10),                # 5 taps: stay a loop
+    (5, 1, 2, 1, 10),                # 5 taps
+    (9, 1, 4, 1, 12),                # 9 taps: stay a loop
     (3, (1, 2), 1, (2, 1), 11),      # a stride and a dilation per axis
 ])
 def test_conv_taps_match_torch(K, stride, pad, dilation, HW):
-    """Filters of 2, 3 and 5 taps, dilated and strided, each padding side its own: the tap
+    """Filters of 2, 3, 5 and 9 taps, dilated and strided, each padding side its own: the tap
     loop unrolled (up to ``unroll_taps``) or not, against PyTorch."""
     N, C, CO = 3, 24, 40
     X = td.placeholder((N, C, HW, HW), name="X")
@@ -168,13 +169,15 @@ def _tap_loops(K):
 
 
 def test_the_tap_loop_is_unrolled_up_to_the_tiles_bound():
-    """3 taps (ResNet's 3x3) unrolled around the register tile where the default tiles say
-    so (32 vector registers); 7 taps stay a loop; the choice itself by extent."""
-    assert TILES.unroll_taps >= 3 or CPU.vector_bits < 512
-    want = ForKind.UNROLLED if TILES.unroll_taps >= 3 else ForKind.SERIAL
-    loops = _tap_loops(3)       # 9 columns: a full and a partial (guarded) tile
-    assert loops and all(f.kind is want for f in loops)
-    loops = _tap_loops(7)
+    """3 and 7 taps (ResNet's 3x3 and its 7x7 stem) unrolled around the register tile where
+    the default tiles say so (32 vector registers); 9 taps stay a loop; the choice itself
+    by extent."""
+    assert TILES.unroll_taps >= 7 or CPU.vector_bits < 512
+    for k in (3, 7):
+        want = ForKind.UNROLLED if TILES.unroll_taps >= k else ForKind.SERIAL
+        loops = _tap_loops(k)       # 9 columns: a full and a partial (guarded) tile
+        assert loops and all(f.kind is want for f in loops), k
+    loops = _tap_loops(9)
     assert loops and all(f.kind is ForKind.SERIAL for f in loops)
     tiles = ConvTiles(unroll_taps=3)
     rx3 = td.reduce_axis((0, 3), name="rx")

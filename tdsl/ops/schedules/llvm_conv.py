@@ -20,14 +20,15 @@ class ConvTiles:
     (vectorized); output rows in chunks of ``rows`` per parallel task.  ``unroll_taps``: the
     filter's innermost tap loop (its width, ``kw``) is unrolled around the tile when ``kw`` is
     at most this (0: never): the micro-kernel's loop then runs once per input channel and
-    filter row instead of once per tap (3 trips), and the broadcasts of the taps' overlapping
-    input columns are shared.  ResNet-18's 3x3 convolutions at batch 8 ran 2-4% faster with it
-    (AVX-512, one thread, every stage; ``benchmarks/resnet_convs.py``)."""
+    filter row instead of once per tap (3 or 7 trips), and the broadcasts of the taps'
+    overlapping input columns are shared.  With it, ResNet-18's 3x3 convolutions at batch 8
+    ran 2-4% faster (every stage), its 7x7 stride-2 stem 3-10% (batch 1 and 8); a 5x5 one
+    (32 -> 64 at 28 x 28) the same (AVX-512, one thread; ``benchmarks/resnet_convs.py``)."""
 
     width: int = 8
     vectors: int = 2
     rows: int = 8
-    unroll_taps: int = 3
+    unroll_taps: int = 7
 
 
 CONV_TILES = ConvTiles()
