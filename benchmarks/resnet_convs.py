@@ -124,7 +124,8 @@ def main() -> None:
     p.add_argument("--only", default="", help="substring of the case names to run")
     p.add_argument("--gemm", action="store_true",
                    help="also time 1x1 stride-1 convolutions as the batched GEMM")
-    p.add_argument("--tiles", default="", help="width,vectors,rows: override the conv tiles")
+    p.add_argument("--tiles", default="",
+                   help="width,vectors,rows[,unroll_taps]: override the conv tiles")
     args = p.parse_args()
     if args.tiles:
         from tdsl.ops.schedules import llvm_conv
