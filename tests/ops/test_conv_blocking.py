@@ -239,7 +239,7 @@ ROWS_OUTER_CASES = [
     (3, 16, 96, 3, 2, 1, 1, 29),     # stride 2, odd size, a partial chunk of rows
     (2, 8, 80, 3, 1, (0, 1, 2, 1), 1, 19),   # asymmetric padding, 80 channels
     (2, 12, 64, 3, 1, 2, 2, 13),     # dilated
-    (3, 8, 64, 1, 2, 0, 1, 31),      # 1x1 stride 2, no padding (nothing padded per task)
+    (3, 8, 64, 1, 2, 1, 1, 31),      # 1x1 stride 2, padded
     (1, 8, 64, 5, 2, 2, 1, 21),      # 5 taps at stride 2
 ]
 

@@ -148,8 +148,9 @@ def _conv_sizes(attrs: dict, pack: Stage, oh: int, ow: int) -> "tuple[int, ...] 
 def rows_outer(attrs: dict, pack: "Stage | None", n: "int | None", oh: "int | None",
                ow: "int | None", bco: int, rows: int, threads: int, elem_bytes: int) -> bool:
     """Whether each parallel task takes one chunk of ``rows`` output rows of one image and
-    sweeps every filter panel over it (its input rows padded by the task, in cache), rather
-    than one (panel, row chunk): when re-reading the image's input once per panel (from
+    sweeps every filter panel over it (its input rows padded by the task, in cache: the
+    schedule asks only when there is padding), rather than one (panel, row chunk): when
+    re-reading the image's input once per panel (from
     memory: it is larger than ``ROWS_OUTER_IMAGE_BYTES``) costs more than re-reading the
     packed filter once per row chunk, and the chunks (of every image, or of one when the
     batch is symbolic) give each thread at least two tasks.  ResNet-18's 3x3 stride-2
@@ -203,8 +204,9 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
         oh_o, oh_i = write.split(oh, factor=rows)
         inner = [ow_i, co_i] if channels_last else [co_i, ow_i]
         outer = panels_outer(attrs, pack, OH, _ext(ow), bco, cpu.threads)
-        by_rows = not outer and rows_outer(attrs, pack, _ext(n), OH, _ext(ow), bco, rows,
-                                           cpu.threads, dt.bits // 8)
+        # (with an input to pad: unpadded, a 1x1 stride-2 64 -> 128 at 56 x 56 ran the same)
+        by_rows = not outer and pad is not None and rows_outer(
+            attrs, pack, _ext(n), OH, _ext(ow), bco, rows, cpu.threads, dt.bits // 8)
         if outer:
             # one task per filter panel, packed once and reused by every image and row
             write.reorder(co_o, n, oh_o, oh_i, ow_o, *inner)
