@@ -124,12 +124,12 @@ def main() -> None:
     p.add_argument("--only", default="", help="substring of the case names to run")
     p.add_argument("--gemm", action="store_true",
                    help="also time 1x1 stride-1 convolutions as the batched GEMM")
-    p.add_argument("--tiles", default="", help="width,vectors,rows: override the conv tiles")
+    p.add_argument("--tiles", default="",
+                   help="width,vectors,rows[,unroll_taps]: override the conv tiles")
     args = p.parse_args()
     if args.tiles:
         from tdsl.ops.schedules import llvm_conv
-        w, v, r = (int(t) for t in args.tiles.split(","))
-        llvm_conv.CONV_TILES = llvm_conv.ConvTiles(w, v, r)
+        llvm_conv.CONV_TILES = llvm_conv.ConvTiles(*(int(t) for t in args.tiles.split(",")))
     torch.set_num_threads(args.threads)
     cases = RESNET18 if args.model == "resnet18" else MOBILENET_V2
     rows = []

@@ -13,11 +13,14 @@ import tdsl as td
 from tdsl import ops
 from tdsl.ops.schedules.cpu import vector_tile
 from tdsl.ops.schedules.llvm import cpu_of, default_conv_tiles
-from tdsl.ops.schedules.llvm_conv import conv_width, panels_outer
+from tdsl.ops.schedules import llvm_conv
+from tdsl.ops.schedules.llvm_conv import (ConvTiles, conv_width, panels_outer, rows_outer,
+                                          unrolls_taps)
+from tdsl.stmt import For, ForKind
 from tdsl.target import as_target
 
 from .helpers import check, randn
-from .ir_count import allocations
+from .ir_count import allocations, nodes
 
 torch = pytest.importorskip("torch")
 
@@ -108,9 +111,40 @@ def test_conv_with_a_symbolic_batch(C, CO, HW, stride):
     f = td.build(ops.schedule(Y, "llvm"), [X, W, b, Y])
     w, wk = _weights(C, CO, 3, "HWIO")
     bb = randn(CO)
-    for N in (1, 3, 8):
+    for N in (1, 3, 8, 17):
         x = randn(N, C, HW, HW)
         check(f, [x, wk, bb], _ref(x, w, bb, stride, 1), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("K, stride, pad, dilation, HW", [
+    (2, 1, (0, 1, 1, 0), 1, 9),      # 2 taps (unrolled), asymmetric padding
+    (3, 1, 2, 2, 12),                # dilated 3x3: the unrolled taps 2 columns apart
+    (3, 2, (1, 0, 2, 1), 1, 16),     # stride 2, asymmetric padding
+    (5, 1, 2, 1, 10),                # 5 taps
+    (9, 1, 4, 1, 12),                # 9 taps: stay a loop
+    (3, (1, 2), 1, (2, 1), 11),      # a stride and a dilation per axis
+])
+def test_conv_taps_match_torch(K, stride, pad, dilation, HW):
+    """Filters of 2, 3, 5 and 9 taps, dilated and strided, each padding side its own: the tap
+    loop unrolled (up to ``unroll_taps``) or not, against PyTorch."""
+    N, C, CO = 3, 24, 40
+    X = td.placeholder((N, C, HW, HW), name="X")
+    W = td.placeholder((K, K, C, CO), name="W")
+    b = td.placeholder((CO,), name="b")
+    Y = ops.conv2d(X, W, stride=stride, padding=pad, dilation=dilation, kernel_layout="HWIO",
+                   bias=b, activation="relu")
+    f = td.build(ops.schedule(Y, "llvm"), [X, W, b, Y])
+    x, bb = randn(N, C, HW, HW), randn(CO)
+    w, wk = _weights(C, CO, K, "HWIO")
+    tx = torch.from_numpy(x)
+    if isinstance(pad, tuple):      # (top, left, bottom, right) -> F.pad's (l, r, t, b)
+        tx = torch.nn.functional.pad(tx, (pad[1], pad[3], pad[0], pad[2]))
+        tpad = 0
+    else:
+        tpad = pad
+    ref = torch.nn.functional.conv2d(tx, torch.from_numpy(w), torch.from_numpy(bb), stride,
+                                     tpad, dilation)
+    check(f, [x, wk, bb], torch.relu(ref).numpy(), rtol=1e-4, atol=1e-4 * C * K)
 
 
 # ---- the schedule it was meant to get ------------------------------------------------------
@@ -129,3 +163,119 @@ def test_each_task_packs_one_panel_once_at_batch_8():
     assert _pack_shape(func) == [128, 3, 3, bco]
     acc = _pack_shape(func, "T_conv2d_nhwc")
     assert acc[-2:] == [conv_width(7, TILES.width), bco]
+
+
+def _tap_loops(K):
+    s, args = _conv(2, 16, 32, K, 1, K // 2, 9, "HWIO")
+    return [f for f in nodes(td.lower(s, args), For) if f.var.name.startswith("rx")]
+
+
+def test_the_tap_loop_is_unrolled_up_to_the_tiles_bound():
+    """3 and 7 taps (ResNet's 3x3 and its 7x7 stem) unrolled around the register tile where
+    the default tiles say so (32 vector registers); 9 taps stay a loop; the choice itself
+    by extent."""
+    assert TILES.unroll_taps >= 7 or CPU.vector_bits < 512
+    for k in (3, 7):
+        want = ForKind.UNROLLED if TILES.unroll_taps >= k else ForKind.SERIAL
+        loops = _tap_loops(k)       # 9 columns: a full and a partial (guarded) tile
+        assert loops and all(f.kind is want for f in loops), k
+    loops = _tap_loops(9)
+    assert loops and all(f.kind is ForKind.SERIAL for f in loops)
+    tiles = ConvTiles(unroll_taps=3)
+    rx3 = td.reduce_axis((0, 3), name="rx")
+    assert unrolls_taps(rx3, tiles) and not unrolls_taps(rx3, ConvTiles(unroll_taps=0))
+    assert not unrolls_taps(td.reduce_axis((0, 1), name="rx"), tiles)
+    assert not unrolls_taps(td.reduce_axis((0, 5), name="rx"), tiles)
+    assert not unrolls_taps(td.reduce_axis((0, td.var("k")), name="rx"), tiles)
+
+
+# ---- row chunks outer: every panel swept over a chunk of rows padded in cache ---------------
+def _pack_stage(s):
+    return next(st for st in s.stages if st.op.name.endswith("_pack"))
+
+
+def test_rows_outer_where_the_image_outweighs_the_filter():
+    """ResNet-18's 3x3 stride-2 64 -> 128 at 56 x 56 (a 0.8 MiB image read by 4 panels of 32
+    channels, a 0.3 MiB filter): row chunks outer; its 64 -> 64 and 128 -> 128 stages and a
+    small image keep the panel-major order."""
+    s2 = {"stride": (2, 2), "dilation": (1, 1)}
+    s1 = {"stride": (1, 1), "dilation": (1, 1)}
+    s, _ = _conv(8, 64, 128, 3, 2, 1, 56, "HWIO")
+    assert rows_outer(s2, _pack_stage(s), 8, 28, 28, 32, 8, 2, 4)
+    assert rows_outer(s2, _pack_stage(s), None, 28, 28, 32, 8, 2, 4)    # symbolic batch
+    assert not rows_outer(s2, _pack_stage(s), 1, 28, 28, 32, 8, 16, 4)  # too few tasks
+    s, _ = _conv(8, 64, 64, 3, 1, 1, 56, "HWIO")
+    assert not rows_outer(s1, _pack_stage(s), 8, 56, 56, 32, 8, 2, 4)
+    s, _ = _conv(8, 128, 128, 3, 1, 1, 28, "HWIO")
+    assert not rows_outer(s1, _pack_stage(s), 8, 28, 28, 32, 8, 2, 4)
+    s, _ = _conv(8, 16, 128, 3, 2, 1, 56, "HWIO")                      # 0.2 MiB image
+    assert not rows_outer(s2, _pack_stage(s), 8, 28, 28, 32, 8, 2, 4)
+    assert not rows_outer(s2, None, 8, 28, 28, 32, 8, 2, 4)
+
+
+def test_rows_outer_pads_each_chunk_in_its_task():
+    """At the ResNet-18 size (batch 1): the padded input is allocated per task, the rows of
+    one chunk (8 output rows at stride 2: 17 input rows), not the whole padded image."""
+    s, args = _conv(1, 64, 128, 3, 2, 1, 56, "HWIO")
+    shape = _pack_shape(td.lower(s, args), "X_pad")
+    assert shape[:2] == [1, 64] and shape[2] == 17
+
+
+@pytest.fixture
+def always_rows_outer(monkeypatch):
+    """Every groups == 1 convolution takes row chunks outer (whatever its size and the
+    machine's thread count); the list of the sizes it was asked about."""
+    asked = []
+
+    def rows_outer_always(*args, **kwargs):
+        asked.append(args[2:5])
+        return True
+    monkeypatch.setattr(llvm_conv, "rows_outer", rows_outer_always)
+    return asked
+
+
+ROWS_OUTER_CASES = [
+    # N, C, CO, K, stride, pad, dilation, HW
+    (3, 16, 96, 3, 2, 1, 1, 29),     # stride 2, odd size, a partial chunk of rows
+    (2, 8, 80, 3, 1, (0, 1, 2, 1), 1, 19),   # asymmetric padding, 80 channels
+    (2, 12, 64, 3, 1, 2, 2, 13),     # dilated
+    (3, 8, 64, 1, 2, 1, 1, 31),      # 1x1 stride 2, padded
+    (1, 8, 64, 5, 2, 2, 1, 21),      # 5 taps at stride 2
+]
+
+
+@pytest.mark.parametrize("N, C, CO, K, stride, pad, dilation, HW", ROWS_OUTER_CASES)
+def test_rows_outer_matches_torch(always_rows_outer, N, C, CO, K, stride, pad, dilation, HW):
+    X = td.placeholder((N, C, HW, HW), name="X")
+    W = td.placeholder((K, K, C, CO), name="W")
+    b = td.placeholder((CO,), name="b")
+    Y = ops.conv2d(X, W, stride=stride, padding=pad, dilation=dilation, kernel_layout="HWIO",
+                   bias=b, activation="relu")
+    f = td.build(ops.schedule(Y, "llvm"), [X, W, b, Y])
+    assert always_rows_outer, "the schedule did not ask rows_outer"
+    x, bb = randn(N, C, HW, HW), randn(CO)
+    w, wk = _weights(C, CO, K, "HWIO")
+    tx = torch.from_numpy(x)
+    if isinstance(pad, tuple):
+        tx = torch.nn.functional.pad(tx, (pad[1], pad[3], pad[0], pad[2]))
+        pad = 0
+    ref = torch.nn.functional.conv2d(tx, torch.from_numpy(w), torch.from_numpy(bb), stride,
+                                     pad, dilation)
+    check(f, [x, wk, bb], torch.relu(ref).numpy(), rtol=1e-4, atol=1e-4 * C * K)
+
+
+def test_rows_outer_with_a_symbolic_batch(always_rows_outer):
+    n = td.var("n")
+    C, CO, HW = 16, 96, 23
+    X = td.placeholder((n, C, HW, HW), name="X")
+    W = td.placeholder((3, 3, C, CO), name="W")
+    b = td.placeholder((CO,), name="b")
+    Y = ops.conv2d(X, W, stride=2, padding=1, kernel_layout="HWIO", bias=b,
+                   activation="relu")
+    f = td.build(ops.schedule(Y, "llvm"), [X, W, b, Y])
+    assert always_rows_outer and always_rows_outer[0][0] is None     # the batch: symbolic
+    w, wk = _weights(C, CO, 3, "HWIO")
+    bb = randn(CO)
+    for N in (1, 3, 8, 17):
+        x = randn(N, C, HW, HW)
+        check(f, [x, wk, bb], _ref(x, w, bb, 2, 1), rtol=1e-4, atol=1e-3)

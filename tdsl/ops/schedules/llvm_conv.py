@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tdsl.schedule import Schedule, Stage
+from tdsl.tensor import IterVar
 
 from ..tags import OpKind
 from .cpu import (CPU, PARTIAL_TILE_COST, _ext, _fuse, _out_dtype, _vector_split,
@@ -16,17 +17,25 @@ from .llvm_matmul import _producer_of_kind
 @dataclass(frozen=True)
 class ConvTiles:
     """Register tile: ``width`` output columns (unrolled) x ``vectors * lanes`` output channels
-    (vectorized); output rows in chunks of ``rows`` per parallel task."""
+    (vectorized); output rows in chunks of ``rows`` per parallel task.  ``unroll_taps``: the
+    filter's innermost tap loop (its width, ``kw``) is unrolled around the tile when ``kw`` is
+    at most this (0: never): the micro-kernel's loop then runs once per input channel and
+    filter row instead of once per tap (3 or 7 trips), and the broadcasts of the taps'
+    overlapping input columns are shared.  With it, ResNet-18's 3x3 convolutions at batch 8
+    ran 2-4% faster (every stage), its 7x7 stride-2 stem 3-10% (batch 1 and 8); a 5x5 one
+    (32 -> 64 at 28 x 28) the same (AVX-512, one thread; ``benchmarks/resnet_convs.py``)."""
 
     width: int = 8
     vectors: int = 2
     rows: int = 8
+    unroll_taps: int = 7
 
 
 CONV_TILES = ConvTiles()
 #: With 16 vector registers: 4 columns x 2 vectors (8 accumulators); 8 x 2 spills there
-#: (conv2d 3x3 64->64 at 56x56 ran 2.4x slower with it on AVX2).
-CONV_TILES_16REGS = ConvTiles(width=4, vectors=2, rows=8)
+#: (conv2d 3x3 64->64 at 56x56 ran 2.4x slower with it on AVX2).  The taps stay a loop
+#: there: unrolled, their shared broadcasts would compete for the 16 registers (unmeasured).
+CONV_TILES_16REGS = ConvTiles(width=4, vectors=2, rows=8, unroll_taps=0)
 
 
 def default_conv_tiles(cpu: CPU) -> ConvTiles:
@@ -91,6 +100,13 @@ def conv_width(ow: "int | None", width: int) -> int:
     return best[1]
 
 
+def unrolls_taps(rx: IterVar, tiles: ConvTiles) -> bool:
+    """Whether the tap loop ``rx`` (the filter's width) is unrolled: a constant extent of
+    2 up to ``tiles.unroll_taps``."""
+    kw = _ext(rx)
+    return kw is not None and 1 < kw <= tiles.unroll_taps
+
+
 def panels_outer(attrs: dict, pack: "Stage | None", oh: "int | None", ow: "int | None",
                  bco: int, threads: int) -> bool:
     """Whether the parallel tasks go over filter panels (output channel tiles of ``bco``),
@@ -110,6 +126,47 @@ def panels_outer(attrs: dict, pack: "Stage | None", oh: "int | None", ow: "int |
     (sh, sw), (dh, dw) = attrs.get("stride", (1, 1)), attrs.get("dilation", (1, 1))
     ih, iw = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
     return ih * iw < kh * kw * bco and -(-co // bco) >= 2 * threads
+
+
+#: Bytes of one image's (padded) input above which the ``groups == 1`` schedule may sweep
+#: every filter panel within a chunk of output rows (``rows_outer``) rather than every row
+#: chunk within a panel: an image that stays in the core's L2 costs little to re-read.
+ROWS_OUTER_IMAGE_BYTES = 1 << 19
+
+
+def _conv_sizes(attrs: dict, pack: Stage, oh: int, ow: int) -> "tuple[int, ...] | None":
+    """(input channels, padded input rows and columns read, filter elements, output
+    channels) of a constant-size ``groups == 1`` convolution; None when any is symbolic."""
+    cig, kh, kw, co = (_ext(iv) for iv in pack.op.axis)
+    if None in (cig, kh, kw, co):
+        return None
+    (sh, sw), (dh, dw) = attrs.get("stride", (1, 1)), attrs.get("dilation", (1, 1))
+    ih, iw = (oh - 1) * sh + (kh - 1) * dh + 1, (ow - 1) * sw + (kw - 1) * dw + 1
+    return cig, ih, iw, cig * kh * kw * co, co
+
+
+def rows_outer(attrs: dict, pack: "Stage | None", n: "int | None", oh: "int | None",
+               ow: "int | None", bco: int, rows: int, threads: int, elem_bytes: int) -> bool:
+    """Whether each parallel task takes one chunk of ``rows`` output rows of one image and
+    sweeps every filter panel over it (its input rows padded by the task, in cache: the
+    schedule asks only when there is padding), rather than one (panel, row chunk): when
+    re-reading the image's input once per panel (from
+    memory: it is larger than ``ROWS_OUTER_IMAGE_BYTES``) costs more than re-reading the
+    packed filter once per row chunk, and the chunks (of every image, or of one when the
+    batch is symbolic) give each thread at least two tasks.  ResNet-18's 3x3 stride-2
+    64 -> 128 at 56 x 56, batch 8: 12.1 -> 9.8 ms (PyTorch 10.0; AVX-512, one thread); its
+    other stages keep the panel-major order (the same or up to 8% slower with this one)."""
+    if pack is None or oh is None or ow is None:
+        return False
+    sizes = _conv_sizes(attrs, pack, oh, ow)
+    if sizes is None:
+        return False
+    cig, ih, iw, filt, co = sizes
+    image = cig * ih * iw * elem_bytes
+    panels, chunks = -(-co // bco), -(-oh // rows)
+    return (image > ROWS_OUTER_IMAGE_BYTES
+            and image * (panels - 1) > filt * elem_bytes * (chunks - 1)
+            and (n or 1) * chunks >= 2 * threads)
 
 
 def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
@@ -147,10 +204,17 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
         oh_o, oh_i = write.split(oh, factor=rows)
         inner = [ow_i, co_i] if channels_last else [co_i, ow_i]
         outer = panels_outer(attrs, pack, OH, _ext(ow), bco, cpu.threads)
+        # (with an input to pad: unpadded, a 1x1 stride-2 64 -> 128 at 56 x 56 ran the same)
+        by_rows = not outer and pad is not None and rows_outer(
+            attrs, pack, _ext(n), OH, _ext(ow), bco, rows, cpu.threads, dt.bits // 8)
         if outer:
             # one task per filter panel, packed once and reused by every image and row
             write.reorder(co_o, n, oh_o, oh_i, ow_o, *inner)
             par = co_o
+        elif by_rows:
+            # one task per chunk of rows, its input padded in cache, every panel swept
+            write.reorder(n, oh_o, co_o, oh_i, ow_o, *inner)
+            par = write.fuse(n, oh_o)
         else:
             write.reorder(n, co_o, oh_o, oh_i, ow_o, *inner)
             par = write.fuse(n, co_o, oh_o)
@@ -160,6 +224,8 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
         cco_o, cco_i = comp.split(cco, factor=bco)
         cow_o, cow_i = comp.split(cow, factor=bw)
         comp.reorder(cn, coh, cow_o, cco_o, *red, cow_i, cco_i)
+        if unrolls_taps(red[-1], tiles):
+            comp.unroll(red[-1])
         comp.unroll(cow_i)
         comp.vectorize(cco_i)
         if pack is not None:
@@ -178,6 +244,11 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
                 pack.compute_at(write, par)
                 po, pi = pack.split(pack.op.axis[-1], factor=bco)
             pack.vectorize(pi)
+        if pad is not None and by_rows:
+            pad.compute_at(write, par)
+            po, pi = _vector_split(pad, pad.op.axis[-1], lanes)
+            pad.vectorize(pi)
+            pad = None
     elif comp_layout == "NCHW":
         pad_done = schedule_grouped_nchw(comp, write, (n, co, oh, ow), pad, cpu)
         pack = None     # stays inlined: filters are read directly
