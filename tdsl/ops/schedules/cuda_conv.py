@@ -1,32 +1,35 @@
 """Default CUDA schedule of ``conv2d`` (NCHW data, one group): an implicit GEMM.
 
 Seen as a GEMM, the convolution multiplies the weights (``CO x (CI*KH*KW)``) by the input
-patches (``(CI*KH*KW) x (N*OH*OW)``).  Per block a tile of ``CO_TILE`` = 64 output
-channels by 4 x 16 output pixels (8 x 8 where the output is under 16 wide); 16 x 16
-threads, each holding 4 channels x 4 consecutive pixels of a column (16 outputs) in
-registers (``threadIdx.y``: channels, ``threadIdx.x``: the tile's columns, innermost,
-by its groups of 4 rows).  A warp's reads of the input tile are then consecutive words
-(stride 1) or every other word (stride 2) of a row: no bank conflict; its stores are
-rows of consecutive pixels.  Where that leaves the grid too small to fill the GPU, the
-block takes 32 or 16 channels (8 or 4 thread rows).
+patches (``(CI*KH*KW) x (N*OH*OW)``).  Per block a tile of up to 128 output channels by
+4 x 16 output pixels (8 x 8 where the output is under 16 wide); 16 x (4..16) threads, each
+holding a register tile of ``CO_THREAD`` = 8 channels x ``PIX_THREAD`` = 4 consecutive
+pixels of a column (32 outputs; ``threadIdx.y``: channels, ``threadIdx.x``: the tile's
+columns, innermost, by its groups of 4 rows).  Where that leaves the grid too small to fill
+the GPU, the block takes 64 or 32 channels (8 or 4 thread rows).
 
 The reduction over (ic, kh, kw) runs in chunks: per ``RC`` input channels, the block
-fetches the weight tile (``RC x KH x KW x 64``, from the packed ``(CI, KH, KW, CO)``
-weights: lanes along the taps, which the OIHW weights hold contiguously, the tile's rows
-padded by a word against bank conflicts) and the input patch the pixel tile reads
-(``RC x rows x cols``, the padding computed by the fetch: zeros outside the image)
-cooperatively into shared memory, double buffered; each thread then does
-``RC*KH*KW*16`` FMAs from shared memory.  Where the window's tiles would not fit
-``SHARED_BUDGET`` (large kernels), a chunk is one kernel row (``RC x KW`` taps).  Bias and
-activation run on the accumulators before the stores.
+fetches the weight tile (``RC x KH x KW x co``, from the packed ``(CI, KH, KW, CO)``
+weights: lanes along runs of 8 taps, which the OIHW weights hold contiguously, the tile's
+rows padded to 4 words past a multiple of 32: conflict-free stores, 16-byte aligned rows)
+and the input patch the pixel tile reads (``RC x rows x cols``, the padding computed by the
+fetch: zeros outside the image; each input word is fetched once for all 9 taps, where an
+explicit im2col tile would fetch it 9 times) cooperatively into shared memory, double
+buffered.  Per (input channel, tap) step each thread copies its column of 4 input pixels
+(a warp reads consecutive words: no bank conflict) and its 8 weights (two float4 reads,
+broadcast across the lanes of a thread row) into registers and does 32 FMAs from them:
+6 shared loads per 32 FMAs (the first schedule: 8 per 16).  The tap loops stay loops
+(``unroll_limit`` 1); the channel steps of a chunk are unrolled.  Where the window's tiles
+would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one kernel row (``RC x KW``
+taps).  Bias and activation run on the accumulators before the stores.
 
 At sizes that don't divide the tiles the fetches zero-fill what lies outside the input
 and only the final store is guarded (tdsl/lowering/padding.py): the FMAs run unguarded.
-Every size is constant here, so the index arithmetic is 32-bit.
+Every size but the batch must be constant (a symbolic batch only counts blocks).
 
-Where the grid has fewer than ``SPLIT_BELOW`` blocks (a late 7x7 layer), the input
-channels are split into K slices (``split_k``): partial sums in one kernel, their
-in-order sum and the epilogue in a second (deterministic, no atomics).
+Where the grid has fewer than ``SPLIT_BELOW`` threads (batch-1 ResNet layers: 1 to 7
+thousand), the input channels are split into K slices (``split_k``): partial sums in one
+kernel, their in-order sum and the epilogue in a second (deterministic, no atomics).
 """
 from __future__ import annotations
 
@@ -87,7 +90,8 @@ def conv_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage] | 
     if attrs.get("layout") != "NCHW" or attrs.get("groups") != 1 or \
             attrs.get("compute_layout") != "NHWC" or len(st.op.axis) != 4:
         return None
-    if any(_const(ax.dom.extent) is None for ax in (*a.op.axis, *a.op.reduce_axis)):
+    # the batch (the first axis) may be symbolic: it only counts blocks
+    if any(_const(ax.dom.extent) is None for ax in (*a.op.axis[1:], *a.op.reduce_axis)):
         return None
     return a, st
 
@@ -123,11 +127,14 @@ def _chunk(ci: int, taps: int, rows: int, cols: int, co_tile: int) -> "int | Non
     return None
 
 
-def _co_threads(n: int, co: int, oh: int, ow: int) -> int:
+def _co_threads(n: Optional[int], co: int, oh: int, ow: int) -> int:
     """Threads along the output channels (16, 8 or 4; each holds ``CO_THREAD`` channels):
-    the largest whose grid has ``FILL_BLOCKS`` blocks."""
+    the largest whose grid has ``FILL_BLOCKS`` blocks (16 for a symbolic batch ``n``:
+    planned as a large one)."""
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
+    if n is None:
+        return 16
     ph, pw = _pixel_tile(ow)
     for ty in (16, 8, 4):
         if n * cdiv(co, ty * CO_THREAD) * cdiv(oh, ph) * cdiv(ow, pw) >= FILL_BLOCKS:
@@ -172,13 +179,16 @@ def _fetch_weights(pack: Stage, at: Stage, where: object, ty_threads: int, taps:
     pack.double_buffer()
 
 
-def split_k(n: int, co: int, oh: int, ow: int, ci: int, taps: int) -> int:
+def split_k(n: Optional[int], co: int, oh: int, ow: int, ci: int, taps: int) -> int:
     """K slices of the split-K variant: 1 (no split) unless the grid of output tiles has
-    fewer than ``SPLIT_BELOW`` threads; then the smallest power of two that brings it to
-    ``FILL_THREADS``, leaving each slice ``MIN_SLICE_K`` deep or more.  The slices need
-    not divide ``ci``: the last one's tail reads the zero fill of the fetches."""
+    fewer than ``SPLIT_BELOW`` threads (never for a symbolic batch ``n``); then the
+    smallest power of two that brings it to ``FILL_THREADS``, leaving each slice
+    ``MIN_SLICE_K`` deep or more.  The slices need not divide ``ci``: the last one's tail
+    reads the zero fill of the fetches."""
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
+    if n is None:
+        return 1
     ph, pw = _pixel_tile(ow)
     tys = _co_threads(n, co, oh, ow)
     threads = n * cdiv(co, tys * CO_THREAD) * cdiv(oh, ph) * cdiv(ow, pw) * tys * THREADS
