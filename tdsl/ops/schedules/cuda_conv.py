@@ -57,10 +57,11 @@ FILL_BLOCKS = 128
 FILL_THREADS = 128 * 256
 #: Split-K below this many threads (under 4 warps per SM).
 SPLIT_BELOW = FILL_THREADS // 2
-#: Bytes of one copy of the two shared tiles (double buffering keeps two): 8 input
-#: channels of a 3x3 window for 32 channels x 64 pixels (13.8 KB); two copies let 8 blocks
-#: stay resident per SM.
-SHARED_BUDGET = 16 * 1024
+#: Bytes of one copy of the two shared tiles (double buffering keeps two, under the 48 KB
+#: of static shared memory): 8 input channels of a 3x3 window for 64 channels x 64 pixels
+#: (22.5 KB), so a chunk is 72 taps, whole 32-byte runs of the OIHW weights (4 channels,
+#: 36 taps, would split every other run across two sectors).
+SHARED_BUDGET = 24 * 1024
 #: The least reduction depth of one K slice (input channels x taps): each partial sum
 #: costs one more global store and load per output, small next to 128+ FMAs.
 MIN_SLICE_K = 128
@@ -129,15 +130,14 @@ def _chunk(ci: int, taps: int, rows: int, cols: int, co_tile: int) -> "int | Non
 
 def _co_threads(n: Optional[int], co: int, oh: int, ow: int) -> int:
     """Threads along the output channels (16, 8 or 4; each holds ``CO_THREAD`` channels):
-    the largest whose grid has ``FILL_BLOCKS`` blocks (16 for a symbolic batch ``n``:
-    planned as a large one)."""
+    the largest whose channel tile is no wider than ``co`` and whose grid has
+    ``FILL_BLOCKS`` blocks (a symbolic batch ``n`` is planned as a large one)."""
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
-    if n is None:
-        return 16
     ph, pw = _pixel_tile(ow)
-    for ty in (16, 8, 4):
-        if n * cdiv(co, ty * CO_THREAD) * cdiv(oh, ph) * cdiv(ow, pw) >= FILL_BLOCKS:
+    for ty in (16, 8):
+        if ty * CO_THREAD <= co and (n is None or n * cdiv(co, ty * CO_THREAD) *
+                                     cdiv(oh, ph) * cdiv(ow, pw) >= FILL_BLOCKS):
             return ty
     return 4
 
