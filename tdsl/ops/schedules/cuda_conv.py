@@ -41,8 +41,8 @@ from tdsl.tensor import thread_axis
 from ..tags import OpKind, Pattern
 from .graph import fusable_anchor, stage_kind, stage_pattern
 
-#: Output channels per block and per thread.
-CO_TILE, CO_THREAD = 64, 8
+#: Output channels per thread (the block: 4, 8 or 16 threads of them, ``_co_threads``).
+CO_THREAD = 8
 #: Output pixels per block (rows x columns: 4 x 16 where the output is 16 or more wide,
 #: else 8 x 8), and consecutive pixels of a column per thread.
 PIX_WIDE, PIX_SQUARE, PIX_THREAD = (4, 16), (8, 8), 4
@@ -331,9 +331,9 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: ob
 
 def _stage_registers(s: Schedule, anchor: Stage, d_sh: Stage, pack: Stage, step: object) -> None:
     """Per reduction step (one input channel and tap), the thread's column of input pixels
-    and its row of weights copied from shared memory into registers (the weights as one
-    vector read: ``CO_THREAD`` consecutive words), so each shared word feeds
-    ``CO_THREAD`` or ``PIX_THREAD`` FMAs from a register."""
+    and its row of weights copied from shared memory into registers (the weights as float4
+    reads: ``CO_THREAD`` consecutive words of a 16-byte aligned row), so each shared word
+    feeds ``CO_THREAD`` or ``PIX_THREAD`` FMAs from a register."""
     d_reg = s[s.cache_read(d_sh.op.output(0), "local", [anchor])]
     w_reg = s[s.cache_read(pack.op.output(0), "local", [anchor])]
     for st in (d_reg, w_reg):
