@@ -6,7 +6,8 @@
 Cases (``cases()``): matmul fp32 (TF32 off on both sides), fp16 and bf16 (tdsl accumulates
 and stores fp32; PyTorch's half-precision matmul accumulates fp32 and stores the input
 dtype) at 1024, 2048, 4096 and 8192; the 3x3 convolutions of ResNet-50's four stages
-(batch 1); softmax and layernorm of 4096 x 1024; attention (1 x 12 heads x 1024 x 64, not
+(batch 1), and at 64x56x56 batch 8, stride 2 (-> 128 channels) and a 1x1 (256 -> 1024 at
+14x14); softmax and layernorm of 4096 x 1024; attention (1 x 12 heads x 1024 x 64, not
 causal and causal).  Each case is checked first (against PyTorch in fp32 from the same
 inputs); the contenders are then timed interleaved (CUDA events around a loop of launches:
 tdsl's time_evaluator replays a captured CUDA graph) and the medians compared.  Prints one
@@ -56,14 +57,19 @@ def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callab
         return ([A, B], C, [x, y], args, lambda x, y: x @ y,
                 lambda x, y: x.float() @ y.float(), tol, 2 * n ** 3)
 
-    def case_conv(c: int, hw: int):
-        D = td.placeholder((1, c, hw, hw), name="D")
-        K = td.placeholder((c, c, 3, 3), name="K")
-        d, k = torch.randn(1, c, hw, hw, device=dev), torch.randn(c, c, 3, 3, device=dev)
+    def case_conv(c: int, hw: int, n: int = 1, co: "int | None" = None, ks: int = 3,
+                  stride: int = 1):
+        co = co or c
+        pad = ks // 2
+        D = td.placeholder((n, c, hw, hw), name="D")
+        K = td.placeholder((co, c, ks, ks), name="K")
+        d = torch.randn(n, c, hw, hw, device=dev)
+        k = torch.randn(co, c, ks, ks, device=dev)
         conv = torch.nn.functional.conv2d
-        return ([D, K], ops.conv2d(D, K, padding=1), [d, k], [d, k],
-                lambda d, k: conv(d, k, padding=1), lambda d, k: conv(d, k, padding=1), 1e-3,
-                2 * c * c * 9 * hw * hw)
+        fn = lambda d, k: conv(d, k, stride=stride, padding=pad)  # noqa: E731
+        ohw = (hw + 2 * pad - ks) // stride + 1
+        return ([D, K], ops.conv2d(D, K, stride=stride, padding=pad), [d, k], [d, k], fn, fn,
+                1e-3, 2 * n * co * c * ks * ks * ohw * ohw)
 
     def case_softmax():
         X = td.placeholder((4096, 1024), name="X")
@@ -94,6 +100,11 @@ def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callab
             out[f"matmul {n} {short}"] = lambda n=n, d=dtype: case_matmul(n, d)
     for c, hw in RESNET_3X3:
         out[f"conv2d {c}x{hw}x{hw} 3x3"] = lambda c=c, hw=hw: case_conv(c, hw)
+    # the implicit GEMM's other paths: batch 8 (no split-K, 64 channels x 64 pixels a
+    # block), stride 2, 1x1
+    out["conv2d 8x64x56x56 3x3"] = lambda: case_conv(64, 56, n=8)
+    out["conv2d 64x56x56 3x3 s2 ->128"] = lambda: case_conv(64, 56, co=128, stride=2)
+    out["conv2d 256x14x14 1x1 ->1024"] = lambda: case_conv(256, 14, co=1024, ks=1)
     out["softmax 4096x1024"] = case_softmax
     out["layernorm 4096x1024"] = case_layernorm
     out["attention 12x1024x64"] = lambda: case_attention(False)

@@ -1,5 +1,5 @@
 """The default CUDA schedule of an NCHW conv2d (tdsl/ops/schedules/cuda_conv.py): an implicit
-GEMM with shared-memory tiles and 16 outputs per thread in registers, checked against NumPy
+GEMM with shared-memory tiles and 32 outputs per thread in registers, checked against NumPy
 under the emulator (padding, stride 2, dilation, sizes that don't divide the tiles, a bias
 and activation epilogue), 32-bit index arithmetic, and no spills where NVRTC is installed."""
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_conv_default_matches_numpy(shape, co, ksize, stride, pad, dil, epi):
     s = ops.schedule(args[-1], "cuda")
     f = td.build(s, args, target="cuda -arch=sm_90")
     local, shared = _locals_and_shared(f)
-    assert ("T_conv2d_nhwc", 16) in local           # 4 channels x 4 pixels per thread
+    assert ("T_conv2d_nhwc", 32) in local           # 8 channels x 4 pixels per thread
     assert {n for n, _ in shared} >= {"K_pack"} and len(shared) == 2
     g = np.random.default_rng(sum(shape) + co)
     d = g.standard_normal(shape).astype("float32")
@@ -111,15 +111,16 @@ def test_conv_default_no_spills():
 def test_conv_padded_fetch_is_a_zero_filling_cp_async_on_sm80():
     """Several chunks of input channels: the shared tiles are double buffered, and on sm_80
     the padded input patch is fetched by cp.async copies that zero-fill outside the image
-    (pipeline.py), the weights by plain cp.async copies."""
-    args = _conv((1, 16, 9, 9), 16, 3, 1, 1)
+    (pipeline.py), the weights (32 output channels: one whole channel tile) by plain
+    cp.async copies."""
+    args = _conv((1, 16, 9, 9), 32, 3, 1, 1)
     f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda -arch=sm_80")
     src = f.get_source()
     assert "tdsl_cp_async_zfill<4>(D_pad.ptr(" in src
     assert "tdsl_cp_async<4>(K_pack.ptr(" in src
     g = np.random.default_rng(5)
     d = g.standard_normal((1, 16, 9, 9)).astype("float32")
-    k = g.standard_normal((16, 16, 3, 3)).astype("float32")
-    o = np.full((1, 16, 9, 9), np.nan, "float32")
+    k = g.standard_normal((32, 16, 3, 3)).astype("float32")
+    o = np.full((1, 32, 9, 9), np.nan, "float32")
     f.emulate(d, k, o)
     np.testing.assert_allclose(o, _ref(d, k, 1, 1, 1), rtol=1e-4, atol=1e-4)

@@ -50,19 +50,22 @@ def _dense(M, N, K):
 
 
 def test_split_k_threshold():
-    # a late 7x7 layer: 32 blocks of 16 channels x 8x8 pixels -> 4 slices of 128 channels
-    assert cuda_conv.split_k(1, 512, 7, 7, 512, 9) == 4
-    # enough blocks already (56x56: 7x7 tiles x 4 channel tiles), or too shallow a K
-    assert cuda_conv.split_k(1, 64, 56, 56, 64, 9) == 1
+    # a late 7x7 layer: 16 blocks of 64 threads (32 channels x 8x8 pixels) -> 32 slices of
+    # 16 channels (144 deep), 32768 threads
+    assert cuda_conv.split_k(1, 512, 7, 7, 512, 9) == 32
+    # batch 1 at 56x56: 112 blocks of 64 threads -> 4 slices (a fifth would be < 128 deep)
+    assert cuda_conv.split_k(1, 64, 56, 56, 64, 9) == 4
+    # enough threads already (batch 8: 448 blocks of 256), or too shallow a K
+    assert cuda_conv.split_k(8, 64, 56, 56, 64, 9) == 1
     assert cuda_conv.split_k(1, 64, 7, 7, 8, 9) == 1
 
 
 def test_late_conv_is_split_into_partials_and_a_reduction():
-    """1 x 512 x 7 x 7 -> 512: 32 blocks unsplit; split, 128 blocks of partial sums and a
+    """1 x 512 x 7 x 7 -> 512: 16 blocks unsplit; split, 512 blocks of partial sums and a
     second kernel (no atomics in either)."""
     f = _build(_conv((1, 512, 7, 7), 512))
     k0, k1 = f.kernels
-    assert _blocks(k0) == 128 and k0.shared_bytes > 0
+    assert _blocks(k0) == 512 and k0.shared_bytes > 0
     src = f.get_source()
     assert "atomic" not in src
     assert_unguarded_fmas(src)
@@ -70,7 +73,7 @@ def test_late_conv_is_split_into_partials_and_a_reduction():
 
 
 def test_large_conv_and_gemm_are_not_split():
-    D, K = td.placeholder((1, 64, 56, 56), name="D"), td.placeholder((64, 64, 3, 3), name="K")
+    D, K = td.placeholder((8, 64, 56, 56), name="D"), td.placeholder((64, 64, 3, 3), name="K")
     assert len(_build([D, K, ops.conv2d(D, K, padding=1)]).kernels) == 1
     A, B = td.placeholder((1024, 1024), name="A"), td.placeholder((1024, 1024), name="B")
     assert len(_build([A, B, ops.matmul(A, B)]).kernels) == 1

@@ -1,32 +1,35 @@
 """Default CUDA schedule of ``conv2d`` (NCHW data, one group): an implicit GEMM.
 
 Seen as a GEMM, the convolution multiplies the weights (``CO x (CI*KH*KW)``) by the input
-patches (``(CI*KH*KW) x (N*OH*OW)``).  Per block a tile of ``CO_TILE`` = 64 output
-channels by 4 x 16 output pixels (8 x 8 where the output is under 16 wide); 16 x 16
-threads, each holding 4 channels x 4 consecutive pixels of a column (16 outputs) in
-registers (``threadIdx.y``: channels, ``threadIdx.x``: the tile's columns, innermost,
-by its groups of 4 rows).  A warp's reads of the input tile are then consecutive words
-(stride 1) or every other word (stride 2) of a row: no bank conflict; its stores are
-rows of consecutive pixels.  Where that leaves the grid too small to fill the GPU, the
-block takes 32 or 16 channels (8 or 4 thread rows).
+patches (``(CI*KH*KW) x (N*OH*OW)``).  Per block a tile of up to 128 output channels by
+4 x 16 output pixels (8 x 8 where the output is under 16 wide); 16 x (4..16) threads, each
+holding a register tile of ``CO_THREAD`` = 8 channels x ``PIX_THREAD`` = 4 consecutive
+pixels of a column (32 outputs; ``threadIdx.y``: channels, ``threadIdx.x``: the tile's
+columns, innermost, by its groups of 4 rows).  Where that leaves the grid too small to fill
+the GPU, the block takes 64 or 32 channels (8 or 4 thread rows).
 
 The reduction over (ic, kh, kw) runs in chunks: per ``RC`` input channels, the block
-fetches the weight tile (``RC x KH x KW x 64``, from the packed ``(CI, KH, KW, CO)``
-weights: lanes along the taps, which the OIHW weights hold contiguously, the tile's rows
-padded by a word against bank conflicts) and the input patch the pixel tile reads
-(``RC x rows x cols``, the padding computed by the fetch: zeros outside the image)
-cooperatively into shared memory, double buffered; each thread then does
-``RC*KH*KW*16`` FMAs from shared memory.  Where the window's tiles would not fit
-``SHARED_BUDGET`` (large kernels), a chunk is one kernel row (``RC x KW`` taps).  Bias and
-activation run on the accumulators before the stores.
+fetches the weight tile (``RC x KH x KW x co``, from the packed ``(CI, KH, KW, CO)``
+weights: lanes along runs of 8 taps, which the OIHW weights hold contiguously, the tile's
+rows padded to 4 words past a multiple of 32: conflict-free stores, 16-byte aligned rows)
+and the input patch the pixel tile reads (``RC x rows x cols``, the padding computed by the
+fetch: zeros outside the image; each input word is fetched once for all 9 taps, where an
+explicit im2col tile would fetch it 9 times) cooperatively into shared memory, double
+buffered.  Per (input channel, tap) step each thread copies its column of 4 input pixels
+(a warp reads consecutive words: no bank conflict) and its 8 weights (two float4 reads,
+broadcast across the lanes of a thread row) into registers and does 32 FMAs from them:
+6 shared loads per 32 FMAs (the first schedule: 8 per 16).  The tap loops stay loops
+(``unroll_limit`` 1); the channel steps of a chunk are unrolled.  Where the window's tiles
+would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one kernel row (``RC x KW``
+taps).  Bias and activation run on the accumulators before the stores.
 
 At sizes that don't divide the tiles the fetches zero-fill what lies outside the input
 and only the final store is guarded (tdsl/lowering/padding.py): the FMAs run unguarded.
-Every size is constant here, so the index arithmetic is 32-bit.
+Every size but the batch must be constant (a symbolic batch only counts blocks).
 
-Where the grid has fewer than ``SPLIT_BELOW`` blocks (a late 7x7 layer), the input
-channels are split into K slices (``split_k``): partial sums in one kernel, their
-in-order sum and the epilogue in a second (deterministic, no atomics).
+Where the grid has fewer than ``SPLIT_BELOW`` threads (batch-1 ResNet layers: 1 to 7
+thousand), the input channels are split into K slices (``split_k``): partial sums in one
+kernel, their in-order sum and the epilogue in a second (deterministic, no atomics).
 """
 from __future__ import annotations
 
@@ -38,27 +41,35 @@ from tdsl.tensor import thread_axis
 from ..tags import OpKind, Pattern
 from .graph import fusable_anchor, stage_kind, stage_pattern
 
-#: Output channels per block and per thread.
-CO_TILE, CO_THREAD = 64, 4
+#: Output channels per thread (the block: 4, 8 or 16 threads of them, ``_co_threads``).
+CO_THREAD = 8
 #: Output pixels per block (rows x columns: 4 x 16 where the output is 16 or more wide,
 #: else 8 x 8), and consecutive pixels of a column per thread.
 PIX_WIDE, PIX_SQUARE, PIX_THREAD = (4, 16), (8, 8), 4
 #: Threads per block along the pixels (one per column of the tile and group of rows).
 THREADS = 16
 #: Blocks a launch should have to fill the GPU (an H100 has 132 SMs): the block's channel
-#: tile shrinks (64 -> 32 -> 16 channels, 256 -> 64 threads) until the grid has that many.
+#: tile shrinks (128 -> 64 -> 32 channels, 256 -> 64 threads) until the grid has that many.
 FILL_BLOCKS = 128
-#: Bytes of one copy of the two shared tiles (double buffering keeps two).
-SHARED_BUDGET = 16 * 1024
-#: ... for a block of 64 threads (16 channels): two copies and the 1 KB the SM reserves
-#: per block let 10 blocks (20 warps) stay resident on an sm_80 SM, 14 on sm_90.
-SMALL_BUDGET = 7680
-#: Split-K below this many blocks: under half an H100's 132 SMs, at most half of them
-#: would have work (a late 7x7 layer: 1 x 512 x 7 x 7 -> 512 has 32 blocks of 16 x 64).
-SPLIT_BELOW = FILL_BLOCKS // 2
+#: Threads a launch should have: 8 warps per SM of an H100 (2 per scheduler, one issuing
+#: while the other waits on a shared load).  With 32 outputs per thread a batch-1 ResNet
+#: layer has 1 to 7 thousand threads, so it is split along K (``split_k``) to this many.
+FILL_THREADS = 128 * 256
+#: Split-K below this many threads (under 4 warps per SM).
+SPLIT_BELOW = FILL_THREADS // 2
+#: Bytes of one copy of the two shared tiles (double buffering keeps two, under the 48 KB
+#: of static shared memory): 8 input channels of a 3x3 window for 64 channels x 64 pixels
+#: (22.5 KB), so a chunk is 72 taps, whole 32-byte runs of the OIHW weights (4 channels,
+#: 36 taps, would split every other run across two sectors).
+SHARED_BUDGET = 24 * 1024
 #: The least reduction depth of one K slice (input channels x taps): each partial sum
 #: costs one more global store and load per output, small next to 128+ FMAs.
 MIN_SLICE_K = 128
+#: Consecutive taps of one channel per group of lanes fetching the weights (a 32-byte sector).
+WEIGHT_RUN = 8
+#: Channels per vector (float4) access: the register copy of the weights, the split-K
+#: partials.
+VEC = 4
 #: Threads per block of the kernel that sums the slices.
 REDUCE_THREADS = 256
 
@@ -80,7 +91,8 @@ def conv_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage] | 
     if attrs.get("layout") != "NCHW" or attrs.get("groups") != 1 or \
             attrs.get("compute_layout") != "NHWC" or len(st.op.axis) != 4:
         return None
-    if any(_const(ax.dom.extent) is None for ax in (*a.op.axis, *a.op.reduce_axis)):
+    # the batch (the first axis) may be symbolic: it only counts blocks
+    if any(_const(ax.dom.extent) is None for ax in (*a.op.axis[1:], *a.op.reduce_axis)):
         return None
     return a, st
 
@@ -108,23 +120,24 @@ def _pixel_tile(ow: int) -> tuple[int, int]:
 
 def _chunk(ci: int, taps: int, rows: int, cols: int, co_tile: int) -> "int | None":
     """Input channels per reduction chunk (``taps`` kernel positions each): the largest
-    of 8, 4, 2, 1 dividing ``ci`` whose two tiles (the weights' rows padded by a word)
-    fit ``SHARED_BUDGET`` (``SMALL_BUDGET`` for 16 channels), or None."""
-    budget = SMALL_BUDGET if co_tile <= 16 else SHARED_BUDGET
+    of 8, 4, 2, 1 dividing ``ci`` whose two tiles (the weights' rows padded by 4 words)
+    fit ``SHARED_BUDGET``, or None."""
     for rc in (8, 4, 2, 1):
-        if ci % rc == 0 and 4 * rc * (taps * (co_tile + 1) + rows * cols) <= budget:
+        if ci % rc == 0 and 4 * rc * (taps * (co_tile + 4) + rows * cols) <= SHARED_BUDGET:
             return rc
     return None
 
 
-def _co_threads(n: int, co: int, oh: int, ow: int) -> int:
+def _co_threads(n: Optional[int], co: int, oh: int, ow: int) -> int:
     """Threads along the output channels (16, 8 or 4; each holds ``CO_THREAD`` channels):
-    the largest whose grid has ``FILL_BLOCKS`` blocks."""
+    the largest whose channel tile is no wider than ``co`` and whose grid has
+    ``FILL_BLOCKS`` blocks (a symbolic batch ``n`` is planned as a large one)."""
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
     ph, pw = _pixel_tile(ow)
-    for ty in (16, 8, 4):
-        if n * cdiv(co, ty * CO_THREAD) * cdiv(oh, ph) * cdiv(ow, pw) >= FILL_BLOCKS:
+    for ty in (16, 8):
+        if ty * CO_THREAD <= co and (n is None or n * cdiv(co, ty * CO_THREAD) *
+                                     cdiv(oh, ph) * cdiv(ow, pw) >= FILL_BLOCKS):
             return ty
     return 4
 
@@ -145,14 +158,15 @@ def _fetch(st: Stage, at: Stage, where: object, ty_threads: int) -> None:
 def _fetch_weights(pack: Stage, at: Stage, where: object, ty_threads: int, taps: int) -> None:
     """The packed weights' tile (``(ic, kh, kw) x co``: ``taps`` rows of ``co`` channels,
     from OIHW weights, which are contiguous along the taps) fetched per chunk with
-    consecutive lanes on ``run`` consecutive taps of one channel (a warp reads whole
-    128-byte lines of the weights; the last run of a channel may be partial), its rows
-    padded to an odd multiple of ``32 / run`` words so the lanes' stores (a column of the
-    tile) hit distinct banks: 17 words for 16 channels, 5% more shared memory than 16."""
+    consecutive lanes on ``run`` (8) consecutive taps of one channel: a warp reads 4
+    channels' whole 32-byte sectors (the last run of a channel may be partial).  The rows
+    are padded to 4 words past a multiple of 32 (36 words for 32 channels): the lanes'
+    stores (8 rows x 4 columns of the tile) hit 32 distinct banks, and a row stays
+    16-byte aligned for the float4 register reads of ``_stage_registers``."""
     pack.set_scope("shared")
     pack.compute_at(at, where)
     c, y, x, o = pack.op.axis
-    run = min(32, 1 << (taps.bit_length() - 1))
+    run = min(WEIGHT_RUN, 1 << (taps.bit_length() - 1))
     t_out, t_in = pack.split(pack.fuse(c, y, x), factor=run)
     pack.reorder(t_out, o, t_in)
     fused = pack.fuse(t_out, o, t_in)
@@ -161,27 +175,31 @@ def _fetch_weights(pack: Stage, at: Stage, where: object, ty_threads: int, taps:
     pack.bind(tx, thread_axis("threadIdx.x"))
     pack.bind(ty, thread_axis("threadIdx.y"))
     if run > 1:
-        pack.storage_align(x, 64 // run, 32 // run)
+        pack.storage_align(x, 32, 32 // run)
     pack.double_buffer()
 
 
-def split_k(n: int, co: int, oh: int, ow: int, ci: int, taps: int) -> int:
+def split_k(n: Optional[int], co: int, oh: int, ow: int, ci: int, taps: int) -> int:
     """K slices of the split-K variant: 1 (no split) unless the grid of output tiles has
-    fewer than ``SPLIT_BELOW`` blocks; then the smallest power of two that brings it to
-    ``FILL_BLOCKS``, leaving each slice ``MIN_SLICE_K`` deep or more.  The slices need
-    not divide ``ci``: the last one's tail reads the zero fill of the fetches."""
+    fewer than ``SPLIT_BELOW`` threads (never for a symbolic batch ``n``); then the
+    smallest power of two that brings it to ``FILL_THREADS``, leaving each slice
+    ``MIN_SLICE_K`` deep or more.  The slices need not divide ``ci``: the last one's tail
+    reads the zero fill of the fetches."""
     def cdiv(a: int, b: int) -> int:
         return -(-a // b)
+    if n is None:
+        return 1
     ph, pw = _pixel_tile(ow)
-    blocks = n * cdiv(co, _co_threads(n, co, oh, ow) * CO_THREAD) * cdiv(oh, ph) * cdiv(ow, pw)
-    if blocks >= SPLIT_BELOW:
+    tys = _co_threads(n, co, oh, ow)
+    threads = n * cdiv(co, tys * CO_THREAD) * cdiv(oh, ph) * cdiv(ow, pw) * tys * THREADS
+    if threads >= SPLIT_BELOW:
         return 1
     best = 1
     for slices in (2, 4, 8, 16, 32):
         if -(-ci // slices) * taps < MIN_SLICE_K:
             break
         best = slices
-        if blocks * slices >= FILL_BLOCKS:
+        if threads * slices >= FILL_THREADS:
             break
     return best
 
@@ -235,16 +253,18 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> se
     acc = s[s.cache_write(part, "local")]
     ks, n, y, x, co = rf.op.axis
     tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(rf, n, co, y, x)
-    rf.reorder(ks, n, cob, yb, xb, ty, yg, xt, yi, coi)
+    cvo, cvi = rf.split(coi, factor=VEC)
+    rf.reorder(ks, n, cob, yb, xb, ty, yg, xt, yi, cvo, cvi)
     rf.bind(rf.fuse(ks, n, cob), thread_axis("blockIdx.z"))
-    rf.vectorize(coi)                 # NHWC partials: 4 consecutive channels, a float4 store
+    rf.unroll(cvo)
+    rf.vectorize(cvi)                 # NHWC partials: 4 consecutive channels, a float4 store
     done = _tile(s, acc, rf, yb, xb, ty, yg, xt, yi, acc.op.reduce_axis[0], tys, ph)
     # kernel 2: per output, the slices summed in order, then the epilogue; a thread per
     # pixel and 4 consecutive channels, two threads per 8 channels (a float4 each of the
     # NHWC partials: whole sectors), the pixels across the lanes (NCHW stores: coalesced)
     n, co, y, x = out.op.axis
-    coo, cr = out.split(co, factor=2 * CO_THREAD)
-    half, coi = out.split(cr, factor=CO_THREAD)
+    coo, cr = out.split(co, factor=2 * VEC)
+    half, coi = out.split(cr, factor=VEC)
     out.reorder(coo, n, y, x, half, coi)
     bx, tx = out.split(out.fuse(coo, n, y, x, half), factor=REDUCE_THREADS)
     out.bind(bx, thread_axis("blockIdx.x"))
@@ -294,10 +314,32 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: ob
         chunk = anchor.fuse(ry_ax, rco)     # one loop over the chunks: double buffered
     for ax in (rci, *anchor.op.axis):   # registers: every accumulator index a constant
         anchor.unroll(ax)
+    # the tap loops stay loops: unrolled by nvcc, ptxas hoists the later taps' register
+    # copies and spills (12 B at 96 registers for a 5-channel 3x3 conv on sm_90)
+    anchor.pragma(rx_ax, "unroll_limit", 1)
+    if whole:
+        anchor.pragma(ry_ax, "unroll_limit", 1)
     if isinstance(data, Stage):
         d_sh = data                         # the padding stage: zeros computed by the fetch
     else:
         d_sh = s[s.cache_read(data, "shared", [anchor])]
     _fetch(d_sh, anchor, chunk, tys)
     _fetch_weights(pack, anchor, chunk, tys, rc * (kh * kw if whole else kw))
+    _stage_registers(s, anchor, d_sh, pack, rci)
     return {anchor, out, pack} | ({d_sh} if d_sh is not data else set())
+
+
+def _stage_registers(s: Schedule, anchor: Stage, d_sh: Stage, pack: Stage, step: object) -> None:
+    """Per reduction step (one input channel and tap), the thread's column of input pixels
+    and its row of weights copied from shared memory into registers (the weights as float4
+    reads: ``CO_THREAD`` consecutive words of a 16-byte aligned row), so each shared word
+    feeds ``CO_THREAD`` or ``PIX_THREAD`` FMAs from a register."""
+    d_reg = s[s.cache_read(d_sh.op.output(0), "local", [anchor])]
+    w_reg = s[s.cache_read(pack.op.output(0), "local", [anchor])]
+    for st in (d_reg, w_reg):
+        st.compute_at(anchor, step)
+        for ax in st.op.axis:
+            st.unroll(ax)
+    vo, vi = w_reg.split(w_reg.op.axis[-1], factor=VEC)
+    w_reg.unroll(vo)
+    w_reg.vectorize(vi)
