@@ -54,7 +54,9 @@ def cluster(tmp_path_factory):
 
 
 def _measured(db_path, task) -> list[str]:
-    return sorted(r.prog_hash for r in autotune.Database(db_path, create=False).records(task.key))
+    """The programs of ``task`` measured into the database at ``db_path``."""
+    with autotune.Database(str(db_path), create=False) as d:
+        return sorted(r.prog_hash for r in d.records(task.key))
 
 
 def test_tune_tasks_on_a_cluster_same_choices_one_database(cluster, tmp_path, capsys):
@@ -108,9 +110,34 @@ def test_tune_tasks_on_a_cluster_same_choices_one_database(cluster, tmp_path, ca
     assert len(job.task_seconds) == 2 and sum(job.task_seconds) <= job.seconds
 
 
+def test_tune_model_on_a_cluster(cluster, tmp_path):
+    """``tune_model(client=)``: the model's kernels measured on the workers, the records in
+    one database, and the model compiled from them computes what PyTorch does."""
+    torch = pytest.importorskip("torch", reason="tune_model imports models with PyTorch")
+    from tests.autotune.model_factory import factory
+    client, _ = cluster
+    db = str(tmp_path / "model.db")
+    model, (x,) = factory()
+    runners = []
+    job = autotune.tune_model(model, (x,), trials=6, db=db, tuner="random", batch_size=2,
+                              measure_option=_option(), progress=False, client=client,
+                              remeasure_top=0,
+                              callbacks=[lambda s, i, ins, res: runners.append(s.mopt.runner)])
+    assert sum(job.trials) == 6
+    assert {type(r).__name__ for r in runners} == {"DaskRunner"}
+    with autotune.Database(db) as d:
+        assert sum(d.count(t.key) for t in job.tasks) == 6
+    em = td.compile(model, (x,), options={"db": db})
+    assert len(em.report.graph.tuned) == len(job.tasks)
+    xr = torch.from_numpy(np.random.default_rng(3).uniform(-2, 2, (5, 12)).astype("float32"))
+    np.testing.assert_allclose(em(xr).detach().numpy(), model(xr).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+
+
 def test_timing_waits_for_the_machine_lease(cluster):
     """While someone else holds the machine's timing lease no candidate is timed (their
-    builds go on); with ``lease_wait=0`` they are timed anyway, noted contended."""
+    builds go on); with ``lease_wait=0`` they are timed anyway, noted contended.  A second
+    runner made on the client meanwhile does not disturb the first's candidates."""
     from tdsl.autotune.distributed import DaskRunner, HostLease
     client, lock = cluster
     task = _tasks()[0]
@@ -133,6 +160,10 @@ def test_timing_waits_for_the_machine_lease(cluster):
         th.start()
         time.sleep(4.0)
         assert arrived == [], "a candidate was timed while the machine's lease was held"
+        # a second runner on the same client meanwhile leaves the first one's workers be
+        # (registering a plugin anew tore down the isolated process under its candidates)
+        DaskRunner(client, timeout=15.0, repeat=2, min_repeat_ms=1.0)
+        time.sleep(1.0)
     finally:
         released = time.time()
         held.release()
