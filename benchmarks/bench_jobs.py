@@ -31,8 +31,8 @@ any run reached.  ``--quick``: at most six smaller tasks, 8 trials each, a short
 
 ``--dask-workers N`` (a ``LocalCluster`` of N single-threaded worker processes) or
 ``--scheduler ADDRESS`` instead compares one process with the cluster: the gradient job,
-the same trials, measured locally then on the cluster (``tune_tasks(client=)``), the pair
-``--repeats`` times back to back; then every run's best programs are re-timed here,
+the same trials, measured locally and on the cluster (``tune_tasks(client=)``), the pair
+``--repeats`` times back to back (every other pair in the other order); then every run's best programs are re-timed here,
 interleaved, and each run's weighted latency and wall time printed.
 """
 from __future__ import annotations
@@ -99,7 +99,10 @@ def compare_cluster(ns, tasks, weights, trials: int, budget: float, tmp: str) ->
     runs = []                                   # (name, db, JobResult, wall s, load before)
     try:
         for rep in range(ns.repeats):
-            for name, cl in (("one process", None), (where, client)):
+            pair = [("one process", None), (where, client)]
+            # ABBA...: the second pair in the other order, so a drift of the machine's load
+            # favours neither
+            for name, cl in (pair if rep % 2 == 0 else pair[::-1]):
                 db = os.path.join(tmp, f"{'local' if cl is None else 'dask'}{rep}.db")
                 load = os.getloadavg()[0]
                 t0 = time.perf_counter()
