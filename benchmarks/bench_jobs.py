@@ -30,10 +30,11 @@ any run reached.  ``--quick``: at most six smaller tasks, 8 trials each, a short
 (a check that it works, not a figure to report).
 
 ``--dask-workers N`` (a ``LocalCluster`` of N single-threaded worker processes) or
-``--scheduler ADDRESS`` instead compares one process with the cluster: the gradient job,
-the same trials, measured locally and on the cluster (``tune_tasks(client=)``), the pair
-``--repeats`` times back to back (every other pair in the other order); then every run's best programs are re-timed here,
-interleaved, and each run's weighted latency and wall time printed.
+``--scheduler ADDRESS`` instead compares one process with the cluster: the job (the first
+of ``--strategies``, ``--tuner``) at the same trials, measured locally and on the cluster
+(``tune_tasks(client=)``), the pair ``--repeats`` times back to back (every other pair in
+the other order); then every run's best programs are re-timed here, interleaved, and each
+run's weighted latency and wall time printed.
 """
 from __future__ import annotations
 
@@ -82,10 +83,13 @@ def run_job(tasks, weights, strategy, trials, budget, batch, db, timeout, pretra
     return job, time.perf_counter() - t0
 
 
-def compare_cluster(ns, tasks, weights, trials: int, budget: float, tmp: str) -> None:
-    """One process against a Dask cluster (``--dask-workers`` / ``--scheduler``): the
-    gradient job at the same trials, alternated ``--repeats`` times; wall seconds and the
-    weighted latency of each run's best programs re-timed here, interleaved."""
+def compare_cluster(ns, tasks, weights, trials: int, budget: float, tmp: str,
+                    strategy: str) -> None:
+    """One process against a Dask cluster (``--dask-workers`` / ``--scheduler``): the job
+    (``strategy``, ``--tuner``) at the same trials, alternated ``--repeats`` times; wall
+    seconds and the weighted latency of each run's best programs re-timed here, interleaved.
+    With ``--strategies round-robin --tuner random`` both sides measure the same programs,
+    so the wall times compare the measuring alone."""
     import distributed
     if ns.scheduler:
         cluster = None
@@ -110,7 +114,8 @@ def compare_cluster(ns, tasks, weights, trials: int, budget: float, tmp: str) ->
                                           weights=weights, measure_option=option(
                                               ns.run_timeout), batch_size=ns.batch,
                                           remeasure_top=3, remeasure_rounds=2, progress=False,
-                                          pretrained=ns.pretrained, client=cl)
+                                          pretrained=ns.pretrained, client=cl,
+                                          strategy=strategy, tuner=ns.tuner)
                 took = time.perf_counter() - t0
                 print(f"{name} #{rep + 1}: {took:.0f} s wall, {sum(job.trials)} trials, "
                       f"load {load:.1f}; its own weighted latency "
@@ -222,6 +227,8 @@ def main() -> None:
                    help="compare one process with a LocalCluster of this many workers")
     p.add_argument("--scheduler", default=None,
                    help="compare one process with the Dask cluster at this address")
+    p.add_argument("--tuner", choices=("xgb", "random"), default="xgb",
+                   help="with --dask-workers/--scheduler: the tasks' tuner")
     p.add_argument("--repeats", type=int, default=2,
                    help="with --dask-workers/--scheduler: times to run the pair")
     p.add_argument("--plot", default=None,
@@ -255,7 +262,7 @@ def main() -> None:
                         remeasure_top=0, progress=False, pretrained="off")
     print(f"warm-up (references, first builds): {time.perf_counter() - t0:.0f} s", flush=True)
     if ns.dask_workers or ns.scheduler:
-        compare_cluster(ns, tasks, weights, trials, budget, tmp)
+        compare_cluster(ns, tasks, weights, trials, budget, tmp, strategies[0])
         return
     runs = []                      # (column, db, JobResult)
     for name, strategy, n, secs, pre in plan:
