@@ -18,14 +18,26 @@ does), kept by a worker plugin (``IsolationPlugin``) and replaced after a crash:
   left) are the candidates still out recorded as ``RUN_TIMEOUT``, with a message
   saying so.
 
+Builds spread over the workers; timings take turns on each machine.  A worker
+builds its candidate without waiting for anyone (compiling is the expensive part on
+a CPU), then times it holding its machine's timing lease (``HostLease``: an exclusive
+``flock`` on a file in the machine's temp folder, so the workers of one machine --
+a ``LocalCluster``'s, or several ``dask worker`` processes -- never time at once,
+while one worker's timing may overlap another's build).  The operating system drops
+the lock of a process that dies, and a hung candidate is killed after ``timeout``,
+so a lease is never held for longer than one timing.  A candidate that could not
+have the lease within ``lease_wait`` seconds is timed anyway, its result noted
+``contended``.
+
 Each worker computes a task's reference output once, in its child process under
 ``reference_timeout`` (never inside a candidate's timeout), and caches it on its
-disk.  Run one single-threaded worker process per machine for clean timings (a
-worker's candidates are timed one at a time in any case).
+disk.  ``DaskRunner.log`` keeps, per candidate, where and when it was built and timed.
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import socket
 import tempfile
 import threading
 import time
@@ -44,13 +56,15 @@ PLUGIN_NAME = "tdsl-isolation"
 MAX_ATTEMPTS = 2
 
 
-try:      # the plugin must be a WorkerPlugin for Client.register_plugin to send it to workers
+try:      # a WorkerPlugin: the worker tears it down (its process closed) when it closes
     from distributed.diagnostics.plugin import WorkerPlugin as _PluginBase
 except ImportError:            # no 'distributed': DaskRunner says so when it is made
     _PluginBase = object       # type: ignore[misc,assignment]
 
 
 def _client(address: Any) -> Any:
+    """``address`` itself when it is a ``distributed.Client``, else a client connected to
+    the scheduler at ``address`` (``"tcp://host:8786"``)."""
     try:
         from distributed import Client
     except ImportError:
@@ -58,7 +72,56 @@ def _client(address: Any) -> Any:
                           "(pip install tdsl[distributed])") from None
     if hasattr(address, "submit"):
         return address
-    return Client(address, timeout=30)
+    if not isinstance(address, str) or not address:
+        raise TuningError(f"a Dask cluster is given as a distributed.Client or a scheduler "
+                          f"address such as 'tcp://host:8786', got {type(address).__name__} "
+                          f"{address!r}")
+    try:
+        return Client(address, timeout=30)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise TuningError(f"cannot reach the Dask scheduler at {address!r}: "
+                          f"{type(e).__name__}: {e}") from None
+
+
+def host_lease_path() -> str:
+    """The file whose lock is this machine's timing lease for Dask workers
+    (``$TDSL_TIMING_LOCK``, else ``tdsl-timing-<uid>.lock`` in the temp folder)."""
+    return os.environ.get("TDSL_TIMING_LOCK") or \
+        os.path.join(tempfile.gettempdir(), f"tdsl-timing-{os.getuid()}.lock")
+
+
+class HostLease:
+    """One machine's timing lease: an exclusive ``flock`` on ``path`` (see the module
+    docstring).  ``acquire(wait)`` tries every ``poll`` seconds for ``wait`` seconds and
+    says whether it got it; each acquisition opens the file anew, so two threads of one
+    process exclude each other as two processes do."""
+
+    def __init__(self, path: "str | None" = None, poll: float = 0.02):
+        self.path = path or host_lease_path()
+        self.poll = poll
+        self._fd: "int | None" = None
+
+    def acquire(self, wait: float) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + wait
+        delay = self.poll
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._fd = fd
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 1.5, 0.25)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
 
 
 class IsolationPlugin(_PluginBase):  # type: ignore[misc,valid-type]
@@ -86,14 +149,30 @@ class IsolationPlugin(_PluginBase):  # type: ignore[misc,valid-type]
         return self.pool
 
 
-def _plugin() -> IsolationPlugin:
+def plugin_name(env: "dict[str, str] | None") -> str:
+    """The name of the plugin keeping the isolated process made with ``env``."""
+    if not env:
+        return PLUGIN_NAME
+    return PLUGIN_NAME + ":" + ",".join(f"{k}={v}" for k, v in sorted(env.items()))
+
+
+#: guards making a worker's plugin (a worker may run tasks in several threads)
+_MAKING = threading.Lock()
+
+
+def _plugin(env: "dict[str, str] | None" = None) -> IsolationPlugin:
+    """This worker's plugin for ``env``, made on first use.  Not registered from the
+    client: ``Client.register_plugin`` replaces a plugin of the same name, tearing down its
+    process under the candidate it is measuring (a second runner on one client did so)."""
     from distributed import get_worker
     worker = get_worker()
-    plugin = worker.plugins.get(PLUGIN_NAME)
-    if plugin is None:                        # not registered (called by hand): make one
-        plugin = IsolationPlugin()
-        plugin.setup(worker)
-        worker.plugins[PLUGIN_NAME] = plugin
+    name = plugin_name(env)
+    with _MAKING:
+        plugin = worker.plugins.get(name)
+        if plugin is None:
+            plugin = IsolationPlugin(env)
+            plugin.setup(worker)
+            worker.plugins[name] = plugin
     return plugin
 
 
@@ -115,37 +194,71 @@ def _attempt(counter: "list[str] | None") -> int:
 def measure_isolated(payload: bytes, key: str, sizes: Any, target: str, trace: str,
                      config: dict, opts: dict, best_cost: float, name: str,
                      build_timeout: float, reference_timeout: float,
-                     counter: "list[str] | None" = None) -> tuple:
-    """On a Dask worker: build and time one candidate in the worker's isolated process.
+                     counter: "list[str] | None" = None, lease_wait: float = 300.0,
+                     env: "dict[str, str] | None" = None) -> tuple:
+    """On a Dask worker: build one candidate in the worker's isolated process, then time it
+    there holding the machine's ``HostLease`` (waiting up to ``lease_wait`` seconds);
+    ``env``: the isolated process's environment (``LocalRunner``'s threads).
 
-    Returns ``(stage, outcome, value, seconds)``: ``stage`` is ``"build"`` (the build
-    failed: ``value`` as ``measure_jobs.build_job`` or the failure), ``"run"`` (as
-    ``run_job``; then a fifth item, the build's LLVM remarks) or ``"lost"`` (its workers
-    died ``MAX_ATTEMPTS`` times)."""
+    Returns ``(stage, outcome, value, seconds, remarks, log)``: ``stage`` is ``"build"``
+    (the build failed: ``value`` as ``measure_jobs.build_job`` or the failure), ``"run"``
+    (as ``run_job``) or ``"lost"`` (its workers died ``MAX_ATTEMPTS`` times); ``remarks``
+    the build's LLVM remarks; ``log`` where and when it was built and timed (``_log``)."""
     from . import measure_jobs
+    log = _log()
     attempt = _attempt(counter)
     if attempt > MAX_ATTEMPTS:
         return ("lost", JobOutcome.CRASHED.value,
-                f"the Dask workers running this candidate died {attempt - 1} times", 0.0)
-    plugin = _plugin()
+                f"the Dask workers running this candidate died {attempt - 1} times", 0.0, [],
+                log)
+    plugin = _plugin(env)
     with plugin.lock:
         pool = plugin.get_pool()
         with tempfile.TemporaryDirectory(prefix="tdsl-remote-") as d:
+            log["build"] = [time.time(), 0.0]
             b = pool.map(measure_jobs.build_job,
                          [(payload, key, trace, target, os.path.join(d, "k.so"), name)],
                          build_timeout)[0]
+            log["build"][1] = time.time()
             if b.outcome is not JobOutcome.OK or b.value[1] is not None:
-                return ("build", b.outcome.value, b.value, b.seconds)
+                return ("build", b.outcome.value, b.value, b.seconds, [], log)
             artifact = b.value[0]
             opts = dict(opts)
             if opts.get("check"):
                 opts["ref_path"] = _reference(plugin, pool, payload, key, sizes, target, name,
                                               opts.get("seed", 0), reference_timeout)
                 opts["check"] = opts["ref_path"] is not None
-            r = pool.map(measure_jobs.run_job,
-                         [(payload, key, sizes, target, artifact, trace, config, opts, best_cost,
-                           None, name)], opts.get("timeout", 10.0))[0]
-            return ("run", r.outcome.value, r.value, r.seconds + b.seconds, b.value[3])
+            lease = HostLease()
+            asked = time.time()
+            got = lease.acquire(lease_wait)
+            log["time"] = [time.time(), 0.0]
+            log["waited"] = log["time"][0] - asked
+            log["contended"] = not got
+            try:
+                r = pool.map(measure_jobs.run_job,
+                             [(payload, key, sizes, target, artifact, trace, config, opts,
+                               best_cost, None, name)], opts.get("timeout", 10.0))[0]
+            finally:
+                log["time"][1] = time.time()
+                lease.release()
+            return ("run", r.outcome.value, r.value, r.seconds + b.seconds, b.value[3], log)
+
+
+def _leased_call(fn: Callable[..., Any], args: tuple, lease_wait: float) -> Any:
+    """On a worker: ``fn(*args)`` holding the machine's timing lease (``DaskRunner.call``)."""
+    lease = HostLease()
+    lease.acquire(lease_wait)
+    try:
+        return fn(*args)
+    finally:
+        lease.release()
+
+
+def _log() -> dict:
+    """A candidate's log on a worker: its host and worker process; ``build`` and ``time``
+    (epoch seconds ``[start, end]``), ``waited`` (seconds for the lease) and ``contended``
+    (timed without it) are added as they happen."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "lease": host_lease_path()}
 
 
 def _reference(plugin: IsolationPlugin, pool: WorkerPool, payload: bytes, key: str, sizes: Any,
@@ -168,6 +281,8 @@ def _result(value: tuple, elapsed: float) -> MeasureResult:
     """A worker's answer as a ``MeasureResult``."""
     stage, outcome, payload, seconds = value[:4]
     notes = bound_notes(value[4]) if len(value) > 4 else ()
+    if len(value) > 5 and value[5].get("contended"):
+        notes = notes + ("contended: timed without the machine's timing lease",)
     job = JobResult(JobOutcome(outcome), payload, seconds)
     if stage == "build":
         b = _build_result(job)
@@ -183,24 +298,51 @@ def _result(value: tuple, elapsed: float) -> MeasureResult:
 class DaskRunner:
     """Builds and runs candidates on the workers of a Dask scheduler (or Client).
 
+    ``address``: a ``distributed.Client`` or a scheduler address (``"tcp://host:8786"``);
     ``timeout``: seconds to time one candidate (as ``LocalRunner``'s);
     ``build_timeout``: seconds to build one; ``stall_timeout``: seconds without any
     result from the cluster after which the candidates still out are given up
-    (default: enough for a build, a reference and a run); other keywords go to the
-    ``LocalRunner`` whose options the workers use.
+    (default: enough for a build, a reference and a run); ``lease_wait``: seconds a
+    worker waits for its machine's timing lease before timing anyway (contended);
+    ``runner``: a ``LocalRunner`` whose options (repeat, threads, checking...) the
+    workers use, else other keywords make one.  ``log`` lists, per candidate measured,
+    the worker's record of it (host, pid, ``build`` and ``time`` intervals, ``waited``).
     """
 
     def __init__(self, address: Any, timeout: float = 30.0, build_timeout: float = 60.0,
-                 stall_timeout: "float | None" = None, **runner_options: Any):
+                 stall_timeout: "float | None" = None, lease_wait: float = 300.0,
+                 runner: "LocalRunner | None" = None, **runner_options: Any):
+        if runner is not None and not isinstance(runner, LocalRunner):
+            raise TuningError(f"DaskRunner: runner= takes a LocalRunner (whose options the "
+                              f"workers use), got {type(runner).__name__}")
+        if runner is not None and runner_options:
+            raise TuningError(f"DaskRunner: give runner= or LocalRunner options "
+                              f"({', '.join(sorted(runner_options))}), not both")
+        if not (lease_wait >= 0):
+            raise TuningError(f"DaskRunner: lease_wait must be seconds >= 0, got {lease_wait!r}")
         self.client = _client(address)
         self._own = not hasattr(address, "submit")
-        self.timeout = timeout
+        self.local = runner if runner is not None else \
+            LocalRunner(timeout=timeout, **runner_options)
+        self.timeout = self.local.timeout
         self.build_timeout = build_timeout
-        self.local = LocalRunner(timeout=timeout, **runner_options)
+        self.lease_wait = lease_wait
         self.stall_timeout = stall_timeout if stall_timeout is not None else \
-            build_timeout + timeout + min(self.local.reference_timeout, 300.0) + 60.0
+            build_timeout + self.timeout + min(self.local.reference_timeout, 300.0) + \
+            lease_wait + 60.0
         self._id = uuid.uuid4().hex[:12]
-        self.client.register_plugin(IsolationPlugin(self.local._env), name=PLUGIN_NAME)
+        self.log: list[dict] = []
+
+    @property
+    def n_threads(self) -> "int | None":
+        """The threads each candidate is timed with (None: all the worker's CPUs)."""
+        return self.local.n_threads
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on one worker, under its machine's timing lease (the task scheduler
+        measures the workers' memory bandwidth and FLOP peak so, not the client's)."""
+        return self.client.submit(_leased_call, fn, args, self.lease_wait, pure=False,
+                                  retries=0).result()
 
     def measure_batch(self, inputs: Sequence[MeasureInput], best_cost: float = float("inf"),
                       on_result: "Callable[[int, MeasureResult], None] | None" = None
@@ -213,7 +355,8 @@ class DaskRunner:
             measure_isolated, inp.task.payload(), inp.task.args_key, inp.task.sizes,
             str(inp.task.target), inp.trace, inp.config, opts, best_cost, inp.task.name,
             self.build_timeout, self.local.reference_timeout,
-            ["tdsl-attempts", self._id, batch, str(i)], pure=False, retries=0)
+            ["tdsl-attempts", self._id, batch, str(i)], self.lease_wait,
+            self.local._env, pure=False, retries=0)
             for i, inp in enumerate(inputs)]
         index = {f.key: i for i, f in enumerate(futures)}
         results: list["MeasureResult | None"] = [None] * len(inputs)
@@ -256,11 +399,13 @@ class DaskRunner:
                 pass
         return [r for r in results if r is not None]
 
-    @staticmethod
-    def _outcome(f: Any, elapsed: float) -> MeasureResult:
+    def _outcome(self, f: Any, elapsed: float) -> MeasureResult:
         if f.status == "finished":
             try:
-                return _result(f.result(), elapsed)
+                value = f.result()
+                if len(value) > 5:
+                    self.log.append(value[5])
+                return _result(value, elapsed)
             except Exception as e:   # noqa: BLE001 - a result that cannot be read
                 return MeasureResult((), MeasureErrorNo.UNKNOWN_ERROR,
                                      f"{type(e).__name__}: {e}", elapsed)
@@ -274,3 +419,26 @@ class DaskRunner:
     def close(self) -> None:
         if self._own:
             self.client.close()
+
+
+def dask_option(client: Any, measure_option: Any = None) -> Any:
+    """A ``MeasureOption`` measuring on the Dask cluster ``client`` (a ``distributed.Client``
+    or a scheduler address) with the settings of ``measure_option`` (default
+    ``measure_option()``): its ``LocalRunner``'s options for timing and checking, its
+    ``LocalBuilder``'s timeout for each build -- the same job, measured on the workers."""
+    from .measure import LocalBuilder, MeasureOption
+    builder = LocalBuilder() if measure_option is None else measure_option.builder
+    runner = LocalRunner() if measure_option is None else measure_option.runner
+    if hasattr(runner, "measure_batch"):
+        raise TuningError(f"client= with a measure_option that already measures remotely "
+                          f"({type(runner).__name__}): give one or the other")
+    if not isinstance(runner, LocalRunner):
+        raise TuningError(f"client=: the measure_option's runner must be a LocalRunner (its "
+                          f"options go to the Dask workers), got {type(runner).__name__}")
+    if not isinstance(builder, LocalBuilder) or builder.backend != "native":
+        kind = type(builder).__name__ + (f"(backend={builder.backend!r})"
+                                         if isinstance(builder, LocalBuilder) else "")
+        raise TuningError(f"client=: Dask workers build with LLVM; the measure_option's "
+                          f"builder must be a native LocalBuilder, got {kind}")
+    return MeasureOption(LocalBuilder(n_parallel=1),
+                         DaskRunner(client, build_timeout=builder.timeout, runner=runner))

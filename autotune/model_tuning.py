@@ -82,7 +82,8 @@ def tune_model(model: Any, example_inputs: Any, trials: "int | None" = None,
     of ``example_inputs``, ``trials`` in total and/or ``time_budget`` seconds, all records
     into ``db``; then compile with ``options={"db": db}`` to use them.  ``dynamic`` as in
     ``tdsl.compile``; ``tune_kwargs`` go to ``tune_tasks`` (``tuner``, ``seed``,
-    ``batch_size``, ``measure_option``, ``progress``...)."""
+    ``batch_size``, ``measure_option``, ``progress``, ``client``: a Dask
+    ``distributed.Client`` or scheduler address to measure on its workers...)."""
     if trials is None and time_budget is None:
         raise TuningError("tune_model: give trials= and/or time_budget= (seconds)")
     tasks, weights = model_tasks(model, example_inputs, target, dynamic)

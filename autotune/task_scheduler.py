@@ -168,6 +168,8 @@ class JobResult:
     #: after each round: (elapsed s, trials measured, the task, its best record then) --
     #: what a benchmark re-times to draw the job's curve with comparable figures
     best_at: list = field(default_factory=list)
+    #: seconds spent on each task (its rounds and its final re-timing)
+    task_seconds: list[float] = field(default_factory=list)
 
     @property
     def weighted_latency(self) -> float:
@@ -175,14 +177,20 @@ class JobResult:
         return weighted_latency(self.best, self.weights)
 
     def summary(self) -> str:
+        """A table, a line per task: its weight, trials, best and floor latencies, GFLOP/s
+        and share of the job's time; then the weighted latency."""
         lines = [f"{'task':<28} {'weight':>6} {'trials':>6} {'best ms':>10} {'GFLOP/s':>8} "
-                 f"{'floor ms':>9}"]
+                 f"{'floor ms':>9} {'time %':>6}"]
         floors = self.floors or [0.0] * len(self.tasks)
-        for t, w, b, n, f in zip(self.tasks, self.weights, self.best, self.trials, floors):
+        spent = self.task_seconds or [0.0] * len(self.tasks)
+        for t, w, b, n, f, sec in zip(self.tasks, self.weights, self.best, self.trials, floors,
+                                      spent):
             ms = f"{b.cost * 1e3:.4f}" if b is not None else "-"
             gf = f"{b.gflops:.1f}" if b is not None else "-"
             fl = f"{f * 1e3:.4f}" if f > 0 else "-"
-            lines.append(f"{t.name[:28]:<28} {w:>6g} {n:>6} {ms:>10} {gf:>8} {fl:>9}")
+            share = f"{100 * sec / self.seconds:.1f}" if self.seconds > 0 else "-"
+            lines.append(f"{t.name[:28]:<28} {w:>6g} {n:>6} {ms:>10} {gf:>8} {fl:>9} "
+                         f"{share:>6}")
         lines.append(f"weighted latency {self.weighted_latency * 1e3:.4f} ms  "
                      f"({sum(self.trials)} trials in {self.seconds:.1f} s)")
         return "\n".join(lines)
@@ -285,8 +293,15 @@ STRATEGIES = ("gradient", "round-robin", "sequential")
 _PEAK_SHARE = {"float32": 1.0, "float64": 0.5}
 
 
-def _peak(threads: int) -> float:
-    """The CPU's float32 FMA peak (FLOP/s) with ``threads`` threads; 0 when unknown."""
+def _bandwidth(nbytes: int, threads: "int | None") -> float:
+    """``stream_bandwidth`` with ``threads`` (None: this machine's default)."""
+    return stream_bandwidth(nbytes, threads or default_num_threads())
+
+
+def _peak(threads: "int | None") -> float:
+    """The CPU's float32 FMA peak (FLOP/s) with ``threads`` threads (None: this machine's
+    default); 0 when unknown."""
+    threads = threads or default_num_threads()
     try:
         from tdsl.backends.llvm.peak import peak_flops
         return peak_flops("float32", threads)
@@ -327,7 +342,11 @@ class TaskScheduler:
     ``pretrained``: the tuners' pre-trained cost model (``XGBTuner``; default ``"auto"``);
     ``memory_bandwidth``, ``cache_bandwidth`` (bytes/s) and ``peak_flops`` (the float32
     FLOP/s of the kernels' threads): the roofs of the tasks' floors (None: measured when
-    tuning starts; 0: no floor of that kind; for a runner on other machines, give theirs).
+    tuning starts, on a worker when measuring on a cluster; 0: no floor of that kind);
+    ``client``: measure on a Dask cluster -- a ``distributed.Client`` or a scheduler address
+    (``"tcp://host:8786"``): each candidate is built on a worker and timed there under its
+    machine's timing lease (``distributed.dask_option``), with ``measure_option``'s
+    settings; the records still go to ``db`` and the choices are the scheduler's.
     """
 
     @check_keywords
@@ -339,7 +358,8 @@ class TaskScheduler:
                  strategy: str = "gradient", early_stopping: "int | None" = None,
                  callbacks: Sequence[Callable] = (), transfer: bool = False,
                  pretrained: Any = "auto", memory_bandwidth: "float | None" = None,
-                 cache_bandwidth: "float | None" = None, peak_flops: "float | None" = None):
+                 cache_bandwidth: "float | None" = None, peak_flops: "float | None" = None,
+                 client: Any = None):
         self.tasks = list(tasks)
         if not self.tasks:
             raise TuningError("TaskScheduler: no task to tune")
@@ -358,8 +378,12 @@ class TaskScheduler:
         if tuner not in ("xgb", "random"):
             raise TuningError(f"TaskScheduler: tuner must be 'xgb' or 'random', got {tuner!r}")
         self.database = open_database(db)
-        self.own_option = measure_option is None
-        self.mopt = measure_option or _measure_option()
+        self.own_option = measure_option is None or client is not None
+        if client is not None:
+            from .distributed import dask_option
+            self.mopt = dask_option(client, measure_option)
+        else:
+            self.mopt = measure_option or _measure_option()
         self.tuner_kind = tuner
         self.seed = seed
         self.batch_size = batch_size
@@ -466,7 +490,9 @@ class TaskScheduler:
                            time.perf_counter() - t0)
             if remeasure_top > 0 and remeasure_rounds > 0:
                 for i, s in enumerate(sessions):
+                    started = time.perf_counter()
                     s.remeasure(remeasure_top, remeasure_rounds)
+                    self.spent[i] += time.perf_counter() - started
         finally:
             bar.close()
             for s in sessions:
@@ -482,20 +508,30 @@ class TaskScheduler:
         rates = self._bandwidths(best)
         reached = self._flops_reached(best)
         result.floors = [min(best[i], self._floor(i, *rates, reached)) for i in range(n)]
+        result.task_seconds = list(self.spent)
         result.seconds = time.perf_counter() - t0
         return result
 
     def _measure_roofs(self) -> None:
-        """Measure the roofs not given (about 0.2 s) with the threads kernels are timed with."""
-        threads = getattr(self.mopt.runner, "n_threads", None) or default_num_threads()
+        """Measure the roofs not given (about 0.2 s) with the threads kernels are timed with,
+        where they are timed: on a worker of a remote runner (``DaskRunner.call``)."""
+        call = getattr(self.mopt.runner, "call", None)
+        if call is not None:
+            self.cache_bytes = call(last_level_cache_bytes)       # the workers' cache
+        threads = getattr(self.mopt.runner, "n_threads", None)
+        if call is None:
+            threads = threads or default_num_threads()
+
+            def call(f: Callable, *args: Any) -> Any:
+                return f(*args)
         if self.memory_bandwidth is None:
-            self.memory_bandwidth = STREAM_FRACTION * stream_bandwidth(8 * self.cache_bytes,
-                                                                       threads)
+            self.memory_bandwidth = STREAM_FRACTION * call(_bandwidth, 8 * self.cache_bytes,
+                                                           threads)
         if self.cache_bandwidth is None:
-            self.cache_bandwidth = STREAM_FRACTION * stream_bandwidth(self.cache_bytes // 4,
-                                                                      threads)
+            self.cache_bandwidth = STREAM_FRACTION * call(_bandwidth, self.cache_bytes // 4,
+                                                          threads)
         if self.peak_flops is None:
-            self.peak_flops = _peak(threads)
+            self.peak_flops = call(_peak, threads)
 
     def _bandwidths(self, best: Sequence[float]) -> tuple[float, float]:
         """(bytes/s in memory, in cache) the tasks can hope for, given their best seconds:
@@ -635,11 +671,12 @@ def tune_tasks(tasks: Sequence[Task], trials: "int | None" = None,
                early_stopping: "int | None" = None, remeasure_top: int = 3,
                remeasure_rounds: int = 3, progress: bool = True,
                callbacks: Sequence[Callable] = (), transfer: bool = False,
-               pretrained: Any = "auto") -> JobResult:
+               pretrained: Any = "auto", client: Any = None) -> JobResult:
     """Tune ``tasks`` together under one budget (``trials`` in total and/or
-    ``time_budget`` seconds), all records into ``db``; see ``TaskScheduler``."""
+    ``time_budget`` seconds), all records into ``db``; ``client``: measure on a Dask
+    cluster (a ``distributed.Client`` or a scheduler address); see ``TaskScheduler``."""
     sched = TaskScheduler(tasks, weights, db, measure_option, tuner=tuner, seed=seed,
                           batch_size=batch_size, strategy=strategy,
                           early_stopping=early_stopping, callbacks=callbacks, transfer=transfer,
-                          pretrained=pretrained)
+                          pretrained=pretrained, client=client)
     return sched.tune(trials, time_budget, remeasure_top, remeasure_rounds, progress)

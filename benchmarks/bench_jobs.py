@@ -3,6 +3,8 @@
     python benchmarks/bench_jobs.py [--suite ops|handwritten|resnet18-ops|...] [--quick]
         [--budget 1200] [--trials N] [--batch 8] [--threads 1] [--half]
         [--strategies gradient,round-robin,sequential] [--plot out.png]
+    python benchmarks/bench_jobs.py --suite resnet18-ops --dask-workers 2 [--repeats 2] ...
+    python benchmarks/bench_jobs.py --suite resnet18-ops --scheduler tcp://host:8786 ...
 
 A job (``job_suites.py``: the 12-operator suite as ``tdsl.ops`` calls or written by hand;
 ``model_jobs.py``: the tasks of ResNet-18, a BERT-base layer, MobileNetV2, each as ops or
@@ -26,6 +28,13 @@ interleaved (medians over ``--rounds`` rounds), and each run's weighted latency
 needed to reach sequential tuning's final weighted latency and to get within 5% of the best
 any run reached.  ``--quick``: at most six smaller tasks, 8 trials each, a short budget
 (a check that it works, not a figure to report).
+
+``--dask-workers N`` (a ``LocalCluster`` of N single-threaded worker processes) or
+``--scheduler ADDRESS`` instead compares one process with the cluster: the job (the first
+of ``--strategies``, ``--tuner``) at the same trials, measured locally and on the cluster
+(``tune_tasks(client=)``), the pair ``--repeats`` times back to back (every other pair in
+the other order); then every run's best programs are re-timed here, interleaved, and each
+run's weighted latency and wall time printed.
 """
 from __future__ import annotations
 
@@ -72,6 +81,60 @@ def run_job(tasks, weights, strategy, trials, budget, batch, db, timeout, pretra
                               strategy=strategy, remeasure_top=3, remeasure_rounds=2,
                               progress=True, pretrained=pretrained)
     return job, time.perf_counter() - t0
+
+
+def compare_cluster(ns, tasks, weights, trials: int, budget: float, tmp: str,
+                    strategy: str) -> None:
+    """One process against a Dask cluster (``--dask-workers`` / ``--scheduler``): the job
+    (``strategy``, ``--tuner``) at the same trials, alternated ``--repeats`` times; wall
+    seconds and the weighted latency of each run's best programs re-timed here, interleaved.
+    With ``--strategies round-robin --tuner random`` both sides measure the same programs,
+    so the wall times compare the measuring alone."""
+    import distributed
+    if ns.scheduler:
+        cluster = None
+        client = distributed.Client(ns.scheduler, timeout=30)
+    else:
+        cluster = distributed.LocalCluster(n_workers=ns.dask_workers, threads_per_worker=1,
+                                           processes=True, dashboard_address=None,
+                                           silence_logs=40)
+        client = distributed.Client(cluster)
+    where = ns.scheduler or f"LocalCluster({ns.dask_workers} workers)"
+    runs = []                                   # (name, db, JobResult, wall s, load before)
+    try:
+        for rep in range(ns.repeats):
+            pair = [("one process", None), (where, client)]
+            # ABBA...: the second pair in the other order, so a drift of the machine's load
+            # favours neither
+            for name, cl in (pair if rep % 2 == 0 else pair[::-1]):
+                db = os.path.join(tmp, f"{'local' if cl is None else 'dask'}{rep}.db")
+                load = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                job = autotune.tune_tasks(tasks, trials=trials, time_budget=budget, db=db,
+                                          weights=weights, measure_option=option(
+                                              ns.run_timeout), batch_size=ns.batch,
+                                          remeasure_top=3, remeasure_rounds=2, progress=False,
+                                          pretrained=ns.pretrained, client=cl,
+                                          strategy=strategy, tuner=ns.tuner)
+                took = time.perf_counter() - t0
+                print(f"{name} #{rep + 1}: {took:.0f} s wall, {sum(job.trials)} trials, "
+                      f"load {load:.1f}; its own weighted latency "
+                      f"{job.weighted_latency * 1e3:.3f} ms", flush=True)
+                print(job.summary(), flush=True)
+                runs.append((f"{name} #{rep + 1}", db, job, took, load))
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    progs, _ = programs(tasks, [r[2] for r in runs], [r[1] for r in runs])
+    print(f"re-timing {sum(len(x) for x in progs)} programs, {ns.rounds} interleaved rounds",
+          flush=True)
+    secs = retime(tasks, progs, ns.rounds)
+    print(f"\n{'run':<32} {'wall s':>7} {'trials':>6} {'load':>5} {'weighted ms (re-timed)':>23}")
+    for name, _, job, took, load in runs:
+        wl = sum(w * secs[i][b.prog_hash] for i, (w, b) in enumerate(zip(weights, job.best))
+                 if b is not None) if all(b is not None for b in job.best) else math.inf
+        print(f"{name:<32} {took:>7.0f} {sum(job.trials):>6} {load:>5.1f} {wl * 1e3:>23.3f}")
 
 
 def _is_baseline(rec) -> bool:
@@ -160,6 +223,14 @@ def main() -> None:
     p.add_argument("--build-cache", action="store_true",
                    help="keep the LLVM build cache on (default off: runs after the first "
                         "would find the same seeded candidates built)")
+    p.add_argument("--dask-workers", type=int, default=None,
+                   help="compare one process with a LocalCluster of this many workers")
+    p.add_argument("--scheduler", default=None,
+                   help="compare one process with the Dask cluster at this address")
+    p.add_argument("--tuner", choices=("xgb", "random"), default="xgb",
+                   help="with --dask-workers/--scheduler: the tasks' tuner")
+    p.add_argument("--repeats", type=int, default=2,
+                   help="with --dask-workers/--scheduler: times to run the pair")
     p.add_argument("--plot", default=None,
                    help="PNG of the curves (default benchmarks/results/jobs_<suite>.png)")
     ns = p.parse_args()
@@ -190,6 +261,9 @@ def main() -> None:
                         measure_option=option(ns.run_timeout), strategy="round-robin",
                         remeasure_top=0, progress=False, pretrained="off")
     print(f"warm-up (references, first builds): {time.perf_counter() - t0:.0f} s", flush=True)
+    if ns.dask_workers or ns.scheduler:
+        compare_cluster(ns, tasks, weights, trials, budget, tmp, strategies[0])
+        return
     runs = []                      # (column, db, JobResult)
     for name, strategy, n, secs, pre in plan:
         db = os.path.join(tmp, name.replace("/", "_half").replace("+", "_") + ".db")

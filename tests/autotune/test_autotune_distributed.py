@@ -40,7 +40,9 @@ def test_dask_runner_survives_hang_segfault_and_dead_workers(tmp_path, monkeypat
         from tdsl.autotune.distributed import DaskRunner
         # the hung candidate is killed after `timeout`; good ones must finish well within it
         # even on a loaded machine (at 6 s one failed under a load of 10 on 2 cores)
-        runner = DaskRunner(client, timeout=15.0, repeat=2, min_repeat_ms=2)
+        # lease_wait=0: the hung candidate holds the machine's timing lease until it is
+        # killed; the others are timed meanwhile (contended), which this test needs
+        runner = DaskRunner(client, timeout=15.0, repeat=2, min_repeat_ms=2, lease_wait=0.0)
         pids = set(client.run(os.getpid).values())
         inputs = [MeasureInput(task, c.config, c.trace, c.prog_hash) for c in cands]
         # batch 1: a hang and a segfault among four good candidates
