@@ -72,20 +72,26 @@ KERNEL = r"""
 // the swizzled shared offset of 16-byte chunk c of tile row r (rows of D elements)
 template <int D> __device__ __forceinline__ int tdsl_fa_sw(int r, int c) {
   return r * D + ((c ^ (r & 7)) << 3); }
-// rows [r0, r0 + 64) of a (rows x D) matrix (row stride ``stride``, element ``base`` at
-// row 0, column 0) into the tile at shared offset st, CH chunks a thread; rows at or past n
-// zero-filled
-template <typename T, int D, int CH, typename PS, typename PG>
-__device__ __forceinline__ void tdsl_fa_tile(PS smp, int st, PG G, long long base,
-                                             long long stride, long long r0, long long n,
-                                             bool vec) {
-  constexpr int CR = D / 8;
+// rows [r0, r0 + 64) of a (rows x D) matrix into the tile at shared offset st.  A thread
+// copies chunk c = tid % (D / 8) of rows rt + RP p (rt = tid / (D / 8), RP = 128 / (D / 8),
+// a multiple of the swizzle period: shared offset sw_t + RP D p); gt: the element offset of
+// its chunk at row 0; rows at or past n zero-filled.  A tile wholly inside the matrix,
+// aligned (vec): plain cp.async, else the general chunk loader.
+template <typename T, int D, int CH, typename PS, typename SB, typename PG>
+__device__ __forceinline__ void tdsl_fa_tile(PS smp, SB sm, int st, int sw_t, PG G,
+                                             long long gt, long long stride, long long r0,
+                                             long long n, int rt, bool vec) {
+  constexpr int RP = 128 / (D / 8);
+  if (vec && r0 + 64 <= n) {
 #pragma unroll
+    for (int p = 0; p < CH; ++p)
+      tdsl_tc_cp16(sm, st + sw_t + p * RP * D, G + (gt + (r0 + p * RP) * stride));
+    return;
+  }
   for (int p = 0; p < CH; ++p) {
-    const int id = (int)threadIdx.x + 128 * p, r = id / CR, c = id % CR;
-    const bool in = r0 + r < n;
-    tdsl_tc_chunk<T>(smp, st + tdsl_fa_sw<D>(r, c), G, base + (r0 + r) * stride + c * 8, vec,
-                     in, in, [&](int) { return in; });
+    const bool in = r0 + rt + p * RP < n;
+    tdsl_tc_chunk<T>(smp, st + sw_t + p * RP * D, G, gt + (r0 + p * RP) * stride, vec, in, in,
+                     [&](int) { return in; });
   }
 }
 template <bool BF16, int D, bool CAUSAL, typename T, typename PQ, typename PK, typename PV,
@@ -108,6 +114,9 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PS smp, long long sq, 
                    ((unsigned long long)(K + k0) & 15) == 0 &&
                    ((unsigned long long)(V + v0) & 15) == 0;
   auto sw = [](int r, int c) { return tdsl_fa_sw<D>(r, c); };
+  const int rt = tid / CR, ct = tid % CR, sw_t = sw(rt, ct);
+  const long long gq = q0 + rt * sqs + ct * 8, gk = k0 + rt * sks + ct * 8,
+                  gv = v0 + rt * svs + ct * 8;
   const long long rows_q = sq - i0;
   long long nkb = (sk + BKV - 1) / BKV;
   if (CAUSAL) {
@@ -115,10 +124,10 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PS smp, long long sq, 
     const long long need = last / BKV + 1;
     nkb = need < nkb ? need : nkb;
   }
-  tdsl_fa_tile<T, D, QCH>(smp, 0, Q, q0, sqs, i0, sq, vec);
+  tdsl_fa_tile<T, D, QCH>(smp, sm, 0, sw_t, Q, gq, sqs, i0, sq, rt, vec);
   if (nkb > 0) {
-    tdsl_fa_tile<T, D, KCH>(smp, KS0, K, k0, sks, 0, sk, vec);
-    tdsl_fa_tile<T, D, KCH>(smp, KS0 + TILE, V, v0, svs, 0, sk, vec);
+    tdsl_fa_tile<T, D, KCH>(smp, sm, KS0, sw_t, K, gk, sks, 0, sk, rt, vec);
+    tdsl_fa_tile<T, D, KCH>(smp, sm, KS0 + TILE, sw_t, V, gv, svs, 0, sk, rt, vec);
   }
   tdsl_tc_commit();
   tdsl_tc_wait<0>();
@@ -142,8 +151,10 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PS smp, long long sq, 
     const int st = KS0 + (int)(kb & 1) * 2 * TILE;
     if (kb + 1 < nkb) {
       const int nx = KS0 + (int)((kb + 1) & 1) * 2 * TILE;
-      tdsl_fa_tile<T, D, KCH>(smp, nx, K, k0, sks, (kb + 1) * BKV, sk, vec);
-      tdsl_fa_tile<T, D, KCH>(smp, nx + TILE, V, v0, svs, (kb + 1) * BKV, sk, vec);
+      tdsl_fa_tile<T, D, KCH>(smp, sm, nx, sw_t, K, gk, sks, (kb + 1) * BKV, sk, rt,
+                              vec);
+      tdsl_fa_tile<T, D, KCH>(smp, sm, nx + TILE, sw_t, V, gv, svs, (kb + 1) * BKV, sk, rt,
+                              vec);
     }
     tdsl_tc_commit();
     float s[NT][4];
@@ -161,16 +172,21 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PS smp, long long sq, 
         tdsl_tc_mma<BF16>(s[2 * np + 1], qf[kk], b[2], b[3]);
       }
     // scale and mask; the block's row max over the quad
+    // keys (block-local) at or past lim[h] are masked for row half h
     const long long j0 = kb * BKV;
+    int lim[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      long long l = sk - j0 < BKV ? sk - j0 : BKV;
+      if (CAUSAL && qrow[h] - j0 + 1 < l) l = qrow[h] - j0 + 1;
+      lim[h] = (int)(l < 0 ? 0 : l);
+    }
     float bm[2] = {NEG_INF, NEG_INF};
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
-        const long long key = j0 + j * 8 + 2 * t4 + (v & 1);
-        bool ok = key < sk;
-        if (CAUSAL) ok = ok && key <= qrow[v >> 1];
-        const float x = ok ? s[j][v] * scale : NEG_INF;
+        const float x = j * 8 + 2 * t4 + (v & 1) < lim[v >> 1] ? s[j][v] * scale : NEG_INF;
         s[j][v] = x;
         bm[v >> 1] = fmaxf(bm[v >> 1], x);
       }
