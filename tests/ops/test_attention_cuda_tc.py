@@ -98,10 +98,9 @@ def test_symbolic_sequences_bound_to_several_values(causal):
 
 
 @needs_gxx
-def test_causal_rows_that_see_no_key_give_zeros():
-    """seq_k = 0 is refused by shapes elsewhere; a causal query always sees key 0, so the
-    sum == 0 guard is reached by queries whose keys are all past seq_k: none here -- check
-    instead that a single key gives that key's value row exactly (p = 1)."""
+def test_causal_with_one_key():
+    """One key: every query's only probability is 1 (the other 63 keys of the tile are
+    past seq_k, masked), 70 queries over two query blocks."""
     qs, ks = (1, 1, 70, 64), (1, 1, 1, 64)
     f = _build(qs, ks, causal=True)
     _check(f, qs, ks, causal=True)
