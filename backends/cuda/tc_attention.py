@@ -1,8 +1,8 @@
 """Recognize the tensor-core attention loop nest and emit the microkernel in its place.
 
 The fp16/bf16 branch of the attention CUDA schedule (``tdsl/ops/schedules/cuda_attention.py``,
-``schedule_tc_attention``) gives the attention kernel the loop nest ``blockIdx.y (batch x
-head) / blockIdx.x (64-query block) / threadIdx.x (128) / f (pragma "tdsl_tc_attention")``
+``schedule_tc_attention``) gives the attention kernel the loop nest ``blockIdx.x (batch x
+head) / blockIdx.y (64-query block) / threadIdx.x (128) / f (pragma "tdsl_tc_attention")``
 whose body is the declaration's per-element computation (what the reference interpreter
 runs).  ``find_plan`` finds that pragma loop and, in its body, the global buffers: Q (read by
 the ``T_attn_qt`` stage), K (by ``T_attn_score``), V (by ``T_attn_bacc``) and the output

@@ -2,7 +2,7 @@
 
 Like the tensor-core GEMM (``cuda_tc.py``), the schedule only shapes the loop nest the
 backend's microkernel replaces (``backends/cuda/tc_attention.py``): the output's
-(batch x head) on ``blockIdx.y``, its 64-query blocks on ``blockIdx.x``, the block's
+(batch x head) on ``blockIdx.x``, its 64-query blocks on ``blockIdx.y``, the block's
 64 x d outputs over 128 threads (``threadIdx.x``) times a serial loop marked
 ``pragma(f, "tdsl_tc_attention", key)`` (key: head size, causality, scale), the whole
 declaration computed per output inside it (a thread's merge over the key blocks, what the
@@ -82,8 +82,8 @@ def schedule_tc_attention(s: Schedule, a: Any, anchor: Stage, d: int, causal: bo
     y.reorder(b, h, io, ii, dd)
     f = y.fuse(ii, dd)
     tx, fi = y.split(f, factor=BLOCK_Q * d // THREADS)
-    y.bind(y.fuse(b, h), thread_axis("blockIdx.y"))
-    y.bind(io, thread_axis("blockIdx.x"))
+    y.bind(y.fuse(b, h), thread_axis("blockIdx.x"))    # x: up to 2^31 - 1 (batch x heads)
+    y.bind(io, thread_axis("blockIdx.y"))
     y.bind(tx, thread_axis("threadIdx.x"))
     y.pragma(fi, PRAGMA, attn_key(d, causal, scale))
     m = a.merge
