@@ -115,9 +115,7 @@ def find_plan(root: Any, kernel: str) -> Optional[FaPlan]:
             return
         for prefix, role in (("T_attn_qt", "q"), ("T_attn_score", "k"), ("T_attn_bacc", "v")):
             if n.buffer.name.startswith(prefix):
-                for b in _global_loads(n.value):
-                    if role != "k" or b not in roles.values():
-                        roles.setdefault(role, set()).add(b)
+                roles.setdefault(role, set()).update(_global_loads(n.value))
     post_order_visit(loop.body, visit)
     got = {r: list(bs) for r, bs in roles.items()}
     if any(len(got.get(r, ())) != 1 for r in ("q", "k", "v")) or len(outs) != 1:

@@ -153,3 +153,19 @@ def test_assembles_without_spills(arch, dt, d, causal):
     assert ks.spill_bytes == ks.frame_bytes == 0 and ks.registers <= 255, ks
     assert ks.threads == 128 and ks.shared_bytes == (64 * d + 4 * 64 * d) * 2, ks
     print(arch, dt, d, causal, "registers", ks.registers, "smem", ks.shared_bytes)
+
+
+@needs_gxx
+def test_the_emulator_sees_a_missing_barrier_in_the_key_loop():
+    """The barrier closing each key block keeps the next tile's copies out of the stage still
+    being read (and shows the landed tile to the block): without it the race checker fires."""
+    from tdsl.backends.cuda import SharedMemoryRaceError
+    qs, ks = (1, 1, 64, 64), (1, 1, 200, 64)
+    f = _build(qs, ks)
+    src = f.get_source()
+    mark = "__syncthreads();        // ... everyone's; and every read of tile kb's stage"
+    assert src.count(mark) == 1
+    a = [np.ones(s, np.float16) for s in (qs, ks, ks)]
+    out = np.zeros(qs, np.float16)
+    with pytest.raises(SharedMemoryRaceError):
+        f.emulate(*a, out, source=src.replace(mark, "//"))
