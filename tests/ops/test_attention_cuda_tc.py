@@ -106,7 +106,7 @@ def test_causal_with_one_key():
     _check(f, qs, ks, causal=True)
 
 
-def test_fp32_a_mask_an_odd_head_size_or_sm_75_keep_the_simt_schedule():
+def test_fp32_a_mask_an_odd_head_size_sm_75_or_an_infinite_scale_keep_the_simt_schedule():
     f32 = _build((1, 2, 64, 64), (1, 2, 64, 64), "float32")
     assert "tdsl_fa<" not in f32.get_source()
     mask = td.placeholder((64, 64), "bool", name="mask")
@@ -116,6 +116,8 @@ def test_fp32_a_mask_an_odd_head_size_or_sm_75_keep_the_simt_schedule():
     assert "tdsl_fa<" not in f32d.get_source()
     f75 = _build((1, 2, 64, 64), (1, 2, 64, 64), arch="sm_75")
     assert "tdsl_fa<" not in f75.get_source()
+    finf = _build((1, 2, 64, 64), (1, 2, 64, 64), scale=float("inf"))   # no C literal for it
+    assert "tdsl_fa<" not in finf.get_source()
 
 
 def test_a_malformed_pragma_is_a_build_error():

@@ -15,6 +15,7 @@ user mask (a masked attention keeps the SIMT "staged" schedule), an sm_80+ targe
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 from tdsl.expr import Const, Mul
@@ -65,7 +66,7 @@ def plan(a: Any, target: Any) -> "Optional[tuple[int, bool, float]]":
     if len(a.bmax.op.input_tensors) != 1:     # a user mask: the SIMT schedule
         return None
     scale = _scale(a)
-    if scale is None:
+    if scale is None or not math.isfinite(scale):    # (the SIMT schedule computes inf/nan)
         return None
     cond = a.merge.op.body[0].condition
     causal = cond is not None and not (isinstance(cond, Const) and cond.value)
