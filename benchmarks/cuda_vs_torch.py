@@ -84,15 +84,19 @@ def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callab
         fn = lambda x, g, b: torch.nn.functional.layer_norm(x, (1024,), g, b)  # noqa: E731
         return [X, g, b], ops.layernorm(X, g, b), [x, gg, bb], [x, gg, bb], fn, fn, 1e-3, None
 
-    def case_attention(causal: bool):
+    def case_attention(causal: bool, dtype: str = "float32"):
+        # fp16: the tensor-core kernel (backends/cuda/tc_attention.py), against SDPA in fp16
+        # (timed) and in fp32 on the same inputs (checked)
         shape = (1, 12, 1024, 64)
-        Q, K, V = (td.placeholder(shape, name=n) for n in "QKV")
-        q, k, v = (torch.randn(*shape, device=dev) for _ in range(3))
+        Q, K, V = (td.placeholder(shape, dtype, name=n) for n in "QKV")
+        q, k, v = (torch.randn(*shape, device=dev).to(getattr(torch, dtype)) for _ in range(3))
         sdpa = torch.nn.functional.scaled_dot_product_attention
         fn = lambda q, k, v: sdpa(q, k, v, is_causal=causal)  # noqa: E731
+        ref = lambda q, k, v: sdpa(q.float(), k.float(), v.float(),  # noqa: E731
+                                   is_causal=causal)
         flops = 4 * 12 * 1024 * 1024 * 64 // (2 if causal else 1)
-        return ([Q, K, V], ops.attention(Q, K, V, causal=causal), [q, k, v], [q, k, v], fn, fn,
-                1e-3, flops)
+        return ([Q, K, V], ops.attention(Q, K, V, causal=causal), [q, k, v], [q, k, v], fn, ref,
+                1e-3 if dtype == "float32" else 2e-2, flops)
 
     out: dict[str, Callable] = {}
     for dtype, short in (("float32", "fp32"), ("float16", "fp16"), ("bfloat16", "bf16")):
@@ -109,6 +113,8 @@ def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callab
     out["layernorm 4096x1024"] = case_layernorm
     out["attention 12x1024x64"] = lambda: case_attention(False)
     out["attention causal"] = lambda: case_attention(True)
+    out["attention fp16"] = lambda: case_attention(False, "float16")
+    out["attention causal fp16"] = lambda: case_attention(True, "float16")
     return out
 
 

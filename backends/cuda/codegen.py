@@ -22,7 +22,7 @@ from tdsl.dtype import DType
 from tdsl.target import Target
 from tdsl.visitor import post_order_visit
 
-from . import barriers, pipeline, tc_gemm, wmma_acc
+from . import barriers, pipeline, tc_attention, tc_gemm, wmma_acc
 from .allreduce import AllReduceEmitter
 from .cstyle import LAND, PRIMARY, CStyleRenderer, c_type, type_helper
 from .kernels import KernelInfo, const_span, same_extent, walk
@@ -140,7 +140,9 @@ class KernelRenderer(CStyleRenderer):
     # ---- thread structure -----------------------------------------------------------------------
     def loop(self, s: For) -> None:
         if self.kernel.tc is not None and s is self.kernel.tc.loop:
-            tc_gemm.render(self, self.kernel.tc)    # the tensor-core microkernel
+            tc = self.kernel.tc                     # the tensor-core microkernel
+            (tc_attention.render if isinstance(tc, tc_attention.FaPlan) else tc_gemm.render)(
+                self, tc)
             return
         if s.kind is not ForKind.THREAD_BINDING or s.thread_tag is ThreadTag.VTHREAD:
             dep = self.depends_on_thread(s.min) or self.depends_on_thread(s.extent)

@@ -54,7 +54,7 @@ _LOCK = threading.Lock()
 #: 64) stay loaded; an evicted one is closed once no launch holds it (each keeps ~5 memory
 #: mappings: an unbounded cache filled a test session's address space).
 _LIBS: "LRU[str, ctypes.CDLL]" = LRU(lambda: env_entries("TDSL_EMU_CACHE_ENTRIES", 64))
-_SYNC_WORDS = re.compile(r"__syncthreads|__syncwarp|__shfl|tdsl_wmma|tdsl_tc_|__trap")
+_SYNC_WORDS = re.compile(r"__syncthreads|__syncwarp|__shfl|tdsl_wmma|tdsl_tc_|tdsl_fa<|__trap")
 
 
 def cache_dir() -> str:

@@ -32,6 +32,7 @@ from tdsl.visitor import children, free_vars
 
 from . import limits
 from .accumulate import optimize_kernel
+from .tc_attention import find_plan as find_attention_plan
 from .tc_gemm import find_plan
 from .host import (HostAlloc, HostIf, HostLaunch, HostLet, HostSeq, buffer_nbytes,
                    check_host_expr, host_eval)
@@ -205,7 +206,8 @@ class _Splitter:
     def kernel(self, root: For, scope: frozenset) -> Any:
         idx = len(self.kernels)
         name = f"{self.base}_kernel" if self.n_roots == 1 else f"{self.base}_kernel{idx}"
-        tc = find_plan(root, name)     # a tensor-core GEMM body (tc_gemm.py) is kept as is
+        # a tensor-core GEMM (tc_gemm.py) or attention (tc_attention.py) body is kept as is
+        tc = find_plan(root, name) or find_attention_plan(root, name)
         if tc is None:
             root = optimize_kernel(root)   # guards out of k loops, accumulators in registers
         info = analyze_kernel(root, name, scope, self.func, self.target)

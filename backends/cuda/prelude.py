@@ -218,7 +218,7 @@ def wmma_prelude(functions: set[str]) -> str:
 
 def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = None) -> str:
     """The prelude for a source whose kernels use ``helpers`` ("half", "bf16", "floordiv", "f2i",
-    "shared", "raw", "vector", "async", "wmma", "tc_gemm")."""
+    "shared", "raw", "vector", "async", "wmma", "tc_gemm", "tc_attention")."""
     parts = [_HEADER.format(target=target)]
     if "half" in helpers or "wmma" in helpers:
         parts.append(_HALF)
@@ -245,4 +245,7 @@ def prelude(target: str, helpers: set[str], wmma_functions: "set[str] | None" = 
     if "tc_gemm" in helpers:
         from .tc_kernel import helper
         parts.append(helper())
+    if "tc_attention" in helpers:
+        from .tc_attention_kernel import helper as fa_helper
+        parts.append(fa_helper())
     return "\n\n".join(parts) + "\n"

@@ -70,13 +70,13 @@ def _fail(kernel: str, why: str) -> BuildError:
                       f"{why}")
 
 
-def _find(root: Stmt) -> "tuple[Optional[For], list[For]]":
-    """The pragma loop and the thread-bound loops around it."""
+def _find(root: Stmt, pragma: str = PRAGMA) -> "tuple[Optional[For], list[For]]":
+    """The loop carrying ``pragma`` and the thread-bound loops around it."""
     path: list[For] = []
 
     def go(s: Any) -> "Optional[For]":
         if isinstance(s, For):
-            if PRAGMA in s.annotations:
+            if pragma in s.annotations:
                 return s
             if s.kind is ForKind.THREAD_BINDING:
                 path.append(s)

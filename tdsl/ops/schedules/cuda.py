@@ -66,7 +66,8 @@ def apply(s: Schedule, target: Target) -> None:
                 or is_opaque(st.op):   # extern/scan stages have no loops to schedule
             continue
         pat = stage_pattern(st)
-        if stage_kind(st) is OpKind.ATTENTION_OUT and (got := schedule_attention(s, st)):
+        if stage_kind(st) is OpKind.ATTENTION_OUT and \
+                (got := schedule_attention(s, st, target=target)):
             done |= got
             continue
         gemm = cuda_gemm.gemm_anchor(s, st, bodies)   # matmul family: 2-level tiles

@@ -40,6 +40,7 @@ from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
 
 from .._util import const_value, simplify
+from . import cuda_attention_tc
 from .llvm_attention import attention_stages
 
 #: Queries (threads) per thread block.
@@ -52,17 +53,21 @@ VEC = 4
 
 
 def schedule_attention(s: Schedule, anchor: Stage, variant: str = "staged",
-                       tiles: "StagedTiles | None" = None) -> set:
+                       tiles: "StagedTiles | None" = None, target: object = None) -> set:
     """The fused schedule; an empty set when ``anchor``'s stages are not recognized.
     ``variant``: "staged" (the default; ``tiles``: its tile sizes, None: ``DEFAULT_TILES``)
     or "thread" (a thread per query, the first one; also where the staged one does not
-    apply: a symbolic or odd head size, a symbolic key block)."""
+    apply: a symbolic or odd head size, a symbolic key block).  With an sm_80+ ``target``,
+    fp16/bf16 inputs, head size 64 or 128 and no user mask, the default variant is the
+    tensor-core kernel (``cuda_attention_tc.py``)."""
     if variant not in ("staged", "thread"):
         raise ScheduleError("schedule_attention", anchor.name,
                             f"variant must be 'staged' or 'thread', got {variant!r}")
     a = attention_stages(s, anchor)
     if a is None:
         return set()
+    if variant == "staged" and tiles is None and (tc := cuda_attention_tc.plan(a, target)):
+        return cuda_attention_tc.schedule_tc_attention(s, a, anchor, *tc)
     if variant == "staged":
         t = tiles or DEFAULT_TILES
         shape = _staged_shape_of(a, t)
