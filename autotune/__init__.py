@@ -29,7 +29,8 @@ from .template import Config, Template, get_config, template
 from .tuner import GridSearchTuner, RandomTuner, TuneResult, Tuner, XGBTuner
 from .auto_schedule import auto_schedule, create_auto_task, verify_candidates
 from .dynamic import DispatchModule, build_dynamic, tune_dynamic
-from .task_scheduler import JobResult, TaskScheduler, extract_tasks, tune_tasks
+from .extract import extract_tasks
+from .task_scheduler import JobResult, TaskScheduler, tune_tasks
 from .lease import TimingLease
 from .model_tuning import model_tasks, tune_model
 from .progress import progress_bar

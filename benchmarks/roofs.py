@@ -3,7 +3,7 @@
     python benchmarks/roofs.py
 
 Prints the FMA peak (``backends/llvm/peak.py``) in float32 and float64 with their ratio, and
-the streaming bandwidth (``autotune/task_scheduler.stream_bandwidth``) in and out of the
+the streaming bandwidth (``autotune/roofline.stream_bandwidth``) in and out of the
 last-level cache on one and two threads.  A line marked ``CHECK`` is outside what this
 hardware should give (float64 at 0.35-0.65 of the float32 rate, rates between 0.1 GB/s or
 1 GFLOP/s and 10 TB/s or TFLOP/s).  These are live rates, so they are read here, on a quiet
@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from tdsl.autotune.task_scheduler import last_level_cache_bytes, stream_bandwidth  # noqa: E402
+from tdsl.autotune.roofline import last_level_cache_bytes, stream_bandwidth  # noqa: E402
 from tdsl.backends.llvm.peak import peak_flops  # noqa: E402
 
 

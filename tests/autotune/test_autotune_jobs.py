@@ -185,7 +185,7 @@ def test_cli_tune_all_tunes_every_declared_operator(tmp_path):
 
 
 def test_similar_tasks_share_kind_and_arithmetic_intensity():
-    from tdsl.autotune.task_scheduler import _similar
+    from tdsl.autotune.roofline import _similar
     mm = lambda m, n, k: autotune.create_auto_task(
         [ops.matmul(td.placeholder((m, k), name="a"), td.placeholder((k, n), name="b"))])
     tasks = [mm(256, 256, 256), mm(1, 1024, 1024), mm(300, 200, 256),
@@ -254,7 +254,7 @@ def test_stream_bandwidth_is_a_rate_and_the_cache_size_is_plausible():
     """Only that the probe runs and gives a positive finite rate: its value depends on the
     machine's load (its arithmetic is checked with a fake clock below; the rates themselves
     are printed by ``benchmarks/roofs.py``)."""
-    from tdsl.autotune.task_scheduler import last_level_cache_bytes, stream_bandwidth
+    from tdsl.autotune.roofline import last_level_cache_bytes, stream_bandwidth
     assert (1 << 16) <= last_level_cache_bytes() <= (1 << 34)
     for threads in (1, 2):
         rate = stream_bandwidth(1 << 20, threads=threads)
@@ -266,7 +266,7 @@ def test_stream_bandwidth_counts_bytes_as_a_tasks_traffic_is_counted():
     the probe's size, timed like the probe, has exactly the probe's rate.  (The probe once
     counted a copy's output written once while tasks count it twice: the memory's roof read
     1.5x low, and the job's fastest task in memory was expected to gain nothing.)"""
-    from tdsl.autotune import task_scheduler as ts
+    from tdsl.autotune import roofline as ts
     clock = iter(range(1000))
     n = 1 << 20
     rate = ts.stream_bandwidth(12 * n, clock=lambda: float(next(clock)))     # 1 s a pass
@@ -280,7 +280,7 @@ def test_a_kernel_near_the_fma_peak_is_expected_to_gain_nothing():
     """The compute floor: a matmul at PEAK_FRACTION of the CPU's peak gets no more rounds
     even with the larger weight (one at 87% of the peak took 66 of a 12-task job's 192
     trials and gained nothing); at a quarter of the peak it may still gain."""
-    from tdsl.autotune.task_scheduler import PEAK_FRACTION
+    from tdsl.autotune.roofline import PEAK_FRACTION
     A, B = td.placeholder((64, 64), name="A"), td.placeholder((64, 64), name="B")
     mm = autotune.create_auto_task([ops.matmul(A, B)])
     ew = autotune.create_auto_task([ops.exp(td.placeholder((256, 256), name="x"))])
