@@ -223,3 +223,13 @@ def test_transfer_from_other_task_records(tmp_path, dataset):
     task = autotune.create_auto_task(args)
     tuner = autotune.XGBTuner(task, transfer_from=db)
     assert tuner.model.trained and len(tuner.X) == len(X)
+
+
+def test_default_objective_is_log_normalized_regression():
+    # reg-log ranked operators held out of training better than reg on stored records
+    # (benchmarks/eval_cost_model_heldout.py); the tuner and pretrain both use the default
+    from tdsl.autotune import pretrain
+    assert autotune.cost_model.DEFAULT_OBJECTIVE == "reg-log"
+    X, y, g = _synthetic(60, 4, groups=2)
+    assert pretrain.train(X, y, g, rounds=5).objective == "reg-log"
+    assert pretrain.PretrainedModel.__dataclass_fields__["objective"].default == "reg-log"
