@@ -113,6 +113,7 @@ VARIANTS: dict[str, _Variant] = {
     "reg raw+centred": _Variant(lambda: _Centred(XGBoostCostModel("reg"), True)),
     "rank raw+centred": _Variant(lambda: _Centred(XGBoostCostModel("rank"), True)),
     "reg-log raw+centred": _Variant(lambda: _Centred(XGBoostCostModel("reg-log"), True)),
+    "reg-log centred": _Variant(lambda: _Centred(XGBoostCostModel("reg-log"), False)),
     "ndcg raw+centred": _Variant(lambda: _Centred(XGBoostCostModel("rank-ndcg"), True)),
     "ndcg centred": _Variant(lambda: _Centred(XGBoostCostModel("rank-ndcg"), False)),
     "reg (old default)": _Variant(lambda: XGBoostCostModel("reg")),
