@@ -12,8 +12,8 @@ operator it has never seen from the first batch (trees over the same per-store f
 and ``XGBoostCostModel.fit`` fine-tunes it on the job's own records as they come (more trees
 on top of its scores).  The script measures random candidates (and the untuned programs)
 of ``pretrain_workloads.WORKLOADS`` with ``RandomTuner`` into a database, adds the records
-of any ``--db``, trains an ``XGBoostCostModel("reg")`` on all of them (labels: throughput
-relative to the best of its task) and writes it to the user's cache folder.
+of any ``--db``, trains an ``XGBoostCostModel`` (``DEFAULT_OBJECTIVE``) on all of them
+(labels: throughput relative to the best of its task) and writes it to the user's cache folder.
 
 The file (JSON: a header and the booster in base64 UBJSON, ~0.1-0.6 MB) is keyed by the
 CPU: its name and LLVM feature string and ``features.FEATURE_VERSION`` (``cpu_key``); a
@@ -45,7 +45,7 @@ import numpy as np
 
 from tdsl.errors import TuningError
 
-from .cost_model import XGBoostCostModel
+from .cost_model import DEFAULT_OBJECTIVE, XGBoostCostModel
 from .features import FEATURE_LEN, FEATURE_VERSION
 
 FORMAT = "tdsl-pretrained-cost-model"
@@ -80,7 +80,7 @@ class PretrainedModel:
 
     booster_raw: bytes
     cpu_key: str
-    objective: str = "reg"
+    objective: str = DEFAULT_OBJECTIVE
     meta: dict = field(default_factory=dict)
     path: str = ""
 
@@ -162,7 +162,7 @@ def _matches(model: PretrainedModel, objective: str) -> "str | None":
     return None
 
 
-def load(path: "str | Path", objective: str = "reg", explicit: bool = True
+def load(path: "str | Path", objective: str = DEFAULT_OBJECTIVE, explicit: bool = True
          ) -> Optional[PretrainedModel]:
     """The model in ``path`` if it serves this CPU and ``objective``, else None (with a
     warning saying why).  An unreadable file: ``TuningError`` when ``explicit``, else a
@@ -204,7 +204,7 @@ def search_paths() -> list[Path]:
     return out
 
 
-def find(objective: str = "reg") -> Optional[PretrainedModel]:
+def find(objective: str = DEFAULT_OBJECTIVE) -> Optional[PretrainedModel]:
     """This CPU's pre-trained model, if one is found (``$TDSL_PRETRAINED=off``: None)."""
     if os.environ.get(ENV, "").strip().lower() in ("off", "0", "none", "false"):
         return None
@@ -215,7 +215,7 @@ def find(objective: str = "reg") -> Optional[PretrainedModel]:
     return None
 
 
-def resolve(spec: Any, objective: str = "reg") -> Optional[PretrainedModel]:
+def resolve(spec: Any, objective: str = DEFAULT_OBJECTIVE) -> Optional[PretrainedModel]:
     """What a tuner's ``pretrained=`` means: ``"auto"`` (``find``), None/False/``"off"``
     (none), a path (``load``, explicit) or a ``PretrainedModel`` (checked against this
     CPU)."""
@@ -255,11 +255,11 @@ def dataset(records: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def train(X: np.ndarray, y: np.ndarray, groups: np.ndarray, rounds: int = ROUNDS,
           nthread: int = 1) -> XGBoostCostModel:
-    """An ``XGBoostCostModel("reg")`` fitted on records of many tasks."""
+    """An ``XGBoostCostModel`` (``DEFAULT_OBJECTIVE``) fitted on records of many tasks."""
     if len(np.unique(groups)) < 2 or int((y > 0).sum()) < 8:
         raise TuningError(f"pretrain: too few records to train on ({int((y > 0).sum())} valid "
                           f"of {len(np.unique(groups))} tasks; want at least 8 of 2)")
-    model = XGBoostCostModel("reg", num_rounds=rounds, nthread=nthread)
+    model = XGBoostCostModel(DEFAULT_OBJECTIVE, num_rounds=rounds, nthread=nthread)
     model.fit(X, y, groups)
     return model
 

@@ -201,7 +201,8 @@ MODELS: dict[str, tuple[str, Callable[[], Any]]] = {
     "old (v3 + rank)": ("old", lambda: XGBoostCostModel("rank", num_rounds=40, max_depth=4)),
     "v4 + rank": ("new", lambda: XGBoostCostModel("rank")),
     "v4 + pack-sum": ("new", lambda: XGBoostCostModel("pack-sum")),
-    "new (v4 + reg)": ("new", lambda: XGBoostCostModel("reg")),
+    "v4 + reg": ("new", lambda: XGBoostCostModel("reg")),
+    "new (v4 + reg-log)": ("new", lambda: XGBoostCostModel("reg-log")),
 }
 
 

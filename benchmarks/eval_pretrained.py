@@ -37,7 +37,8 @@ import numpy as np
 
 from tdsl.autotune import pretrain
 from tdsl.autotune.auto_schedule import create_auto_task
-from tdsl.autotune.cost_model import XGBoostCostModel, pairwise_accuracy, top_k_recall
+from tdsl.autotune.cost_model import (DEFAULT_OBJECTIVE, XGBoostCostModel, pairwise_accuracy,
+                                      top_k_recall)
 from tdsl.autotune.database import open_database
 from tdsl.autotune.pretrain_workloads import WORKLOADS
 
@@ -70,8 +71,8 @@ def base_for(data: dict, held: str, rounds: int) -> XGBoostCostModel:
 
 
 def _model(base: "XGBoostCostModel | None") -> XGBoostCostModel:
-    return XGBoostCostModel("reg", base=base._booster) if base is not None else \
-        XGBoostCostModel("reg")
+    return XGBoostCostModel(DEFAULT_OBJECTIVE, base=base._booster) if base is not None else \
+        XGBoostCostModel(DEFAULT_OBJECTIVE)
 
 
 def online(base, X, y, batch: int) -> tuple[float, float]:

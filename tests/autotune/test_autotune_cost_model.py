@@ -99,8 +99,24 @@ def test_model_learns_a_synthetic_ranking(objective):
     s = m.predict(Xt)
     assert s.shape == (len(Xt),)
     # random scoring gets 0.5; the function has a threshold and a product in it
-    assert pairwise_accuracy(s, yt) >= 0.75, objective
+    # (rank:ndcg weighs the pairs near the top of the ranking: lower over all pairs)
+    assert pairwise_accuracy(s, yt) >= (0.7 if objective == "rank-ndcg" else 0.75), objective
     assert top_k_recall(s, yt, 5) >= 0.7
+
+
+@pytest.mark.parametrize("objective", ["reg-log", "rank-ndcg"])
+def test_new_objectives_rank_failed_records_last_across_task_scales(objective):
+    # two tasks whose throughputs differ 1000x, some records failed (throughput 0):
+    # labels are per task (log of throughput / best, or relevance within one query)
+    X, y, g = _synthetic(300, 2, groups=2)
+    y = np.where(g == 1, y * 1000.0, y)
+    y[::7] = 0.0
+    m = XGBoostCostModel(objective, num_rounds=80)
+    m.fit(X, y, g)
+    for k in (0, 1):
+        s, t = m.predict(X[g == k]), y[g == k]
+        assert pairwise_accuracy(s, t) >= 0.7, (objective, k)
+        assert np.mean(s[t == 0]) < np.mean(s[t > 0]), (objective, k)
 
 
 def test_online_update_and_recency_weights_change_predictions():
@@ -207,3 +223,13 @@ def test_transfer_from_other_task_records(tmp_path, dataset):
     task = autotune.create_auto_task(args)
     tuner = autotune.XGBTuner(task, transfer_from=db)
     assert tuner.model.trained and len(tuner.X) == len(X)
+
+
+def test_default_objective_is_log_normalized_regression():
+    # reg-log ranked operators held out of training better than reg on stored records
+    # (benchmarks/eval_cost_model_heldout.py); the tuner and pretrain both use the default
+    from tdsl.autotune import pretrain
+    assert autotune.cost_model.DEFAULT_OBJECTIVE == "reg-log"
+    X, y, g = _synthetic(60, 4, groups=2)
+    assert pretrain.train(X, y, g, rounds=5).objective == "reg-log"
+    assert pretrain.PretrainedModel.__dataclass_fields__["objective"].default == "reg-log"
