@@ -19,7 +19,11 @@ loads it.  The first run of every candidate is compared with it; a mismatch is
 
 Timing: a warm run after the checked one, then ``time_evaluator(number, repeat,
 min_repeat_ms)``; a result keeps every sample (``costs``), its figure is the median
-and ``spread`` their relative range.  ``MeasureOption.remeasure`` times a few
+and ``spread`` their relative range.  A CPU candidate timed on one thread
+(``LocalRunner(n_threads=1)``) is timed by the worker thread's CPU time, which a busy
+machine's other processes do not inflate (wall time put a kernel 1.6x slower on a loaded
+machine than in the model); every other candidate by wall time.  The clock is one of the
+result's ``notes`` ("timing: thread-cpu clock" / "timing: wall clock"), kept in its record.  ``MeasureOption.remeasure`` times a few
 candidates again, round-robin over several rounds (the tuner's final top-k).
 
 Nothing of the tuner runs while a candidate is timed: ``measure`` blocks until the
@@ -41,6 +45,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from tdsl.errors import TuningError
 from tdsl.keywords import check_keywords
+from tdsl.runtime.module import timing_clock
 
 from . import measure_jobs
 from .phases import PhaseTimes
@@ -243,6 +248,11 @@ class LocalRunner:
     folder).  ``pre_run`` is also called before the reference is computed, with
     ``{"__reference__": True}``.  ``reference_log`` lists ``(task key, computed,
     seconds)`` for each reference made resident (computed, or loaded from the cache).
+    ``clock``: "thread" or "wall" (``tdsl.runtime.module.CLOCKS``); default (None) "thread"
+    for a CPU task when ``n_threads`` is 1, else "wall" (a GPU task always "wall").
+    ``rotate_bytes``: consecutive runs take turns over copies of the arguments spanning
+    that many bytes, so the operands come from memory as they do inside a model
+    (``Module.time_evaluator``); 0, the default: the same arrays each run.
     """
 
     @check_keywords
@@ -250,8 +260,13 @@ class LocalRunner:
                  min_repeat_ms: float = 25.0, check_correctness: bool = True,
                  reject_factor: float = 3.0, pre_run: "Callable[[dict], None] | None" = None,
                  n_threads: "int | None" = None, rtol: float = 1e-3, seed: int = 0,
-                 reference_timeout: float = 900.0, reference_dir: "str | None" = None):
+                 reference_timeout: float = 900.0, reference_dir: "str | None" = None,
+                 clock: "str | None" = None, rotate_bytes: int = 0):
+        if clock is not None:
+            timing_clock(clock)                 # an unknown name fails here, not in a worker
         self.timeout = timeout
+        self.clock = clock
+        self.rotate_bytes = int(rotate_bytes)
         self.seed = seed
         self.reference_timeout = reference_timeout
         self.reference_dir = reference_dir or os.environ.get("TDSL_REFERENCE_DIR") or \
@@ -273,7 +288,18 @@ class LocalRunner:
     def options(self) -> dict:
         return {"number": self.number, "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
                 "check": self.check_correctness, "rtol": self.rtol,
-                "reject_factor": self.reject_factor, "timeout": self.timeout, "seed": self.seed}
+                "reject_factor": self.reject_factor, "timeout": self.timeout, "seed": self.seed,
+                "rotate_bytes": self.rotate_bytes}
+
+    def clock_for(self, target: Any) -> str:
+        """The clock this runner times a candidate for ``target`` by (see ``__init__``)."""
+        from tdsl.target import TargetKind, as_target
+        if str(target) != measure_jobs.INTERPRETER and \
+                as_target(target).kind is TargetKind.CUDA:
+            return "wall"          # the work runs on the device: the host thread idles
+        if self.clock is not None:
+            return self.clock
+        return "thread" if self.n_threads == 1 else "wall"
 
     def _reference(self, inp: MeasureInput, artifact: "str | None") -> "str | None":
         """Make the task's reference resident in the worker (computed or loaded), once per
@@ -316,6 +342,7 @@ class LocalRunner:
         jobs = []
         for i in todo:
             opts = self.options()
+            opts["clock"] = self.clock_for(inputs[i].task.target)
             if self.check_correctness:
                 opts["ref_path"] = self._reference(inputs[i], builds[i].artifact)
                 opts["check"] = opts["ref_path"] is not None
@@ -325,7 +352,8 @@ class LocalRunner:
 
         def done(j: int, r: JobResult) -> None:
             i = todo[j]
-            results[i] = _run_result(r, builds[i].seconds, builds[i].notes)
+            note = clock_note(jobs[j][7]["clock"])
+            results[i] = _run_result(r, builds[i].seconds, (note, *builds[i].notes))
             if on_result:
                 on_result(i, results[i])
         self._pool.map(measure_jobs.run_job, jobs, self.timeout, done)
@@ -335,6 +363,11 @@ class LocalRunner:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def clock_note(clock: str) -> str:
+    """The note a result carries to say which clock timed it."""
+    return f"timing: {'thread-cpu' if clock == 'thread' else clock} clock"
 
 
 def _run_result(r: JobResult, build_seconds: float, notes: tuple[str, ...] = ()) -> MeasureResult:
