@@ -101,3 +101,26 @@ def test_rotation_runs_the_kernel_on_every_copy_and_leaves_the_callers_result(n)
     res = mod.time_evaluator(number=2, repeat=2, rotate_bytes=1 << 20, clock="thread")(a, b)
     assert len(res.results) == 2
     np.testing.assert_allclose(b, a * 2 + 1, rtol=1e-6)
+
+
+def test_run_job_passes_the_clock_and_rotation_to_time_evaluator_only_when_asked(monkeypatch):
+    seen = []
+
+    class Recording(measure_jobs.InterpreterModule):
+        def __call__(self, *arrays):
+            pass
+
+        def time_evaluator(self, number=1, repeat=1, min_repeat_ms=0, **extra):
+            seen.append(extra)
+            return lambda *arrays: rt_module.ProfileResult(1e-3, (1e-3,) * repeat)
+    monkeypatch.setattr(measure_jobs, "load_candidate", lambda *a: Recording(None))
+    task = autotune.create_task(small_matmul, (8, 8, 8))
+    for clock, rotate in (("wall", 0), ("thread", 1 << 20)):
+        opts = autotune.LocalRunner(repeat=2, min_repeat_ms=0, rotate_bytes=rotate).options()
+        opts.update(check=False, clock=clock)
+        costs, err, msg = measure_jobs.run_job(task.payload(), task.key, task.sizes, "llvm",
+                                               None, "[]", {}, opts, float("inf"), None,
+                                               task.name)
+        assert err is None and list(costs) == [1e-3, 1e-3], msg
+    # the defaults are not passed (a module type that predates them still times)
+    assert seen == [{}, {"clock": "thread", "rotate_bytes": 1 << 20}]
