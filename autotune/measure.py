@@ -109,6 +109,27 @@ class MeasureResult:
         return spread(self.costs)
 
 
+#: The unscheduled program (``Tuner.default_candidates``: config ``{"__default__": "default"}``)
+#: is timed after the rest of its batch, under a timeout of this many times the best cost
+#: known by then (at least ``NAIVE_MIN_TIMEOUT`` s, at most the runner's ``timeout``): a
+#: naive dense or convolution runs 100-1000x slower than ``ops.schedule``'s program (1 s to
+#: 10 s a run), and timing it to the runner's timeout spent half of a model's budget.
+NAIVE_TIMEOUT_FACTOR = 100.0
+NAIVE_MIN_TIMEOUT = 2.0
+
+
+def is_naive(config: dict) -> bool:
+    """Whether a candidate is the unscheduled program (``Tuner.default_candidates``)."""
+    return config.get("__default__") == "default"
+
+
+def naive_timeout(best_cost: float, timeout: float) -> float:
+    """The timeout of the unscheduled program once ``best_cost`` (seconds) is known."""
+    if not best_cost < float("inf"):
+        return timeout
+    return min(timeout, max(NAIVE_MIN_TIMEOUT, NAIVE_TIMEOUT_FACTOR * best_cost))
+
+
 #: At most this many lines and bytes of a candidate's notes are kept (a record stays small).
 MAX_NOTE_LINES = 50
 MAX_NOTE_BYTES = 8192
@@ -339,6 +360,9 @@ class LocalRunner:
                     on_result(i, results[i])
             else:
                 todo.append(i)
+        # the unscheduled program last, with a timeout scaled to the best known by then
+        todo = [i for i in todo if not is_naive(inputs[i].config)] + \
+            [i for i in todo if is_naive(inputs[i].config)]
         jobs = []
         for i in todo:
             opts = self.options()
@@ -349,14 +373,24 @@ class LocalRunner:
             jobs.append((inputs[i].task.payload(), inputs[i].task.args_key, inputs[i].task.sizes,
                          str(inputs[i].task.target), builds[i].artifact, inputs[i].trace,
                          inputs[i].config, opts, best_cost, self.pre_run, inputs[i].task.name))
+        best = [best_cost]
 
         def done(j: int, r: JobResult) -> None:
             i = todo[j]
             note = clock_note(jobs[j][7]["clock"])
             results[i] = _run_result(r, builds[i].seconds, (note, *builds[i].notes))
+            if results[i].valid:
+                best[0] = min(best[0], results[i].median)
             if on_result:
                 on_result(i, results[i])
-        self._pool.map(measure_jobs.run_job, jobs, self.timeout, done)
+        n_first = sum(not is_naive(inputs[i].config) for i in todo)
+        self._pool.map(measure_jobs.run_job, jobs[:n_first], self.timeout, done)
+        for j in range(n_first, len(jobs)):
+            limit = naive_timeout(best[0], self.timeout)
+            jobs[j][7]["timeout"] = limit
+            jobs[j] = jobs[j][:8] + (best[0],) + jobs[j][9:]
+            self._pool.map(measure_jobs.run_job, [jobs[j]], limit,
+                           lambda _, r, j=j: done(j, r))
         return [r for r in results if r is not None]
 
     def close(self) -> None:

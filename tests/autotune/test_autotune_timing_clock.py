@@ -124,3 +124,38 @@ def test_run_job_passes_the_clock_and_rotation_to_time_evaluator_only_when_asked
         assert err is None and list(costs) == [1e-3, 1e-3], msg
     # the defaults are not passed (a module type that predates them still times)
     assert seen == [{}, {"clock": "thread", "rotate_bytes": 1 << 20}]
+
+
+def test_naive_timeout_scales_with_the_best_known():
+    from tdsl.autotune import measure as M
+    assert M.naive_timeout(float("inf"), 10.0) == 10.0
+    assert M.naive_timeout(1e-3, 10.0) == M.NAIVE_MIN_TIMEOUT
+    assert M.naive_timeout(0.05, 10.0) == pytest.approx(0.05 * M.NAIVE_TIMEOUT_FACTOR)
+    assert M.naive_timeout(1.0, 10.0) == 10.0
+    assert M.is_naive({"__default__": "default"})
+    assert not M.is_naive({"__default__": "ops.schedule"}) and not M.is_naive({})
+
+
+def test_the_unscheduled_program_is_timed_last_under_a_timeout_scaled_to_the_best(tmp_path):
+    # a naive program that hangs (sleeps past the runner's timeout) is killed after
+    # NAIVE_MIN_TIMEOUT once ops.schedule's program has a cost, not after the runner's 60 s
+    from tdsl.autotune import MeasureErrorNo
+    from tdsl.autotune import measure as M
+    from tests.autotune.helpers import hang_if_naive
+    A = td.placeholder((64, 64), "float32", name="A")
+    B = td.placeholder((64, 64), "float32", name="B")
+    r = td.reduce_axis((0, 64), name="r")
+    C = td.compute((64, 64), lambda i, j: td.sum(A[i, r] * B[r, j], axis=r), name="C")
+    task = autotune.create_auto_task([A, B, C])
+    tuner = autotune.RandomTuner(task)
+    defaults = tuner.default_candidates()
+    assert [c.config["__default__"] for c in defaults] == ["default", "ops.schedule"]
+    inputs = [autotune.MeasureInput(task, c.config, c.trace, c.prog_hash) for c in defaults]
+    option = fast_option(timeout=60.0, pre_run=hang_if_naive)
+    order = []
+    got = option.measure(inputs, on_result=lambda i, res: order.append(i))
+    option.close()
+    assert order == [1, 0]                                  # ops.schedule first
+    assert got[1].valid and got[0].error_no is MeasureErrorNo.RUN_TIMEOUT, got
+    # its timeout came from ops.schedule's cost (a 64^3 matmul: the 2 s floor), not 60 s
+    assert got[0].error_msg == f"killed after {M.NAIVE_MIN_TIMEOUT:g} s", got[0].error_msg
