@@ -19,7 +19,11 @@ loads it.  The first run of every candidate is compared with it; a mismatch is
 
 Timing: a warm run after the checked one, then ``time_evaluator(number, repeat,
 min_repeat_ms)``; a result keeps every sample (``costs``), its figure is the median
-and ``spread`` their relative range.  ``MeasureOption.remeasure`` times a few
+and ``spread`` their relative range.  A CPU candidate timed on one thread
+(``LocalRunner(n_threads=1)``) is timed by the worker thread's CPU time, which a busy
+machine's other processes do not inflate (wall time put a kernel 1.6x slower on a loaded
+machine than in the model); every other candidate by wall time.  The clock is one of the
+result's ``notes`` ("timing: thread-cpu clock" / "timing: wall clock"), kept in its record.  ``MeasureOption.remeasure`` times a few
 candidates again, round-robin over several rounds (the tuner's final top-k).
 
 Nothing of the tuner runs while a candidate is timed: ``measure`` blocks until the
@@ -41,6 +45,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from tdsl.errors import TuningError
 from tdsl.keywords import check_keywords
+from tdsl.runtime.module import timing_clock
 
 from . import measure_jobs
 from .phases import PhaseTimes
@@ -102,6 +107,27 @@ class MeasureResult:
     def spread(self) -> float:
         """(slowest - fastest sample) / median: how much the samples disagree."""
         return spread(self.costs)
+
+
+#: The unscheduled program (``Tuner.default_candidates``: config ``{"__default__": "default"}``)
+#: is timed after the rest of its batch, under a timeout of this many times the best cost
+#: known by then (at least ``NAIVE_MIN_TIMEOUT`` s, at most the runner's ``timeout``): a
+#: naive dense or convolution runs 100-1000x slower than ``ops.schedule``'s program (1 s to
+#: 10 s a run), and timing it to the runner's timeout spent half of a model's budget.
+NAIVE_TIMEOUT_FACTOR = 100.0
+NAIVE_MIN_TIMEOUT = 2.0
+
+
+def is_naive(config: dict) -> bool:
+    """Whether a candidate is the unscheduled program (``Tuner.default_candidates``)."""
+    return config.get("__default__") == "default"
+
+
+def naive_timeout(best_cost: float, timeout: float) -> float:
+    """The timeout of the unscheduled program once ``best_cost`` (seconds) is known."""
+    if not best_cost < float("inf"):
+        return timeout
+    return min(timeout, max(NAIVE_MIN_TIMEOUT, NAIVE_TIMEOUT_FACTOR * best_cost))
 
 
 #: At most this many lines and bytes of a candidate's notes are kept (a record stays small).
@@ -243,6 +269,11 @@ class LocalRunner:
     folder).  ``pre_run`` is also called before the reference is computed, with
     ``{"__reference__": True}``.  ``reference_log`` lists ``(task key, computed,
     seconds)`` for each reference made resident (computed, or loaded from the cache).
+    ``clock``: "thread" or "wall" (``tdsl.runtime.module.CLOCKS``); default (None) "thread"
+    for a CPU task when ``n_threads`` is 1, else "wall" (a GPU task always "wall").
+    ``rotate_bytes``: consecutive runs take turns over copies of the arguments spanning
+    that many bytes, so the operands come from memory as they do inside a model
+    (``Module.time_evaluator``); 0, the default: the same arrays each run.
     """
 
     @check_keywords
@@ -250,8 +281,13 @@ class LocalRunner:
                  min_repeat_ms: float = 25.0, check_correctness: bool = True,
                  reject_factor: float = 3.0, pre_run: "Callable[[dict], None] | None" = None,
                  n_threads: "int | None" = None, rtol: float = 1e-3, seed: int = 0,
-                 reference_timeout: float = 900.0, reference_dir: "str | None" = None):
+                 reference_timeout: float = 900.0, reference_dir: "str | None" = None,
+                 clock: "str | None" = None, rotate_bytes: int = 0):
+        if clock is not None:
+            timing_clock(clock)                 # an unknown name fails here, not in a worker
         self.timeout = timeout
+        self.clock = clock
+        self.rotate_bytes = int(rotate_bytes)
         self.seed = seed
         self.reference_timeout = reference_timeout
         self.reference_dir = reference_dir or os.environ.get("TDSL_REFERENCE_DIR") or \
@@ -273,7 +309,18 @@ class LocalRunner:
     def options(self) -> dict:
         return {"number": self.number, "repeat": self.repeat, "min_repeat_ms": self.min_repeat_ms,
                 "check": self.check_correctness, "rtol": self.rtol,
-                "reject_factor": self.reject_factor, "timeout": self.timeout, "seed": self.seed}
+                "reject_factor": self.reject_factor, "timeout": self.timeout, "seed": self.seed,
+                "rotate_bytes": self.rotate_bytes}
+
+    def clock_for(self, target: Any) -> str:
+        """The clock this runner times a candidate for ``target`` by (see ``__init__``)."""
+        from tdsl.target import TargetKind, as_target
+        if str(target) != measure_jobs.INTERPRETER and \
+                as_target(target).kind is TargetKind.CUDA:
+            return "wall"          # the work runs on the device: the host thread idles
+        if self.clock is not None:
+            return self.clock
+        return "thread" if self.n_threads == 1 else "wall"
 
     def _reference(self, inp: MeasureInput, artifact: "str | None") -> "str | None":
         """Make the task's reference resident in the worker (computed or loaded), once per
@@ -313,28 +360,48 @@ class LocalRunner:
                     on_result(i, results[i])
             else:
                 todo.append(i)
+        # the unscheduled program last, with a timeout scaled to the best known by then
+        todo = [i for i in todo if not is_naive(inputs[i].config)] + \
+            [i for i in todo if is_naive(inputs[i].config)]
         jobs = []
         for i in todo:
             opts = self.options()
+            opts["clock"] = self.clock_for(inputs[i].task.target)
             if self.check_correctness:
                 opts["ref_path"] = self._reference(inputs[i], builds[i].artifact)
                 opts["check"] = opts["ref_path"] is not None
             jobs.append((inputs[i].task.payload(), inputs[i].task.args_key, inputs[i].task.sizes,
                          str(inputs[i].task.target), builds[i].artifact, inputs[i].trace,
                          inputs[i].config, opts, best_cost, self.pre_run, inputs[i].task.name))
+        best = [best_cost]
 
         def done(j: int, r: JobResult) -> None:
             i = todo[j]
-            results[i] = _run_result(r, builds[i].seconds, builds[i].notes)
+            note = clock_note(jobs[j][7]["clock"])
+            results[i] = _run_result(r, builds[i].seconds, (note, *builds[i].notes))
+            if results[i].valid:
+                best[0] = min(best[0], results[i].median)
             if on_result:
                 on_result(i, results[i])
-        self._pool.map(measure_jobs.run_job, jobs, self.timeout, done)
+        n_first = sum(not is_naive(inputs[i].config) for i in todo)
+        self._pool.map(measure_jobs.run_job, jobs[:n_first], self.timeout, done)
+        for j in range(n_first, len(jobs)):
+            limit = naive_timeout(best[0], self.timeout)
+            jobs[j][7]["timeout"] = limit
+            jobs[j] = jobs[j][:8] + (best[0],) + jobs[j][9:]
+            self._pool.map(measure_jobs.run_job, [jobs[j]], limit,
+                           lambda _, r, j=j: done(j, r))
         return [r for r in results if r is not None]
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+
+def clock_note(clock: str) -> str:
+    """The note a result carries to say which clock timed it."""
+    return f"timing: {'thread-cpu' if clock == 'thread' else clock} clock"
 
 
 def _run_result(r: JobResult, build_seconds: float, notes: tuple[str, ...] = ()) -> MeasureResult:

@@ -27,6 +27,7 @@ import numpy as np
 from tdsl.errors import BuildError, LoweringError, ScheduleError, ShapeError, TDSLError
 from tdsl.keywords import check_keywords
 from tdsl.lru import LRU, env_entries
+from tdsl.runtime.module import timing_clock
 from tdsl.tensor import PlaceholderOp, Tensor
 
 from .irutil import eval_int
@@ -76,11 +77,15 @@ class InterpreterModule:
 
     @check_keywords
     def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,
-                       repeat: int = 1, min_repeat_ms: float = 0) -> Callable[..., Any]:
+                       repeat: int = 1, min_repeat_ms: float = 0, clock: str = "wall",
+                       rotate_bytes: int = 0) -> Callable[..., Any]:
+        """As ``Module.time_evaluator``; ``rotate_bytes`` is accepted and ignored (the
+        interpreter's own data dwarfs the kernel's)."""
         from tdsl.runtime import measure
+        read = timing_clock(clock)
 
         def evaluate(*arrays: Any) -> Any:
-            return measure(lambda: self(*arrays), number, repeat, min_repeat_ms)
+            return measure(lambda: self(*arrays), number, repeat, min_repeat_ms, clock=read)
         return evaluate
 
 
@@ -254,7 +259,7 @@ def mismatch(out: np.ndarray, ref: np.ndarray, rtol: float) -> str:
 def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
             artifact: "str | None", trace: str, config: dict, opts: dict, best_cost: float,
             pre_run: "Callable[[dict], None] | None", name: str,
-            clock: Callable[[], float] = time.perf_counter) -> tuple[Any, Any, str]:
+            clock: "Callable[[], float] | None" = None) -> tuple[Any, Any, str]:
     """Check then time one candidate: (costs in seconds, error kind, message).
 
     The first run is checked against the reference; a second, warm run decides whether
@@ -262,9 +267,19 @@ def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
     confirmed by a third run: those warm runs are its costs); otherwise
     ``time_evaluator`` takes ``repeat`` samples of at least ``min_repeat_ms`` each, or,
     when that would not fit in what is left of ``opts["timeout"]`` (a slow kernel),
-    single warm runs are the samples, as many as fit.  ``clock`` (seconds) times the warm
-    runs and the timeout (``time_evaluator`` has its own); tests pass one they drive.
+    single warm runs are the samples, as many as fit.
+
+    ``opts["clock"]`` names the clock of the costs (``tdsl.runtime.module.CLOCKS``: the
+    runner asks for "thread", the calling thread's CPU time, when the candidate runs on
+    one thread) and ``opts["rotate_bytes"]`` how many bytes of argument copies the runs
+    take turns over (cold operands); both go to ``time_evaluator``, and the clock also
+    times the warm runs.  The timeout is always wall time.  ``clock`` (seconds), when
+    given, replaces both (tests pass one they drive).
     """
+    timing = opts.get("clock", "wall")
+    rotate = int(opts.get("rotate_bytes", 0))
+    run_clock = clock or timing_clock(timing)
+    clock = clock or time.perf_counter
     started = clock()
     try:
         mod = load_candidate(artifact, payload, key, trace, target, name)
@@ -287,23 +302,26 @@ def run_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str,
         msg = mismatch(arrays[i], r, opts["rtol"])
         if msg:
             return None, "wrong", f"output {i}: {msg}"
-    warm = [_time_once(mod, arrays, clock)]   # the first run was cold: never a cost
+    warm = [_time_once(mod, arrays, run_clock)]   # the first run was cold: never a cost
     if warm[0] > opts["reject_factor"] * best_cost:
-        warm.append(_time_once(mod, arrays, clock))
+        warm.append(_time_once(mod, arrays, run_clock))
         if min(warm) > opts["reject_factor"] * best_cost:
             return warm, None, ""
     per_repeat = max(min(warm), opts["min_repeat_ms"] / 1e3)
     timeout = opts.get("timeout", float("inf"))
     left = timeout - (clock() - started)
     if per_repeat * (opts["repeat"] + 1) <= 0.6 * left:
+        # the defaults are not passed: a module type without these options still times
+        extra = {**({"clock": timing} if timing != "wall" else {}),
+                 **({"rotate_bytes": rotate} if rotate > 0 else {})}
         res = mod.time_evaluator(number=opts["number"], repeat=opts["repeat"],
-                                 min_repeat_ms=opts["min_repeat_ms"])(*arrays)
+                                 min_repeat_ms=opts["min_repeat_ms"], **extra)(*arrays)
         return list(res.results), None, ""
     # a slow kernel: single warm runs are the samples, as many as fit in the timeout
     samples = list(warm)
     while len(samples) < opts["repeat"] and \
             clock() - started + 1.5 * max(samples) < 0.8 * timeout:
-        samples.append(_time_once(mod, arrays, clock))
+        samples.append(_time_once(mod, arrays, run_clock))
     return samples, None, ""
 
 

@@ -276,10 +276,11 @@ def profile_eager(name: str, threads: int, batch: int, size: str, top: int = 8) 
 
 
 def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
-                 top: int = 10) -> str:
+                 top: int = 10, db: Optional[str] = None) -> str:
     """Where a tdsl-compiled model's time goes: each kernel's (and fallback's) own time, the
     median over ``calls`` calls (thread CPU time at one thread), the ``top`` ones as markdown lines, and the runtime's overhead (the
-    whole call less the sum of its steps).  Reaches into ``tdsl.graph.runtime`` (an
+    whole call less the sum of its steps); ``db``: built with those tuning records (the
+    tuned column's build).  Reaches into ``tdsl.graph.runtime`` (an
     Executable's ``runs``, one per kernel or fallback step); says so when that changed."""
     import torch
     torch.set_num_threads(threads)
@@ -288,7 +289,7 @@ def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
         return f"{name}: tdsl.compile does not exist"
     model, inputs = build(name, size, batch)
     t0 = time.perf_counter()
-    compiled = fn(model, inputs, options={"num_threads": threads})
+    compiled = fn(model, inputs, options={"num_threads": threads, **({"db": db} if db else {})})
     compile_s = time.perf_counter() - t0
     cg = getattr(getattr(compiled, "compiled", None), "compiled", None)
     try:
@@ -337,7 +338,7 @@ def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
     per = [statistics.median(x) for x in spent]
     total = sum(per) or 1e-12
     what = "CPU" if threads == 1 else "wall"
-    lines = [f"{name} thr={threads} batch={batch}: tdsl {whole * 1e3:.2f} ms {what} per call "
+    lines = [f"{name} thr={threads} batch={batch}{' tuned' if db else ''}: tdsl {whole * 1e3:.2f} ms {what} per call "
              f"(compile {compile_s:.1f} s), {len(steps)} steps, kernels+fallbacks "
              f"{total * 1e3:.2f} ms, runtime overhead {(whole - total) * 1e6 / len(steps):.1f}"
              f" us per step"]
@@ -467,6 +468,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     print(profile_eager(name, threads, batch, args.size), flush=True)
                     if api is not None:
                         print(profile_tdsl(name, threads, batch, args.size), flush=True)
+                    if api is not None and args.db:
+                        print(profile_tdsl(name, threads, batch, args.size, db=args.db),
+                              flush=True)
         return 0
     rows: list[Row] = []
     for threads in args.threads:

@@ -1,14 +1,18 @@
 #!/usr/bin/env python
 """Tune the benchmark models' kernels into one database, for ``benchmarks/models.py --db``.
 
-    python scripts/tune_models.py --models mobilenet_v2 bert resnet18 --batch 1 \\
+    python scripts/tune_models.py --models mobilenet_v2 bert resnet18 --batch 1 8 \\
         --minutes 10 --db /work/tune_models.db [--size bench] [--threads 1]
 
-Each model of ``tdsl.testing.models`` is built at ``--size`` and batch ``--batch`` and its
-kernels are tuned as one job (``autotune.tune_model``: one task per distinct kernel of the
-compiled model, weighted by how often it runs) for ``--minutes`` of wall-clock time, timed
-with ``--threads`` threads (``LocalRunner(n_threads=...)``, the count the benchmark's tuned
-column runs with) and built by ``--build-workers`` processes.  One line per tuning round
+Each model of ``tdsl.testing.models`` is built at ``--size`` and at each batch of ``--batch``
+and its kernels are tuned as one job (``autotune.tune_model`` over the distinct kernels of
+all those compiled models, each weighted by how often it runs per call) for ``--minutes``
+of wall-clock time, timed with ``--threads`` threads (``LocalRunner(n_threads=...)``, the
+count the benchmark's tuned column runs with; at one thread by the worker thread's CPU
+time, which other processes on a shared machine do not inflate) and built by
+``--build-workers`` processes.  ``--rotate-mb`` (default 64, twice a 32 MB last-level
+cache) makes consecutive timed runs take turns over copies of a kernel's operands spanning
+that many MB, so that weights come from memory as they do inside a model.  One line per tuning round
 names the task, its trials and its best time next to its first (untuned) one; a
 ``JobResult`` summary ends each model.
 
@@ -79,32 +83,53 @@ class RoundPrinter:
               flush=True)
 
 
-def measure_option(threads: int, build_workers: int, repeat: int, min_repeat_ms: float) -> Any:
+def measure_option(threads: int, build_workers: int, repeat: int, min_repeat_ms: float,
+                   rotate_mb: float = 0.0) -> Any:
     from tdsl import autotune
     return autotune.measure_option(
         builder=autotune.LocalBuilder(n_parallel=build_workers),
         runner=autotune.LocalRunner(n_threads=threads, repeat=repeat,
-                                    min_repeat_ms=min_repeat_ms))
+                                    min_repeat_ms=min_repeat_ms,
+                                    rotate_bytes=int(rotate_mb * 2 ** 20)))
+
+
+def model_key(name: str, args: argparse.Namespace) -> str:
+    """The ledger's key of a model's job: model, size, batches, threads."""
+    return f"{name}/{args.size}/b{'+'.join(str(b) for b in args.batch)}/t{args.threads}"
+
+
+def batch_tasks(name: str, args: argparse.Namespace) -> tuple[list, list]:
+    """The tasks of model ``name`` at every batch of ``args.batch`` (one list; a kernel
+    that two batches share counts once, with the sum of its weights)."""
+    from tdsl import autotune
+    from tdsl.testing import models
+    tasks: dict[str, Any] = {}
+    weights: dict[str, float] = {}
+    for b in args.batch:
+        model, inputs = models.make(name, args.size, batch=b, seed=args.seed)
+        for t, w in zip(*autotune.model_tasks(model, inputs)):
+            tasks.setdefault(t.key, t)
+            weights[t.key] = weights.get(t.key, 0) + w
+    return list(tasks.values()), [weights[k] for k in tasks]
 
 
 def tune_one(name: str, args: argparse.Namespace, ledger: Ledger) -> Optional[Any]:
     """Tune model ``name`` for what is left of its budget; its ``JobResult`` (None: spent)."""
     from tdsl import autotune
-    from tdsl.testing import models
-    key = f"{name}/{args.size}/b{args.batch}/t{args.threads}"
+    key = model_key(name, args)
     left = args.minutes * 60 - ledger.spent.get(key, 0.0)
     if left < args.min_seconds:
         print(f"== {key}: budget spent ({ledger.spent.get(key, 0.0):.0f} s); skipped", flush=True)
         return None
     print(f"== {key}: tuning for {left:.0f} s into {args.db}", flush=True)
-    model, inputs = models.make(name, args.size, batch=args.batch, seed=args.seed)
     t0 = time.perf_counter()
     try:
-        job = autotune.tune_model(
-            model, inputs, time_budget=left, db=args.db, tuner=args.tuner, seed=args.seed,
-            batch_size=args.batch_size,
+        tasks, weights = batch_tasks(name, args)
+        job = autotune.tune_tasks(
+            tasks, time_budget=max(1.0, left - (time.perf_counter() - t0)), db=args.db,
+            weights=weights, tuner=args.tuner, seed=args.seed, batch_size=args.batch_size,
             measure_option=measure_option(args.threads, args.build_workers, args.repeat,
-                                          args.min_repeat_ms),
+                                          args.min_repeat_ms, args.rotate_mb),
             progress=False, callbacks=[RoundPrinter(name, t0)])
     finally:
         # what the tuning took counts even when it was interrupted (its records are kept)
@@ -121,7 +146,8 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=list(models.MODELS), choices=models.MODELS)
     p.add_argument("--size", choices=models.SIZES, default="bench")
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--batch", type=int, nargs="+", default=[1],
+                   help="batch sizes, tuned together as one job per model")
     p.add_argument("--minutes", type=float, default=10.0,
                    help="tuning budget per model (total over resumed runs)")
     p.add_argument("--db", default="tune_models.db")
@@ -132,6 +158,9 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8, help="candidates per round")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--min-repeat-ms", type=float, default=25.0)
+    p.add_argument("--rotate-mb", type=float, default=64.0,
+                   help="timed runs take turns over operand copies spanning this many MB "
+                        "(cold operands, as in a model; 0: the same arrays every run)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--min-seconds", type=float, default=20.0,
                    help="skip a model with less than this left of its budget")

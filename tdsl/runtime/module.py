@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import BuildError
+from ..errors import ArgumentError, BuildError
 from ..expr import Var
 from ..keywords import check_keywords
 from ..stmt import PrimFunc
@@ -43,6 +43,34 @@ class ProfileResult:
     def __str__(self) -> str:
         return (f"ProfileResult(mean={self.mean * 1e3:.4f} ms, median={self.median * 1e3:.4f} ms,"
                 f" runs={len(self.results)})")
+
+
+#: The clocks a time evaluator may read, by name.  "wall" (``time.perf_counter``) counts
+#: whatever else the machine does meanwhile; "thread" (``time.thread_time``: the CPU time of
+#: the calling thread) counts only this thread's work, so a kernel run on the calling thread
+#: alone (one thread) is timed the same on a busy machine as on an idle one (preemptions
+#: do not count).  A kernel whose work runs on other threads (a pool, a GPU) must use "wall".
+CLOCKS: "dict[str, Callable[[], float]]" = {"wall": time.perf_counter,
+                                             "thread": time.thread_time}
+
+#: At most this many copies of the arguments are rotated by ``rotate_bytes``.
+MAX_ROTATED_COPIES = 64
+
+
+def timing_clock(name: str) -> Callable[[], float]:
+    """The clock called ``name`` in ``CLOCKS``."""
+    if name not in CLOCKS:
+        raise ArgumentError(f"time_evaluator: unknown clock {name!r}; known: "
+                            f"{', '.join(CLOCKS)}")
+    return CLOCKS[name]
+
+
+def rotated_copies(nbytes: int, rotate_bytes: int) -> int:
+    """How many copies of arguments of ``nbytes`` in all make consecutive runs touch
+    ``rotate_bytes`` distinct bytes (1: no rotation; at most ``MAX_ROTATED_COPIES``)."""
+    if rotate_bytes <= 0:
+        return 1
+    return max(1, min(MAX_ROTATED_COPIES, -(-rotate_bytes // max(1, nbytes))))
 
 
 def measure(run: Callable[[], None], number: int = 1, repeat: int = 1,
@@ -139,20 +167,46 @@ class Module:
     # ---- timing -------------------------------------------------------------------------
     @check_keywords
     def time_evaluator(self, func_name: "str | None" = None, dev: Any = None, number: int = 1,
-                       repeat: int = 1, min_repeat_ms: float = 0) -> Callable[..., ProfileResult]:
+                       repeat: int = 1, min_repeat_ms: float = 0, clock: str = "wall",
+                       rotate_bytes: int = 0) -> Callable[..., ProfileResult]:
         """A function that times this kernel on given arrays (TVM's ``time_evaluator``).
 
         ``func_name`` (default: the entry) and ``dev`` are accepted for TVM
         compatibility.  The returned callable checks its arguments once, then measures
         only native calls; see ``measure`` for ``number``/``repeat``/``min_repeat_ms``.
+        ``clock``: "wall" (TVM's semantics) or "thread" (see ``CLOCKS``: for a kernel
+        run by the calling thread alone).  ``rotate_bytes`` > 0: consecutive runs take
+        turns over copies of the arguments, enough that together they span that many
+        bytes (``rotated_copies``), so that a run finds its operands in DRAM as a kernel
+        inside a model does, not in the cache the previous run filled (TVM's
+        ``enable_cpu_cache_flush`` serves the same end).
         """
         if func_name is not None:
             self.get_function(func_name)
+        read = timing_clock(clock)
 
         def evaluator(*arrays: Any) -> ProfileResult:
-            return measure(self._launcher(*self.bind(arrays)), number, repeat, min_repeat_ms,
-                           self.sync)
+            return measure(self._rotating(arrays, rotate_bytes), number, repeat,
+                           min_repeat_ms, self.sync, clock=read)
         return evaluator
+
+    def _rotating(self, arrays: Sequence[Any], rotate_bytes: int) -> Callable[[], None]:
+        """A launcher of this kernel that runs on the next copy of ``arrays`` each call."""
+        bound = self.bind(arrays)
+        first = self._launcher(*bound)
+        n = rotated_copies(sum(a.nbytes for a in bound[0]), rotate_bytes)
+        if n == 1:
+            return first
+        copies = [bound[0]] + [[np.array(a, copy=True) for a in bound[0]] for _ in range(n - 1)]
+        launchers = [first] + [self._launcher(*self.bind(c)) for c in copies[1:]]
+        turn = [0]
+
+        def run() -> None:
+            i = turn[0]
+            turn[0] = (i + 1) % n
+            launchers[i]()
+        run.copies = copies      # type: ignore[attr-defined]  # kept alive with the launchers
+        return run
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} '{self.entry_name}'>"

@@ -63,3 +63,9 @@ def slow_reference(config: dict) -> None:
     """Runs before the reference output is computed: makes it take 3 s."""
     if config.get("__reference__"):
         time.sleep(3.0)
+
+
+def hang_if_naive(config: dict) -> None:
+    """A ``pre_run`` hook: the unscheduled program (the naive default) never returns."""
+    if config.get("__default__") == "default":
+        time.sleep(120)
