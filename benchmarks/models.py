@@ -245,7 +245,9 @@ def run_config(name: str, threads: int, batch: int, args, api: Optional[str], ap
                 row.cells[key] = Cell(note="fail: " + msg[:300])
                 if args.verbose:
                     traceback.print_exc()
-        times = interleaved(fns, rounds=args.repeats, min_sample_s=args.min_sample_s)
+        clock = time.thread_time if args.cpu_time else time.perf_counter
+        times = interleaved(fns, rounds=args.repeats, min_sample_s=args.min_sample_s,
+                            clock=clock)
     for key, t in times.items():
         row.cells[key].ms = t["median_s"] * 1e3
     return row
@@ -425,6 +427,10 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--api", choices=("auto", "dynamo", "direct"), default="auto",
                    help="tdsl through torch.compile (dynamo) or tdsl.compile (direct)")
     p.add_argument("--no-inductor", action="store_true", help="skip Inductor (slow compiles)")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="time by the calling thread's CPU time (one thread only: eager, "
+                        "Inductor and tdsl then all run on the calling thread; on a shared "
+                        "machine wall time also counts the other processes' turns)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: tiny models, 1 thread, batch 1, 3 rounds")
     p.add_argument("--out", default=None, help="also write the rows as JSON here")
@@ -442,6 +448,9 @@ def parse(argv: Optional[list[str]] = None) -> argparse.Namespace:
             p.error(f"unknown model {m!r}; known: {', '.join(known)}")
     if args.repeats < 1 or min(args.threads) < 1 or min(args.batch) < 1:
         p.error("--repeats, --threads and --batch must be >= 1")
+    if args.cpu_time and args.threads != [1]:
+        p.error("--cpu-time needs --threads 1: with more threads the work runs on other "
+                "threads, whose CPU time the calling thread's clock does not see")
     return args
 
 
@@ -460,7 +469,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                                         ["benchmarks/models.py", *sys.argv[1:]]))
     print(f"torch {torch.__version__}; tdsl via {api or 'n/a (' + api_why + ')'}; "
           f"size {args.size}; cpus {len(os.sched_getaffinity(0))}; "
-          f"loadavg at start {os.getloadavg()[0]:.2f}", flush=True)
+          f"loadavg at start {os.getloadavg()[0]:.2f}; clock "
+          f"{'thread CPU time' if args.cpu_time else 'wall'}", flush=True)
     if args.profile:
         for threads in args.threads:
             for batch in args.batch:

@@ -194,3 +194,12 @@ def test_benchmark_table_lists_what_did_not_run_and_why():
     assert "| mlp | 1 | 8 | 2.00 | 1.00 | 2.00 | 10.0 | 1.0e-07 | fail [1] |" in text
     assert "[1] mlp thr=1 batch=8 tdsl: fail: KeyError: 'x'" in text
     assert "tuned: n/a: no --db given" in text and "geomean inductor vs eager: 2.00×" in text
+
+
+def test_benchmark_cpu_time_needs_one_thread():
+    """--cpu-time reads the calling thread's clock: with 2 threads the work it would miss
+    runs on other threads, so the option is refused rather than reading low."""
+    bench = _bench_models()
+    assert bench.parse(["--cpu-time", "--threads", "1"]).cpu_time
+    with pytest.raises(SystemExit):
+        bench.parse(["--cpu-time", "--threads", "1", "2"])
