@@ -22,11 +22,11 @@ from typing import Any, Optional
 
 from tdsl.errors import BuildError
 from tdsl.expr import BufferLoad, Cast, Const, Var
-from tdsl.stmt import BufferStore, For, StorageScope, ThreadTag
+from tdsl.stmt import BufferStore, For, StorageScope
 from tdsl.visitor import post_order_visit, substitute
 
 from .tc_attention_kernel import HEAD_SIZES, THREADS, smem_bytes
-from .tc_gemm import _find
+from .tc_gemm import _find, single_thread_x
 
 PRAGMA = "pragma_tdsl_tc_attention"
 _DTYPES = {"float16": "tdsl_half", "bfloat16": "tdsl_bf16"}
@@ -92,11 +92,7 @@ def find_plan(root: Any, kernel: str) -> Optional[FaPlan]:
     loop, path = _find(root, PRAGMA)
     if loop is None:
         return None
-    txs = [p for p in path if p.thread_tag is ThreadTag.THREAD_X]
-    if len(txs) != 1 or any(p.thread_tag in (ThreadTag.THREAD_Y, ThreadTag.THREAD_Z)
-                            for p in path):
-        raise _fail(kernel, "must sit under one threadIdx.x loop (and no threadIdx.y/z)")
-    tx = txs[0]
+    tx = single_thread_x(path, lambda why: _fail(kernel, why))
     if not (isinstance(tx.extent, Const) and tx.extent.value == THREADS and
             isinstance(tx.min, Const) and tx.min.value == 0):
         raise _fail(kernel, f"needs threadIdx.x to run over exactly {THREADS} threads")

@@ -30,7 +30,7 @@ way too; chunks wholly outside the matrix are zero-filled in shared memory.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tdsl.errors import BuildError
 from tdsl.expr import Add, BufferLoad, Cast, Const, Expr, Mul, Var
@@ -68,6 +68,16 @@ class TcPlan:
 def _fail(kernel: str, why: str) -> BuildError:
     return BuildError(f"CUDA kernel '{kernel}': the tensor-core GEMM body (pragma tdsl_tc_gemm) "
                       f"{why}")
+
+
+def single_thread_x(path: "list[For]", fail: "Callable[[str], BuildError]") -> For:
+    """The one threadIdx.x loop of ``path`` (the thread-bound loops around a tensor-core
+    body); ``fail(why)`` is the error when there is not exactly one, or a y/z loop."""
+    txs = [p for p in path if p.thread_tag is ThreadTag.THREAD_X]
+    if len(txs) != 1 or any(p.thread_tag in (ThreadTag.THREAD_Y, ThreadTag.THREAD_Z)
+                            for p in path):
+        raise fail("must sit under one threadIdx.x loop (and no threadIdx.y/z)")
+    return txs[0]
 
 
 def _find(root: Stmt, pragma: str = PRAGMA) -> "tuple[Optional[For], list[For]]":
@@ -134,11 +144,7 @@ def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
     loop, path = _find(root)
     if loop is None:
         return None
-    txs = [p for p in path if p.thread_tag is ThreadTag.THREAD_X]
-    if len(txs) != 1 or any(p.thread_tag in (ThreadTag.THREAD_Y, ThreadTag.THREAD_Z)
-                            for p in path):
-        raise _fail(kernel, "must sit under one threadIdx.x loop (and no threadIdx.y/z)")
-    tx = txs[0]
+    tx = single_thread_x(path, lambda why: _fail(kernel, why))
     cfg = parse(loop.annotations[PRAGMA])
     if cfg is None or cfg.error() is not None:
         why = "is malformed" if cfg is None else f"is not a valid tile shape: {cfg.error()}"

@@ -47,7 +47,7 @@ defines the same primitives with the documented fragment semantics.
 """
 from __future__ import annotations
 
-from tdsl.ops.schedules.tc_config import BK, DEFAULT
+from tdsl.ops.schedules.tc_config import DEFAULT
 
 #: The default tile shape (other shapes: ``tc_config.TcConfig``, template arguments).
 BM, BN, STAGES, THREADS = DEFAULT.bm, DEFAULT.bn, DEFAULT.stages, DEFAULT.threads

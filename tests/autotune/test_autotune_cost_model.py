@@ -11,7 +11,7 @@ import tdsl as td
 from tdsl import autotune
 from tdsl.autotune.cost_model import (OBJECTIVES, RandomModel, XGBoostCostModel, normalize,
                                       pairwise_accuracy, top_k_recall)
-from tdsl.autotune.dataset import cross_eval, measure_random
+from tdsl.autotune.dataset import cross_eval
 from tdsl.autotune.features import (FEATURE_LEN, FEATURE_VERSION, MAX_STORES, STORE_LEN,
                                     extract_features, store_features, unpack)
 from tdsl.errors import TuningError

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from tdsl import autotune
-from tdsl.autotune import MeasureErrorNo, MeasureInput
+from tdsl.autotune import MeasureInput
 
 from tests.autotune.helpers import small_matmul
 
