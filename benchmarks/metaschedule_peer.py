@@ -8,7 +8,8 @@ For each workload (matmul 512³ and 384x3072·3072x768; conv2d NCHW and NHWC at 
 3x3 layer shapes, batch 1) both tuners get a fresh database and ``--trials`` measured
 candidates: tdsl's ``XGBTuner`` on ``autotune.create_auto_task`` of the ``tdsl.ops`` form,
 MetaSchedule's ``tune_tir`` (evolutionary search, XGBoost model) on ``te.create_prim_func``
-of the same computation, target llvm with the host's ``mcpu`` and ``num-cores=1``.  Each
+of the same computation, target llvm with the host's ``mcpu`` and ``num-cores=1`` (MS's
+own build and export functions, run in this process: see ``in_process_builder``).  Each
 side's tuning wall time is recorded (on a shared machine it includes waiting for the CPU:
 read it with the load average printed beside it).  Then both best kernels are built, checked
 against NumPy / PyTorch on random inputs, and timed side by side on one thread in interleaved
@@ -195,17 +196,39 @@ def te_func(w: Workload) -> Any:
     return te.create_prim_func([X, W, Y])
 
 
+def in_process_builder() -> Any:
+    """A MetaSchedule builder that compiles in this process with MS's own build and export
+    functions.  ``LocalBuilder`` starts a fresh worker pool for every batch, and each worker's
+    first build imports ``tvm.s_tir.tensor_intrin`` (which parses every tensor intrinsic's
+    TVMScript): about 20 s on an idle machine, over 100 s on a loaded 2-core one, where even
+    a 120 s timeout killed every build.  Here that import happens once, up front."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.meta_schedule.builder.local_builder import default_build, default_export
+
+    @derived_object
+    class InProcessBuilder(PyBuilder):
+        def build(self, build_inputs: list) -> list:
+            out = []
+            for bi in build_inputs:
+                try:
+                    out.append(BuilderResult(default_export(default_build(bi.mod, bi.target,
+                                                                          None)), None))
+                except Exception as e:      # MS records it as this candidate's build error
+                    out.append(BuilderResult(None, f"{type(e).__name__}: {e}"))
+            return out
+    return InProcessBuilder()
+
+
 def tune_ms(w: Workload, trials: int, work_dir: str, timeout_s: float) -> tuple[Any, Any, float]:
     """MetaSchedule's best schedule, its compiled function, tuning seconds."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
     func, target = te_func(w), host_target()
-    # The default 30 s build timeout kills every build on a loaded 2-core machine (each
-    # builder process imports TVM first); a longer one only changes what a slow build costs.
     t0 = time.perf_counter()
     db = ms.tune_tir(mod=func, target=target, work_dir=os.path.join(work_dir, f"ms-{w.name}"),
                      max_trials_global=trials, num_trials_per_iter=min(trials, 64),
-                     builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=timeout_s),
+                     builder=in_process_builder(),
                      runner=ms.runner.LocalRunner(timeout_sec=timeout_s),
                      num_tuning_cores=1)
     seconds = time.perf_counter() - t0
@@ -274,7 +297,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=[], help="workload names (default: all)")
     ap.add_argument("--trace", action="store_true", help="print every MetaSchedule trace")
     ap.add_argument("--ms-timeout", type=float, default=120.0,
-                    help="MetaSchedule builder and runner timeout, seconds (its default: 30)")
+                    help="MetaSchedule runner timeout, seconds (its default: 30)")
     ap.add_argument("--work-dir", default=None, help="databases and MS logs (default: /tmp/...)")
     opts = ap.parse_args()
     try:
@@ -298,6 +321,10 @@ def main() -> None:
     print(f"TVM {tvm.__version__} (tvm-ffi {ffi}), target {host_target()}; {opts.trials} trials "
           f"each, one thread; work dir {work_dir}; load at start {os.getloadavg()} on "
           f"{os.cpu_count()} CPUs", flush=True)
+    t0 = time.perf_counter()
+    import tvm.s_tir.tensor_intrin  # noqa: F401  (MS's builds need it; a one-time cost)
+    print(f"import tvm.s_tir.tensor_intrin (once, not in MS's tune s): "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
     rows = []
     for w in todo:
         rows.append(run_one(w, opts.trials, opts.rounds, work_dir, opts.ms_timeout))
