@@ -313,6 +313,7 @@ def main() -> None:
         raise SystemExit(f"unknown workload(s) {bad}; known: {', '.join(known)}")
     todo = [known[n] for n in opts.only] if opts.only else WORKLOADS
     work_dir = opts.work_dir or tempfile.mkdtemp(prefix="ms-peer-")
+    os.makedirs(work_dir, exist_ok=True)
     try:
         import tvm_ffi
         ffi = getattr(tvm_ffi, "__version__", "?")
