@@ -205,11 +205,12 @@ def report(arch: str = "sm_90", only: "list[str] | None" = None) -> list[Row]:
                                             else float("nan"))
             if k.tc is not None:     # the tensor-core template: its figures, not the IR nest's
                 from tdsl.backends.cuda import tc_kernel as tk
+                from tdsl.ops.schedules.tc_config import BK
                 shared = k.shared_bytes + k.tc.smem_bytes
                 per_thread = tk.BM * tk.BN // tk.THREADS
-                chunks = (tk.BM * tk.BK + tk.BK * tk.BN) * 2 // 16 // tk.THREADS   # per k tile
+                chunks = (tk.BM * BK + BK * tk.BN) * 2 // 16 // tk.THREADS   # per k tile
                 loads = f"{chunks}/kt"
-                per_fma = round(chunks / (tk.BM * tk.BN * tk.BK / tk.THREADS), 5)
+                per_fma = round(chunks / (tk.BM * tk.BN * BK / tk.THREADS), 5)
             seen: list[str] = []
             for fd in r.findings:
                 if str(fd) not in seen:
