@@ -26,7 +26,7 @@ from tdsl.stmt import BufferStore, For, StorageScope
 from tdsl.visitor import post_order_visit, substitute
 
 from .tc_attention_kernel import HEAD_SIZES, THREADS, smem_bytes
-from .tc_gemm import _find, single_thread_x
+from .tc_gemm import _find, emit_dynamic_smem, single_thread_x
 
 PRAGMA = "pragma_tdsl_tc_attention"
 _DTYPES = {"float16": "tdsl_half", "bfloat16": "tdsl_bf16"}
@@ -162,13 +162,7 @@ def render(r: Any, plan: FaPlan) -> None:
                                (*bh, i0 + v_r, v_c)))
             r.depth -= 1
             r.emit("};")
-        r.emit("#ifndef TDSL_EMULATION")
-        r.emit("extern __shared__ __align__(128) unsigned char tdsl_dyn_smem[];")
-        r.emit(f"{ctype}* fa_smem = ({ctype}*)tdsl_dyn_smem;")
-        r.emit("#else")
-        r.emit(f"__shared__ tdsl_shared<{ctype}, {plan.smem_bytes // 2}> fa_smem_arr;")
-        r.emit("auto fa_smem = fa_smem_arr.ptr(0);")
-        r.emit("#endif")
+        emit_dynamic_smem(r, ctype, "fa_smem", plan.smem_bytes)
         bf16 = "true" if plan.dtype == "bfloat16" else "false"
         causal = "true" if plan.causal else "false"
         refs = ", ".join(r.buffer_ref(b) for b in (plan.q, plan.k, plan.v))

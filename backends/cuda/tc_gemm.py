@@ -80,6 +80,18 @@ def single_thread_x(path: "list[For]", fail: "Callable[[str], BuildError]") -> F
     return txs[0]
 
 
+def emit_dynamic_smem(r: Any, ctype: str, name: str, nbytes: int) -> None:
+    """Declare ``name``, a ``ctype*`` to the kernel's dynamic shared memory (a static
+    ``tdsl_shared`` array of ``nbytes`` under the emulator, which has no dynamic kind)."""
+    r.emit("#ifndef TDSL_EMULATION")
+    r.emit("extern __shared__ __align__(128) unsigned char tdsl_dyn_smem[];")
+    r.emit(f"{ctype}* {name} = ({ctype}*)tdsl_dyn_smem;")
+    r.emit("#else")
+    r.emit(f"__shared__ tdsl_shared<{ctype}, {nbytes // 2}> {name}_arr;")
+    r.emit(f"auto {name} = {name}_arr.ptr(0);")
+    r.emit("#endif")
+
+
 def _find(root: Stmt, pragma: str = PRAGMA) -> "tuple[Optional[For], list[For]]":
     """The loop carrying ``pragma`` and the thread-bound loops around it."""
     path: list[For] = []
@@ -280,13 +292,7 @@ def render(r: Any, plan: TcPlan) -> None:
             r.depth -= 1
             r.emit("};")
         a_ptr, b_ptr = r.buffer_ref(plan.a.buffer), r.buffer_ref(plan.b.buffer)
-        r.emit("#ifndef TDSL_EMULATION")
-        r.emit("extern __shared__ __align__(128) unsigned char tdsl_dyn_smem[];")
-        r.emit(f"{ctype}* tc_smem = ({ctype}*)tdsl_dyn_smem;")
-        r.emit("#else")
-        r.emit(f"__shared__ tdsl_shared<{ctype}, {plan.smem_bytes // 2}> tc_smem_arr;")
-        r.emit("auto tc_smem = tc_smem_arr.ptr(0);")
-        r.emit("#endif")
+        emit_dynamic_smem(r, ctype, "tc_smem", plan.smem_bytes)
         bf16 = "true" if plan.dtype == "bfloat16" else "false"
         brow = "true" if plan.b_row else "false"
         c = plan.cfg
