@@ -10,7 +10,15 @@ config and trace (JSON), the hash of its lowered program, the costs (seconds per
 run) or an error number, optionally its feature vector (for training), and LLVM's
 remarks on its build (``notes``, at most 50 lines / 8 KB: kept for whoever wants them,
 never printed; a file older than that column gains it on open, and one opened
-read-only is read without it).
+read-only is read without it), and the CPU threads the candidate ran with (``threads``; 0:
+not known — a GPU task, or a record older than the column).
+
+Threads: a program tuned on one thread is often not the best on two (a model's kernels
+tuned at one thread ran up to 1.45x slower at two than their untuned defaults), so a
+record answers only for its own thread count.  Readers pass ``threads=`` to ``records``,
+``records_after`` and ``contended`` to see the records timed with that many threads and
+those of unknown count (``fits_threads``); lookups prefer an exact match
+(``dispatch.best_record``).
 
 Re-measurements: at the end of a tuning job the top candidates are timed again,
 interleaved (``Tuner.tune``); those samples go to a separate ``remeasures`` table
@@ -82,7 +90,8 @@ CREATE TABLE IF NOT EXISTS records (
     sizes TEXT NOT NULL DEFAULT '{}',
     feature_version INTEGER NOT NULL DEFAULT 0,
     features BLOB,
-    notes TEXT NOT NULL DEFAULT '[]'
+    notes TEXT NOT NULL DEFAULT '[]',
+    threads INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS records_task ON records (task_key);
 CREATE INDEX IF NOT EXISTS records_workload ON records (workload);
@@ -148,6 +157,7 @@ class Record:
     final_pass: int = 0                   # which re-measure pass (0: never re-measured)
     contended: bool = False               # timed while another process held the timing lease
     notes: tuple[str, ...] = ()           # LLVM's remarks on the build (``measure.bound_notes``)
+    threads: int = 0                      # CPU threads it ran with (0: unknown, or a GPU task)
 
     @property
     def valid(self) -> bool:
@@ -186,6 +196,7 @@ class Record:
                 "timestamp": self.timestamp, "signature": self.signature,
                 "workload": self.workload, "sizes": self.sizes,
                 **({"notes": list(self.notes)} if self.notes else {}),
+                **({"threads": self.threads} if self.threads else {}),
                 **({"final_costs": list(self.final_costs), "final_pass": self.final_pass}
                    if self.final_costs else {})}
 
@@ -211,7 +222,8 @@ class Record:
                          d.get("error_msg", ""), d.get("flop", 0.0), d.get("all_cost", 0.0),
                          d.get("timestamp", 0.0), d.get("signature", []), d.get("workload", ""),
                          d.get("sizes", {}), final_costs=tuple(final),
-                         final_pass=d.get("final_pass", 0), notes=bound_notes(notes))
+                         final_pass=d.get("final_pass", 0), notes=bound_notes(notes),
+                         threads=d.get("threads", 0))
             if not isinstance(rec.final_pass, int) or isinstance(rec.final_pass, bool):
                 raise TypeError("final_pass must be an integer")
             check_record(rec)
@@ -320,15 +332,18 @@ class Database:
             self._conn.executescript(_SCHEMA)
             self._conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                                (str(SCHEMA_VERSION),))
-            if "notes" not in self._columns("records"):     # a file older than the column
-                self._conn.execute("ALTER TABLE records ADD COLUMN notes TEXT NOT NULL "
-                                   "DEFAULT '[]'")
+            for column, decl in (("notes", "TEXT NOT NULL DEFAULT '[]'"),
+                                 ("threads", "INTEGER NOT NULL DEFAULT 0")):
+                if column not in self._columns("records"):    # a file older than the column
+                    self._conn.execute(f"ALTER TABLE records ADD COLUMN {column} {decl}")
         except sqlite3.OperationalError as e:
             # a read-only file is read as it is; another process may have added the column
             if "readonly" not in str(e) and "duplicate column" not in str(e):
                 raise
-        # ... an older file opened read-only may lack the column of notes
-        self._notes_sql = "r.notes" if "notes" in self._columns("records") else "'[]'"
+        # ... an older file opened read-only may lack the columns of notes and threads
+        columns = self._columns("records")
+        self._notes_sql = "r.notes" if "notes" in columns else "'[]'"
+        self._threads_sql = "r.threads" if "threads" in columns else "0"
         # an older file opened read-only may lack the table of contended marks
         self._contended_sql = "EXISTS (SELECT 1 FROM contended c WHERE c.record_id = r.id)" \
             if self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
@@ -358,11 +373,11 @@ class Database:
                rec.prog_hash, json.dumps(list(rec.costs)), int(rec.error_no), rec.error_msg,
                rec.flop, rec.all_cost, rec.timestamp, json.dumps(rec.signature), rec.workload,
                json.dumps(rec.sizes), rec.feature_version, feats,
-               json.dumps(list(bound_notes(rec.notes))))
+               json.dumps(list(bound_notes(rec.notes))), int(rec.threads))
         with self._guard("cannot write a record"):
             cur = self._conn.execute(
-                f"INSERT INTO records ({', '.join(_FIELDS)}, feature_version, features, notes) "
-                f"VALUES ({', '.join('?' * (len(_FIELDS) + 3))})", row)
+                f"INSERT INTO records ({', '.join(_FIELDS)}, feature_version, features, notes, "
+                f"threads) VALUES ({', '.join('?' * (len(_FIELDS) + 4))})", row)
             rec.id = cur.lastrowid
             if rec.final_costs:
                 self._insert_remeasure(rec.id, rec.final_pass, rec.final_costs)
@@ -521,13 +536,13 @@ class Database:
         with self._guard("cannot mark a record"):
             self._conn.execute("DELETE FROM contended WHERE record_id = ?", (int(record_id),))
 
-    def contended(self, task_key: "str | None" = None) -> list[Record]:
-        """The records (of a task) whose timing is marked contended."""
+    def contended(self, task_key: "str | None" = None, threads: int = 0) -> list[Record]:
+        """The records (of a task, fitting ``threads``) whose timing is marked contended."""
         self._key("task_key", task_key)
         where = "WHERE EXISTS (SELECT 1 FROM contended c WHERE c.record_id = r.id)"
         if task_key is None:
-            return self._rows(where)
-        return self._rows(where + " AND r.task_key = ?", (task_key,))
+            return _fitting(self._rows(where), threads)
+        return _fitting(self._rows(where + " AND r.task_key = ?", (task_key,)), threads)
 
     # ---- reading ---------------------------------------------------------------------------
     def _key(self, what: str, value: Any, optional: bool = True) -> Any:
@@ -538,14 +553,17 @@ class Database:
         raise ArgumentError(f"tuning database {self.path!r}: {what} must be a string "
                             f"(e.g. task.key), got {type(value).__name__} {value!r:.60}")
 
-    def records_after(self, task_key: str, after_id: int) -> list[Record]:
-        """The records of a task stored after row ``after_id`` (by any process)."""
+    def records_after(self, task_key: str, after_id: int, threads: int = 0) -> list[Record]:
+        """The records of a task stored after row ``after_id`` (by any process), those
+        fitting ``threads`` (``fits_threads``)."""
         self._key("task_key", task_key, optional=False)
-        return self._rows("WHERE r.task_key = ? AND r.id > ?", (task_key, int(after_id)))
+        return _fitting(self._rows("WHERE r.task_key = ? AND r.id > ?",
+                                   (task_key, int(after_id))), threads)
 
     def _rows(self, where: str = "", params: Sequence[Any] = ()) -> list[Record]:
         sql = (f"SELECT r.id, {', '.join('r.' + f for f in _FIELDS)}, r.feature_version, "
-               f"r.features, m.pass, m.costs, {self._contended_sql}, {self._notes_sql} "
+               f"r.features, m.pass, m.costs, {self._contended_sql}, {self._notes_sql}, "
+               f"{self._threads_sql} "
                f"FROM records r "
                f"LEFT JOIN remeasures m ON m.id = "
                f"(SELECT MAX(id) FROM remeasures WHERE record_id = r.id) {where} ORDER BY r.id")
@@ -558,14 +576,14 @@ class Database:
         rid = row[0]
         try:
             (key, desc, target, config, trace, ph, costs, err, msg, flop, all_cost, ts, sig,
-             workload, sizes, fver, feats, fpass, fcosts, contended, notes) = row[1:]
+             workload, sizes, fver, feats, fpass, fcosts, contended, notes, threads) = row[1:]
             cost_list = json.loads(costs)
             if not isinstance(cost_list, list):
                 raise TypeError(f"costs must be a list, got {costs!r:.80}")
             rec = Record(key, desc, target, json.loads(config), trace, ph, tuple(cost_list),
                          error_no(err), msg, flop, all_cost, ts, json.loads(sig),
                          workload, json.loads(sizes), None, fver, rid,
-                         contended=bool(contended), notes=_notes(notes))
+                         contended=bool(contended), notes=_notes(notes), threads=threads)
             if feats is not None:
                 if not isinstance(feats, bytes):
                     raise TypeError(f"features must be a blob, got {type(feats).__name__}")
@@ -594,8 +612,10 @@ class Database:
             self._warned.add(key)
             warnings.warn(f"tuning database {self.path!r}: {text}", stacklevel=4)
 
-    def records(self, task_key: "str | None" = None, target: "str | None" = None) -> list[Record]:
-        """The well-formed records (of one task and/or target), oldest first."""
+    def records(self, task_key: "str | None" = None, target: "str | None" = None,
+                threads: int = 0) -> list[Record]:
+        """The well-formed records (of one task and/or target, fitting ``threads``:
+        ``fits_threads``), oldest first."""
         self._key("task_key", task_key)
         self._key("target", target)
         where, params = [], []
@@ -606,7 +626,7 @@ class Database:
             where.append("r.target = ?")
             params.append(target)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
-        return self._rows(clause, params)
+        return _fitting(self._rows(clause, params), threads)
 
     def by_workload(self, workload: str) -> list[Record]:
         """Records of every size of one computation and target (see ``Task.workload``)."""
@@ -703,6 +723,16 @@ def read_jsonl(path: str) -> list[Record]:
             raise TuningError(f"malformed tuning record ({path}, line {lineno}): {e}") from None
         recs.append(Record.from_json(d, f"{path}, line {lineno}"))
     return recs
+
+
+def fits_threads(rec: Record, threads: int) -> bool:
+    """Whether ``rec`` answers for a kernel run with ``threads`` CPU threads: it was timed
+    with that many, or its count is not known (0), or any count will do (``threads`` 0)."""
+    return not threads or not rec.threads or rec.threads == threads
+
+
+def _fitting(records: list[Record], threads: int) -> list[Record]:
+    return [r for r in records if fits_threads(r, threads)] if threads else records
 
 
 def best_records(records: Iterable[Record], k: int = 1) -> list[Record]:

@@ -233,6 +233,7 @@ def measure_isolated(payload: bytes, key: str, sizes: Any, target: str, trace: s
             got = lease.acquire(lease_wait)
             log["time"] = [time.time(), 0.0]
             log["waited"] = log["time"][0] - asked
+            log["threads"] = _threads(target, env)
             log["contended"] = not got
             try:
                 r = pool.map(measure_jobs.run_job,
@@ -254,10 +255,20 @@ def _leased_call(fn: Callable[..., Any], args: tuple, lease_wait: float) -> Any:
         lease.release()
 
 
+def _threads(target: str, env: "dict[str, str] | None") -> int:
+    """The CPU threads a candidate of ``target`` runs with in this worker's isolated
+    process (its environment is this process's plus ``env``)."""
+    from tdsl.runtime.threads import default_num_threads
+    from .measure import cpu_threads
+    named = (env or {}).get("TDSL_NUM_THREADS", "")
+    return cpu_threads(target, int(named) if named.strip().isdigit() else default_num_threads())
+
+
 def _log() -> dict:
     """A candidate's log on a worker: its host and worker process; ``build`` and ``time``
-    (epoch seconds ``[start, end]``), ``waited`` (seconds for the lease) and ``contended``
-    (timed without it) are added as they happen."""
+    (epoch seconds ``[start, end]``), ``waited`` (seconds for the lease), ``threads`` (the
+    CPU threads it ran with) and ``contended`` (timed without the lease) are added as they
+    happen."""
     return {"host": socket.gethostname(), "pid": os.getpid(), "lease": host_lease_path()}
 
 
@@ -292,7 +303,8 @@ def _result(value: tuple, elapsed: float) -> MeasureResult:
         return MeasureResult((), b.error_no, b.error_msg, b.seconds)
     if stage == "lost":
         return MeasureResult((), MeasureErrorNo.RUN_CRASH, str(payload), elapsed)
-    return _run_result(job, 0.0, notes)
+    threads = value[5].get("threads", 0) if len(value) > 5 else 0
+    return _run_result(job, 0.0, notes, threads)
 
 
 class DaskRunner:

@@ -21,11 +21,12 @@ import numpy as np
 
 from tdsl.errors import TuningError
 from tdsl.runtime.args import SCALAR_VALUE, bound_value
+from tdsl.runtime.threads import default_num_threads
 from tdsl.keywords import check_keywords, unknown_keyword_error
 
 from .database import Database, best_records, open_database
-from .dispatch import schedule_from_record
-from .measure import MeasureOption
+from .dispatch import for_threads, schedule_from_record
+from .measure import MeasureOption, cpu_threads
 from .task import size_vars
 
 
@@ -118,8 +119,11 @@ class DispatchModule:
         return evaluate
 
 
-def build_dynamic(args: Sequence[Any], db: "Database | str", target: Any = "llvm") -> DispatchModule:
-    """Build the best record of every tuned size of ``args``'s computation into a dispatcher."""
+def build_dynamic(args: Sequence[Any], db: "Database | str", target: Any = "llvm",
+                  threads: "int | None" = None) -> DispatchModule:
+    """Build the best record of every tuned size of ``args``'s computation into a
+    dispatcher: records timed with ``threads`` CPU threads (default: the threads kernels run
+    with), else of unknown count (``dispatch.for_threads``)."""
     import tdsl as td
     from tdsl.target import as_target
     from .auto_schedule import _full_args
@@ -128,13 +132,17 @@ def build_dynamic(args: Sequence[Any], db: "Database | str", target: Any = "llvm
     outputs = _ops(args)
     database = open_database(db, create=False)
     recs = [r for r in database.by_workload(workload_key(outputs, as_target(target))) if r.valid]
+    want = cpu_threads(target, threads or default_num_threads())
+    recs = for_threads(recs, want)
     names = size_vars(args)
     by_size: dict[tuple, list] = {}
     for r in recs:
         by_size.setdefault(tuple(int(r.sizes.get(n, 0)) for n in names), []).append(r)
     best = {key: best_records(rs, 1)[0] for key, rs in by_size.items()}
     if not best:
-        raise TuningError("build_dynamic: no valid record for this computation; run tune_dynamic")
+        raise TuningError(f"build_dynamic: no valid record for this computation timed with "
+                          f"{want or 'any'} thread(s) (or an unknown count); run tune_dynamic "
+                          f"with that many")
     kernels = []
     for key, r in best.items():
         sch = schedule_from_record(r, outputs)

@@ -46,6 +46,7 @@ from typing import Any, Callable, Optional, Sequence
 from tdsl.errors import TuningError
 from tdsl.keywords import check_keywords
 from tdsl.runtime.module import timing_clock
+from tdsl.runtime.threads import default_num_threads
 
 from . import measure_jobs
 from .phases import PhaseTimes
@@ -89,6 +90,7 @@ class MeasureResult:
     all_cost: float = 0.0
     timestamp: float = field(default_factory=time.time)
     notes: tuple[str, ...] = ()     # LLVM's remarks on the candidate's build (``bound_notes``)
+    threads: int = 0                # CPU threads it ran with (0: not known, or a GPU task)
 
     @property
     def valid(self) -> bool:
@@ -322,6 +324,11 @@ class LocalRunner:
             return self.clock
         return "thread" if self.n_threads == 1 else "wall"
 
+    def threads_for(self, target: Any) -> int:
+        """The CPU threads a candidate for ``target`` runs with here (its worker inherits
+        this process's environment and CPUs); 0 for a GPU task."""
+        return cpu_threads(target, self.n_threads or default_num_threads())
+
     def _reference(self, inp: MeasureInput, artifact: "str | None") -> "str | None":
         """Make the task's reference resident in the worker (computed or loaded), once per
         task and runner, under ``reference_timeout``; its cache path (None: unchecked)."""
@@ -378,7 +385,8 @@ class LocalRunner:
         def done(j: int, r: JobResult) -> None:
             i = todo[j]
             note = clock_note(jobs[j][7]["clock"])
-            results[i] = _run_result(r, builds[i].seconds, (note, *builds[i].notes))
+            results[i] = _run_result(r, builds[i].seconds, (note, *builds[i].notes),
+                                     self.threads_for(inputs[i].task.target))
             if results[i].valid:
                 best[0] = min(best[0], results[i].median)
             if on_result:
@@ -404,12 +412,31 @@ def clock_note(clock: str) -> str:
     return f"timing: {'thread-cpu' if clock == 'thread' else clock} clock"
 
 
-def _run_result(r: JobResult, build_seconds: float, notes: tuple[str, ...] = ()) -> MeasureResult:
+def cpu_threads(target: Any, threads: int) -> int:
+    """``threads`` for a CPU target, 0 for a GPU one (its records answer for any count)."""
+    from tdsl.target import TargetKind, as_target
+    if str(target) == measure_jobs.INTERPRETER:
+        return threads
+    return 0 if as_target(target).kind is TargetKind.CUDA else int(threads)
+
+
+def timing_threads(runner: Any, target: Any) -> int:
+    """The CPU threads ``runner`` times candidates of ``target`` with: what their records
+    will say (``Record.threads``; 0 when it cannot be known here, e.g. a remote runner
+    using all its workers' CPUs)."""
+    if hasattr(runner, "threads_for"):
+        return runner.threads_for(target)
+    return cpu_threads(target, getattr(runner, "n_threads", None) or 0)
+
+
+def _run_result(r: JobResult, build_seconds: float, notes: tuple[str, ...] = (),
+                threads: int = 0) -> MeasureResult:
     total = build_seconds + r.seconds
     if r.outcome is JobOutcome.OK:
         costs, err_kind, msg = r.value
         if err_kind is None:
-            return MeasureResult(tuple(costs), MeasureErrorNo.NO_ERROR, "", total, notes=notes)
+            return MeasureResult(tuple(costs), MeasureErrorNo.NO_ERROR, "", total, notes=notes,
+                                 threads=threads)
         no = {"wrong": MeasureErrorNo.WRONG_ANSWER, "illegal": MeasureErrorNo.INSTANTIATION_ERROR,
               "compile": MeasureErrorNo.COMPILE_HOST}.get(err_kind, MeasureErrorNo.RUNTIME_DEVICE)
         return MeasureResult((), no, msg, total, notes=notes)
@@ -447,6 +474,7 @@ class MeasureOption:
         builds = None if hasattr(self.runner, "measure_batch") else self.builder.build(inputs)
         samples: list[list[float]] = [[] for _ in inputs]
         last: list[Optional[MeasureResult]] = [None] * len(inputs)
+        threads = [0] * len(inputs)
         spent = [0.0] * len(inputs)
         n = len(inputs)
         for rd in range(max(1, rounds)):
@@ -461,12 +489,13 @@ class MeasureOption:
                 spent[i] += r.all_cost
                 if r.valid:
                     samples[i].extend(r.costs)
+                    threads[i] = r.threads
         out = []
         for i in range(n):
             r = last[i]
             if samples[i]:
                 out.append(MeasureResult(tuple(samples[i]), MeasureErrorNo.NO_ERROR, "", spent[i],
-                                         notes=r.notes))
+                                         notes=r.notes, threads=threads[i]))
             else:
                 out.append(MeasureResult((), r.error_no, r.error_msg, spent[i], notes=r.notes))
         return out

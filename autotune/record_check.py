@@ -82,6 +82,8 @@ def check_record(rec: "Record") -> None:
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0
             for k, v in rec.sizes.items()):
         raise ValueError(f"sizes must be an object of positive integers, got {rec.sizes!r:.80}")
+    if not isinstance(rec.threads, int) or isinstance(rec.threads, bool) or rec.threads < 0:
+        raise ValueError(f"threads must be an integer >= 0, got {rec.threads!r}")
     if not isinstance(rec.signature, list) or not all(
             isinstance(s, list) and s and all(isinstance(n, str) for n in s)
             for s in rec.signature):

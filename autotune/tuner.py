@@ -49,7 +49,8 @@ from .codesize import emitted_nodes
 from .database import RETIME_PASS, Database, Record, best_records, claim_owner, open_database
 from .lease import TimingLease
 from .features import FEATURE_VERSION, extract_features
-from .measure import MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult, measure_option
+from .measure import (MeasureErrorNo, MeasureInput, MeasureOption, MeasureResult, measure_option,
+                      timing_threads)
 from .phases import PhaseTimes, format_breakdown
 
 #: Config key marking an untuned program (its value says which: "default", "ops.schedule").
@@ -99,6 +100,9 @@ class Tuner:
         self.best_cost = math.inf
         self.best_record: Optional[Record] = None
         self.resumed = 0
+        #: the CPU threads candidates are timed with (set by each session from its runner;
+        #: 0: not known): the records of other thread counts are another tuning's
+        self.threads = 0
 
     # ---- to implement ----------------------------------------------------------------------
     def next_batch(self, n: int) -> list[Candidate]:
@@ -181,7 +185,7 @@ class Tuner:
         """Re-time the ``k`` fastest programs (by their search figures) and the untuned
         ones, interleaved; store the figures and choose the best by them."""
         first: dict[str, Record] = {}
-        for r in database.records(self.task.key):
+        for r in database.records(self.task.key, threads=self.threads):
             if r.valid:
                 first.setdefault(r.prog_hash, r)
         ranked = sorted(first.values(), key=lambda r: r.search_cost)
@@ -205,7 +209,7 @@ class Tuner:
         for r, m in zip(chosen, mopt.remeasure(inputs, rounds)):
             if m.valid:
                 database.add_remeasure(r, pass_id, m.costs)
-        best = best_records(database.records(self.task.key), 1)
+        best = best_records(database.records(self.task.key, threads=self.threads), 1)
         if best:
             self.best_record = best[0]
             self.best_cost = best[0].cost
@@ -214,7 +218,7 @@ class Tuner:
         """Time again, alone (the caller holds the timing lease), the records of this task
         whose timings were contended; their new figures replace the old
         (``Database.add_remeasure`` with ``RETIME_PASS``) and the marks are dropped."""
-        recs = database.contended(self.task.key)
+        recs = database.contended(self.task.key, threads=self.threads)
         if not recs:
             return
         inputs = [MeasureInput(self.task, r.config, r.trace, r.prog_hash) for r in recs]
@@ -222,7 +226,7 @@ class Tuner:
             if m.valid:
                 database.add_remeasure(r, RETIME_PASS, m.costs)
             database.clear_contended(r.id)
-        best = best_records(database.records(self.task.key), 1)
+        best = best_records(database.records(self.task.key, threads=self.threads), 1)
         if best:
             self.best_record, self.best_cost = best[0], best[0].cost
 
@@ -230,7 +234,8 @@ class Tuner:
         """Take in the records other tuners wrote to the database since row ``seen``:
         their programs are never measured here, their trials count towards the budget
         and they train the model.  Returns the last row seen."""
-        new = [r for r in database.records_after(self.task.key, seen) if r.id not in own_ids]
+        new = [r for r in database.records_after(self.task.key, seen, threads=self.threads)
+               if r.id not in own_ids]
         if not new:
             return max([seen] + list(own_ids))
         for r in new:
@@ -272,7 +277,8 @@ class Tuner:
                       c.trace, c.prog_hash, r.costs, r.error_no, r.error_msg, self.task.flop,
                       r.all_cost, r.timestamp, self.task.signature, self.task.workload,
                       self.task.sizes, feats,
-                      FEATURE_VERSION if feats is not None else 0, notes=tuple(r.notes))
+                      FEATURE_VERSION if feats is not None else 0, notes=tuple(r.notes),
+                      threads=r.threads)
 
     def _record_illegal(self, database: Database, c: Candidate, res: TuneResult) -> None:
         h = _illegal_hash(c)
@@ -315,8 +321,9 @@ class TuneSession:
         self.res = TuneResult(task.key)
         self.t0 = time.perf_counter()
         self.phases_before = dict(tuner.phases.seconds)
+        tuner.threads = timing_threads(self.mopt.runner, task.target)
         with tuner.phases("db"):
-            history = self.database.records(task.key)
+            history = self.database.records(task.key, threads=tuner.threads)
         tuner._resume(history, self.res)
         self.owner = claim_owner()
         self.seen = max((r.id for r in history if r.id is not None), default=0)

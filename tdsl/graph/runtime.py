@@ -57,6 +57,8 @@ class CompileReport:
     #: kernels ``db`` has no (replayable) record for: built with their default schedules
     #: (said here once rather than warned per kernel)
     untuned: list = field(default_factory=list)
+    #: of ``untuned``: kernels whose records were all timed with other thread counts
+    other_threads: list = field(default_factory=list)
 
     def __str__(self) -> str:
         changed = ", ".join(f"{k.replace('_', ' ')} {v}"
@@ -72,6 +74,10 @@ class CompileReport:
             lines.append(f"built from tuning records: {len(self.tuned)} of "
                          f"{len(self.tuned) + len(self.untuned)} kernels (the others: no "
                          f"record in the database, default schedules)")
+        if self.other_threads:
+            lines.append(f"  of those, {len(self.other_threads)} have records timed with other "
+                         f"thread counts only (a tuned program answers for its own count: "
+                         f"tune with the threads the model runs with)")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -298,11 +304,12 @@ class CompiledGraph:
                 self.report.fallbacks[nm] = self.report.fallbacks.get(nm, 0) + 1
             else:
                 self.report.aliases += 1
-        with _apply_db(db) as records:
+        with _apply_db(db, num_threads) as records:
             self._build_all(build_threads)
         if records is not None:
             self.report.tuned = list(records.hits)
             self.report.untuned = list(records.misses)
+            self.report.other_threads = list(records.other_threads)
         for k in self.kernels.values():
             self.report.fused.append((k.name, k.ops))
             if k.note:
@@ -436,15 +443,15 @@ class _NoDb:
         return None
 
 
-def _apply_db(db: Any) -> Any:
+def _apply_db(db: Any, num_threads: Optional[int]) -> Any:
     """The tuning records' context (``tdsl.autotune.apply_history_best``) when ``db`` is
-    given, else nothing."""
+    given, else nothing: records timed with the threads the kernels will run with."""
     if db is None:
         return _NoDb()
     from tdsl import autotune
     # a model's kernels without records (shapes not tuned, elementwise glue) are normal:
     # the compile report counts them instead of one warning each
-    return autotune.apply_history_best(db, warn_missing=False)
+    return autotune.apply_history_best(db, warn_missing=False, threads=num_threads)
 
 
 def compile_graph(graph: Graph, target: Any = "llvm", db: Any = None,

@@ -89,6 +89,11 @@ def test_tune_tasks_on_a_cluster_same_choices_one_database(cluster, tmp_path, ca
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end, "two timings of one machine overlapped"
     assert not any(e.get("contended") for e in runner.log)
+    # each record says the CPU threads its worker ran it with
+    from tdsl.runtime.threads import default_num_threads
+    with autotune.Database(str(tmp_path / "dask.db"), create=False) as d:
+        counts = {r.threads for r in d.records() if r.valid}
+    assert counts == set(client.run(default_num_threads).values())
     # the best programs compute the right thing
     rng = np.random.default_rng(0)
     for t, rec in zip(tasks, job.best):

@@ -51,6 +51,16 @@ def test_records_weights_and_compile_uses_them(tmp_path):
                                    rtol=1e-4, atol=1e-5)
     # an untuned compile afterwards still builds (and caches) the default schedules
     assert tdsl.compile(model, (x,)).report.graph.tuned == []
+    # the records answer for the threads they were timed with: another count builds the
+    # default schedules, and the report says why
+    with autotune.Database(db) as d:
+        (timed,) = {r.threads for r in d.records() if r.valid}
+    other = tdsl.compile(model, (x,), options={"db": db, "num_threads": timed + 1})
+    assert other.report.graph.tuned == []
+    assert len(other.report.graph.other_threads) == len(job.tasks)
+    assert "timed with other thread counts only" in str(other.report.graph)
+    np.testing.assert_allclose(other(x).detach().numpy(), model(x).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_kernels_without_records_are_counted_in_the_report_not_warned(tmp_path):
