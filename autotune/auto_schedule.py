@@ -158,6 +158,8 @@ def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64
     over the ``trials``.  When no candidate is valid the default schedule is
     returned with a warning.
     """
+    from tdsl.runtime.threads import default_num_threads
+    from .measure import cpu_threads
     from .tuner import RandomTuner, XGBTuner
     task = create_auto_task(outputs, target, sizes, args=args)
     if trials > 0:
@@ -181,7 +183,9 @@ def auto_schedule(outputs: Sequence[Any], target: Any = "llvm", trials: int = 64
         finally:
             if bar is not None:
                 bar.close()
-    rec = best_record(database.records(task.key))
+    # the records of the threads this job timed with (without trials: those kernels run with)
+    threads = t.threads or cpu_threads(task.target, default_num_threads())
+    rec = best_record(database.records(task.key), threads)
     if rec is None:
         warnings.warn(f"auto_schedule: no valid candidate for {task.description}; returning the "
                       f"default schedule", stacklevel=2)

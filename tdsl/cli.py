@@ -245,7 +245,8 @@ def cmd_tune_model(ns: argparse.Namespace) -> int:
 def _fmt(r: Any) -> str:
     cost = f"{r.cost * 1e3:10.4f} ms {r.gflops:8.1f} GFLOP/s" if r.valid else \
         f"{'':>10}    {r.error_no.name}"
-    return f"{r.id:6d} {r.task_key[:10]} {cost}  {json.dumps(r.config)[:90]}"
+    threads = f" t{r.threads}" if r.threads else ""
+    return f"{r.id:6d} {r.task_key[:10]}{threads} {cost}  {json.dumps(r.config)[:90]}"
 
 
 def _record_json(r: Any) -> dict:
@@ -253,7 +254,7 @@ def _record_json(r: Any) -> dict:
     return {"id": r.id, "task_key": r.task_key, "valid": r.valid,
             "cost_s": r.cost if r.valid else None, "gflops": r.gflops if r.valid else None,
             "error": None if r.valid else r.error_no.name, "config": r.config,
-            "notes": list(r.notes)}
+            "threads": r.threads, "notes": list(r.notes)}
 
 
 def _db_and_file(ns: argparse.Namespace) -> tuple[str, "str | None"]:
@@ -283,7 +284,7 @@ def _db_and_file(ns: argparse.Namespace) -> tuple[str, "str | None"]:
 
 def cmd_records(ns: argparse.Namespace) -> int:
     from tdsl import autotune
-    from tdsl.autotune.database import read_jsonl
+    from tdsl.autotune.database import best_records, read_jsonl
     db_path, path = _db_and_file(ns)
     recs = read_jsonl(path) if ns.action == "import" else None      # checked before opening
     db = autotune.Database(db_path, create=ns.action == "import")    # readers never create
@@ -305,13 +306,18 @@ def cmd_records(ns: argparse.Namespace) -> int:
         for key, desc, target, n in db.tasks():
             if ns.task and not key.startswith(ns.task):
                 continue
-            best = db.best(key)
+            # a record answers for its thread count: the best of each count
+            recs = db.records(key)
+            best = [b for t in sorted({r.threads for r in recs if r.valid})
+                    for b in best_records([r for r in recs if r.threads == t], 1)]
             if ns.json:
                 listing.append({"task_key": key, "description": desc, "target": target,
-                                "count": n, "best": _record_json(best[0]) if best else None})
+                                "count": n, "best": _record_json(best[0]) if best else None,
+                                "best_by_threads": {str(b.threads): _record_json(b)
+                                                    for b in best}})
                 continue
-            line = _fmt(best[0]) if best else "no valid record"
-            print(f"{desc} [{target}] ({n} records)\n  {line}")
+            lines = "\n  ".join(_fmt(b) for b in best) if best else "no valid record"
+            print(f"{desc} [{target}] ({n} records)\n  {lines}")
     elif ns.action == "export":
         if path is None or path == "-":
             n = 0

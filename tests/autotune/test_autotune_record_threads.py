@@ -150,3 +150,18 @@ def test_a_dask_worker_reports_the_threads_of_its_isolated_process(monkeypatch):
     assert _threads("llvm", None) == 5
     assert _threads("llvm", {"TDSL_NUM_THREADS": "1"}) == 1
     assert _threads("cuda", {"TDSL_NUM_THREADS": "1"}) == 0
+
+
+def test_cli_best_lists_the_best_of_each_thread_count(tmp_path, capsys):
+    from tdsl.cli import main
+    task = autotune.create_auto_task(_vector_add(), "llvm")
+    db = str(tmp_path / "c.db")
+    with Database(db) as d:
+        for h, t, c in (("a", 1, 2e-3), ("b", 1, 3e-3), ("c", 2, 1e-3)):
+            d.add(_record(task, h, t, c))
+    assert main(["records", "best", db]) == 0
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [ln.split()[2] for ln in lines] == ["t1", "t2"]
+    assert main(["records", "best", db, "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert {k: v["cost_s"] for k, v in entry["best_by_threads"].items()} == {"1": 2e-3, "2": 1e-3}
