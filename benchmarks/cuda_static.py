@@ -11,7 +11,8 @@ the checks of ``tdsl.backends.cuda.static`` (issue 26): the worst shared-memory 
 conflict of a warp request ("bank": ways, 1 = none), the worst global request's 32-byte
 sectors over the fewest possible ("sect": 1 = coalesced), resident blocks per SM on sm_80
 and sm_90, and the tensor-core / async-copy instructions expected and found in the PTX
-("instr": m = mma, c = cp.async, l = ldmatrix; upper case found, lower case missing).
+("instr": m = mma, c = cp.async, l = ldmatrix, v = 16-byte global loads of a float4 fetch into
+shared memory; upper case found, lower case missing).
 Every finding is listed under the table.
 
     python benchmarks/cuda_static.py [--arch sm_90] [--json] [--only NAME,...]
@@ -172,7 +173,7 @@ def _count(node: Any, weight: int, acc: dict) -> None:
 
 def _instr(expected: set, found: set) -> str:
     out = ""
-    for key, ch in (("mma", "m"), ("cp.async", "c"), ("ldmatrix", "l")):
+    for key, ch in (("mma", "m"), ("cp.async", "c"), ("ldmatrix", "l"), ("ld.v4", "v")):
         if key in expected or key in found:
             out += ch.upper() if key in found else ch
     return out or "-"

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .stage import Stage
 
 STAGE_PRIMITIVES = {"split", "fuse", "reorder", "tile", "vectorize", "unroll", "parallel", "bind",
-                    "pragma", "storage_align", "double_buffer", "tensorize", "compute_at",
+                    "pragma", "storage_align", "align_region", "double_buffer", "tensorize", "compute_at",
                     "compute_inline", "compute_root", "set_scope", "set_store_predicate"}
 SCHEDULE_PRIMITIVES = {"cache_read", "cache_write", "rfactor"}
 #: keyword arguments that hold a (possibly symbolic) size
