@@ -183,9 +183,10 @@ def storage_align(stage: Stage, axis: IterVar, factor: int, offset: int) -> None
     stage.storage_alignment[dim] = (factor, offset)
 
 
-def align_region(stage: Stage, axis: IterVar, factor: int, offset: int) -> None:
+def align_region(stage: Stage, axis: IterVar, factor: int, offset: int,
+                 span: tuple[int, int]) -> None:
     dim = check_storage_align(stage, axis, factor, offset, "align_region")
-    stage.region_alignment[dim] = (factor, offset)
+    stage.region_alignment[dim] = (factor, offset, span)
 
 
 def double_buffer(stage: Stage) -> None:

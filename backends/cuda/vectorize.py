@@ -215,8 +215,10 @@ class _Planner:
             return None
         base = self.ana.simplify(self.at(e, 0))
         step = self.ana.simplify(self.at(e, 1) - base)
-        if not isinstance(step, Const) or \
-                not self.is_zero(e - base - Const(int(step.value), e.dtype) * self.lane_as(e.dtype)):
+        if not isinstance(step, Const):
+            return None
+        k = Const(int(step.value), e.dtype)
+        if not self.is_zero(e - base - k * self.lane_as(e.dtype)):
             return None
         return base, int(step.value)
 

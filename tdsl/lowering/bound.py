@@ -339,12 +339,14 @@ def _check_init_reads(sch: "Schedule", st: "Stage", bodies: dict) -> None:
             f"outside '{leaves[first].name}' or compute it at root")
 
 
-def _aligned(ana: Analyzer, lo: Expr, hi: Expr, factor: int, offset: int) -> tuple[Expr, Expr]:
-    """``[lo, hi]`` widened to start at ``k*factor + offset`` and to span a multiple of
-    ``factor`` elements (``Stage.align_region``)."""
+def _aligned(ana: Analyzer, lo: Expr, hi: Expr, factor: int, offset: int,
+             span: tuple[int, int]) -> tuple[Expr, Expr]:
+    """``[lo, hi]`` widened to start at ``k*factor + offset`` and to span ``k*m + r``
+    elements, ``(m, r) = span`` (``Stage.align_region``)."""
+    m, r = span
     start = ana.simplify((lo - offset) // factor * factor + offset)
-    span = ana.simplify((hi - start + factor) // factor * factor)
-    return start, ana.simplify(start + span - 1)
+    extent = ana.simplify((hi - start + m - r) // m * m + r)
+    return start, ana.simplify(start + extent - 1)
 
 
 def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,

@@ -191,3 +191,28 @@ def test_float4_fetches_with_a_symbolic_batch():
         out = np.full(ref.shape, np.nan, "float32")
         f.emulate(d, k, out)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)
+
+
+def _misaligned(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``a`` whose data starts 4 bytes past a 16-byte boundary."""
+    buf = np.zeros(a.size + 8, a.dtype)
+    off = (-(-buf.ctypes.data // 16) * 16 + 4 - buf.ctypes.data) // 4
+    out = buf[off:off + a.size].reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 16 == 4
+    return out
+
+
+@needs_gxx
+def test_float4_fetches_take_the_scalar_copies_for_misaligned_arrays():
+    """A user's array that does not start 16-byte aligned (a view) is tested once per
+    launch: the fetches then copy scalars, with the same results."""
+    args = _args((2, 16, 12, 16), 24, 3, 1, 1, False)
+    f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda -arch=sm_80")
+    src = f.get_source()
+    assert "D_aligned16" in src and "K_aligned16" in src
+    d, k, _ = _data((2, 16, 12, 16), 24, 3, False, 11)
+    ref = _ref(d, k, 1, 1)
+    out = np.full(ref.shape, np.nan, "float32")
+    f.emulate(_misaligned(d), _misaligned(k), out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)

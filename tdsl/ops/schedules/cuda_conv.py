@@ -23,6 +23,27 @@ broadcast across the lanes of a thread row) into registers and does 32 FMAs from
 would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one kernel row (``RC x KW``
 taps).  Bias and activation run on the accumulators before the stores.
 
+The fetches read global memory 16 bytes a lane where that is legal (issue 26):
+
+* the input rows, where the input's width is a multiple of 4 (every row then starts
+  16-byte aligned; decided from the static shape, the batch may be symbolic): the tile's
+  region starts at the padded window's first input column rounded down to a multiple of 8
+  (``Stage.align_region``) and spans whole 8-column runs, so a lane copies a float4 (a
+  16-byte ``cp.async`` on sm_80+) and a warp whole 32-byte sectors; where the 8-column
+  halo would cost the chunk depth (the shared budget) the rounding is to 4 columns
+  (16 bytes).  Vectors that straddle the image's edge or the padding are zero filled by
+  scalar copies (the vector path runs where all 4 words are inside).  Other widths keep
+  the scalar fetch of exactly the window.
+* the weights: float4 reads along the OIHW weights' contiguous (ci, kh, kw) taps,
+  transposed in shared memory (each lane's 4 taps stored down a column of the
+  ``taps x co`` tile), not a pre-packed ``(CI, KH, KW, CO)`` weight array: that would cost
+  a transposition kernel (or a layout the caller must provide) per call, while the
+  transposing stores can be kept conflict-free: two lanes per 8-tap run (a 32-byte
+  sector), 16 channels per warp, rows padded to 4 words past a multiple of 32, so each of
+  a lane's 4 stores puts the warp on 32 distinct banks (the rows the two halves of a run
+  land on are 4 apart: 16 banks).  Used where a chunk is whole 8-tap runs of every
+  channel (``ci*kh*kw`` and the chunk's taps multiples of 8); else the 4-byte runs.
+
 At sizes that don't divide the tiles the fetches zero-fill what lies outside the input
 and only the final store is guarded (tdsl/lowering/padding.py): the FMAs run unguarded.
 Every size but the batch must be constant (a symbolic batch only counts blocks).
@@ -181,15 +202,20 @@ def _vector_rows(s: Schedule, data: "Stage | object") -> bool:
 def _row_pitch(cols: int, pad: int, ph: int, align: int) -> int:
     """Words per row of the shared input tile: ``cols`` (the columns the pixel tile reads),
     or where the rows are fetched as float4 (``_fetch_rows``) those widened to whole runs
-    of ``align`` columns of the input row (the tile starts ``-pad % align`` columns early),
-    padded to 4 words past a multiple of 8 for the 8 x 8 pixel tile (its two row groups
-    then read distinct banks at stride 1)."""
+    of ``align`` columns of the input row (the tile starts ``-pad % align`` columns early;
+    ``_row_span``)."""
     if not align:
         return cols
-    width = -(-(cols + -pad % align) // align) * align
-    if ph == PIX_SQUARE[0] and width % (2 * VEC) == 0:
-        width += VEC
-    return width
+    m, r = _row_span(ph, align)
+    return (cols + -pad % align - r + m - 1) // m * m + r
+
+
+def _row_span(ph: int, align: int) -> tuple[int, int]:
+    """(m, r): the float4-fetched rows are ``k*m + r`` words: a multiple of ``align``, or
+    for the 8 x 8 pixel tile 4 past a multiple of 8, so its two row groups (4 rows apart)
+    read distinct banks at stride 1 while the rows stay contiguous (conflict-free float4
+    stores: a padded pitch would put a quarter warp's vectors on the same banks)."""
+    return (2 * VEC, VEC) if ph == PIX_SQUARE[0] else (align, 0)
 
 
 def _fetch_rows(st: Stage, at: Stage, where: object, ty_threads: int, pad: int,
@@ -200,14 +226,12 @@ def _fetch_rows(st: Stage, at: Stage, where: object, ty_threads: int, pad: int,
     each lane copies 4 consecutive words of one row from a 16-byte aligned address, a warp
     whole 32-byte sectors; the lanes' padding, image edges and tails are zero filled (the
     vector path runs where all 4 words lie inside the image, scalar copies elsewhere).
-    Consecutive lanes, consecutive vectors; the 8 x 8 pixel tile's rows are padded to 4
-    words past a multiple of 8 (``_row_pitch``).  ``align`` 8 (whole sectors) or 4."""
+    Consecutive lanes, consecutive vectors; the rows are contiguous (``_row_span``).
+    ``align`` 8 (whole sectors) or 4."""
     st.set_scope("shared")
     st.compute_at(at, where)
-    y, x = st.op.axis[-2:]
-    st.align_region(x, align, pad % align)
-    if ph == PIX_SQUARE[0]:
-        st.storage_align(y, 2 * VEC, VEC)
+    x = st.op.axis[-1]
+    st.align_region(x, align, pad % align, *_row_span(ph, align))
     rest, vi = st.split(st.fuse(*st.op.axis), factor=VEC)
     rest, tx = st.split(rest, factor=THREADS)
     _, ty = st.split(rest, factor=ty_threads)
