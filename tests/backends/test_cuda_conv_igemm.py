@@ -4,7 +4,10 @@
 reads of a 16-byte aligned, conflict-free tile).  Checked against PyTorch under the emulator
 (batch 1-2, 8-64 channels, 7-15 pixels, sizes that don't divide the tiles, stride 2,
 padding 2, 1x1, split-K, a symbolic batch bound to two values), and with NVRTC: no spill and
-no shared-memory bank conflict on sm_80 and sm_90 at ResNet-50's batch-1 shapes."""
+no shared-memory bank conflict on sm_80 and sm_90 at ResNet-50's batch-1 shapes.  The float4
+fetches (input rows where the width is a multiple of 4, weight runs where a chunk is whole
+8-tap runs) against PyTorch: widths that are and are not multiples of 4, padding 0/1/2,
+stride 1/2, tile tails, a symbolic batch, misaligned arrays (the scalar copies)."""
 from __future__ import annotations
 
 import re

@@ -3,7 +3,8 @@
 Each check fails on a kernel with a planted defect and passes on the clean version of
 the same kernel: a spill, a 32-way bank conflict (a transpose through an unpadded shared
 tile), an uncoalesced global read (a transpose without shared memory), a single-warp block
-whose shared tile leaves 3 warps per SM, and missing cp.async / mma instructions.  The
+whose shared tile leaves 3 warps per SM, missing cp.async / mma instructions, and a conv2d
+fetch whose 16-byte loads were rendered as 4-byte copies.  The
 defaults of ``ops.schedule(out, "cuda")`` (the workloads of ``benchmarks/cuda_static.py``)
 must not spill and must find the instructions they ask for; their bank-conflict and
 coalescing figures may not get worse than the ceilings below (the known defects).
