@@ -9,9 +9,11 @@ the lowered IR per thread: loads of global buffers and multiply-adds, each weigh
 trip counts of the serial loops around it; thread- and block-bound loops count once), and
 the checks of ``tdsl.backends.cuda.static`` (issue 26): the worst shared-memory bank
 conflict of a warp request ("bank": ways, 1 = none), the worst global request's 32-byte
-sectors over the fewest possible ("sect": 1 = coalesced), resident blocks per SM on sm_80
+sectors over the fewest possible ("sect": 1 = coalesced; "ld sect": the same over the global
+loads only, the fetches' reads), resident blocks per SM on sm_80
 and sm_90, and the tensor-core / async-copy instructions expected and found in the PTX
-("instr": m = mma, c = cp.async, l = ldmatrix; upper case found, lower case missing).
+("instr": m = mma, c = cp.async, l = ldmatrix, v = 16-byte global loads of a float4 fetch into
+shared memory; upper case found, lower case missing).
 Every finding is listed under the table.
 
     python benchmarks/cuda_static.py [--arch sm_90] [--json] [--only NAME,...]
@@ -54,6 +56,7 @@ class Row:
     blocks_sm90: int = 0
     instructions: str = ""
     findings: "list[str] | None" = None
+    load_sector_ratio: float = 0.0    # the worst global *load* request (a fetch's reads)
 
 
 def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
@@ -172,10 +175,23 @@ def _count(node: Any, weight: int, acc: dict) -> None:
 
 def _instr(expected: set, found: set) -> str:
     out = ""
-    for key, ch in (("mma", "m"), ("cp.async", "c"), ("ldmatrix", "l")):
+    for key, ch in (("mma", "m"), ("cp.async", "c"), ("ldmatrix", "l"), ("ld.v4", "v")):
         if key in expected or key in found:
             out += ch.upper() if key in found else ch
     return out or "-"
+
+
+def _load_sectors(kernel: Any) -> float:
+    """The worst sectors / fewest of the kernel's global load requests."""
+    from tdsl.backends.cuda.static import sectors, warp_accesses
+    worst = 0.0
+    for site in warp_accesses(kernel):
+        if site.store or site.buffer.scope.value != "global":
+            continue
+        for q in site.requests:
+            got, fewest = sectors(q)
+            worst = max(worst, got / fewest if fewest else 0.0)
+    return round(worst, 3)
 
 
 def report(arch: str = "sm_90", only: "list[str] | None" = None) -> list[Row]:
@@ -221,7 +237,7 @@ def report(arch: str = "sm_90", only: "list[str] | None" = None) -> list[Row]:
                             loads, per_fma,
                             r.bank_ways, r.sector_ratio, r.occupancy["sm_80"].blocks_per_sm,
                             r.occupancy["sm_90"].blocks_per_sm, _instr(r.expected, r.found),
-                            [x.split(": ", 1)[1] for x in seen]))
+                            [x.split(": ", 1)[1] for x in seen], _load_sectors(k)))
     return rows
 
 
@@ -236,14 +252,15 @@ def main(argv: "list[str] | None" = None) -> int:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     else:
         head = ("kernel", "regs", "frame B", "spill B", "shared B", "threads", "blocks",
-                "outs/thr", "gld/thr", "gld/FMA", "bank", "sect", "blk/SM80", "blk/SM90",
-                "instr", "launch")
+                "outs/thr", "gld/thr", "gld/FMA", "bank", "sect", "ld sect", "blk/SM80",
+                "blk/SM90", "instr", "launch")
         print(f"{head[0]:<40}" + "".join(f"{h:>9}" for h in head[1:-1]) + f"  {head[-1]}")
         for r in rows:
             print(f"{r.kernel:<40}{r.registers:>9}{r.frame_bytes:>9}{r.spill_bytes:>9}"
                   f"{r.shared_bytes:>9}{r.threads:>9}{r.blocks:>9}{r.outputs_per_thread:>9}"
                   f"{r.loads_per_thread:>9}{r.loads_per_fma:>9}{r.bank_ways:>9}"
-                  f"{r.sector_ratio:>9}{r.blocks_sm80:>9}{r.blocks_sm90:>9}{r.instructions:>9}"
+                  f"{r.sector_ratio:>9}{r.load_sector_ratio:>9}{r.blocks_sm80:>9}"
+                  f"{r.blocks_sm90:>9}{r.instructions:>9}"
                   f"  {r.launch}")
         found = [(r.kernel, f) for r in rows for f in r.findings or []]
         print(f"\nfindings ({len(found)}):" if found else "\nfindings: none")

@@ -111,6 +111,12 @@ PRIMITIVES = [
      "s[T].storage_align(s[T].op.axis[0], 32, 1)",
      "s[T].storage_align(s[T].op.axis[0], 0, 1)",
      "Pads the buffer's rows (GPU shared memory: avoids bank conflicts)."),
+    ("align_region", "Stage", CHAIN + "s[T].compute_at(s[B], s[B].op.axis[0])\n",
+     "s[T].align_region(s[T].op.axis[0], 8)",
+     "s[T].align_region(s[T].op.axis[0], 8, 8)",
+     "Widens the region an attached stage computes: its start rounded down to a multiple "
+     "of `factor` (plus `offset`), its extent up (GPU fetches: whole aligned vectors; the "
+     "CUDA conv2d default fetches its input rows from the padded start rounded down)."),
     ("double_buffer", "Stage", GPU, "s[AS].double_buffer()", "s[B].double_buffer()",
      "For shared-memory stages of GPU kernels; see the CUDA backend."),
     ("tensorize", "Stage", INTRIN,

@@ -1,4 +1,4 @@
-"""vectorize, unroll, parallel, bind, pragma, storage_align, double_buffer.
+"""vectorize, unroll, parallel, bind, pragma, storage_align, align_region, double_buffer.
 
 These change how a loop runs, not which iterations exist.  What depends on
 extents known only after bound inference (constant extents for vectorize and
@@ -155,20 +155,21 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def check_storage_align(stage: Stage, axis: object, factor: object, offset: object) -> int:
+def check_storage_align(stage: Stage, axis: object, factor: object, offset: object,
+                        primitive: str = "storage_align") -> int:
     """The data dimension ``axis`` stands for, or a ScheduleError saying what is wrong."""
     if stage.is_placeholder:
-        raise ScheduleError("storage_align", stage.name, "inputs have the caller's layout")
+        raise ScheduleError(primitive, stage.name, "inputs have the caller's layout")
     axes = list(stage.op.axis)
     if not isinstance(axis, IterVar):
-        raise ScheduleError("storage_align", stage.name, f"expected one of the stage's data axes "
+        raise ScheduleError(primitive, stage.name, f"expected one of the stage's data axes "
                             f"{[a.name for a in axes]} (s[T].op.axis), got {type(axis).__name__} {axis!r}")
     dims = [d for d, a in enumerate(axes) if a is axis]
     if not dims:
-        raise ScheduleError("storage_align", stage.name, f"'{axis.name}' is not one "
+        raise ScheduleError(primitive, stage.name, f"'{axis.name}' is not one "
                             f"of the stage's data axes {[a.name for a in axes]}")
     if not _is_int(factor) or factor < 1 or not _is_int(offset) or not 0 <= offset < factor:
-        raise ScheduleError("storage_align", stage.name, f"need an int factor >= 1 and 0 <= offset < "
+        raise ScheduleError(primitive, stage.name, f"need an int factor >= 1 and 0 <= offset < "
                             f"factor, got factor={factor!r}, offset={offset!r}", axis.name)
     return dims[0]
 
@@ -180,6 +181,12 @@ def storage_align(stage: Stage, axis: IterVar, factor: int, offset: int) -> None
         raise ScheduleError("storage_align", stage.name, "the innermost axis has stride 1; align an "
                             "outer axis", axis.name)
     stage.storage_alignment[dim] = (factor, offset)
+
+
+def align_region(stage: Stage, axis: IterVar, factor: int, offset: int,
+                 span: tuple[int, int]) -> None:
+    dim = check_storage_align(stage, axis, factor, offset, "align_region")
+    stage.region_alignment[dim] = (factor, offset, span)
 
 
 def double_buffer(stage: Stage) -> None:

@@ -113,6 +113,9 @@ class Stage:
         self.scope: Optional[StorageScope] = None
         self.is_output = False
         self.storage_alignment: dict[int, tuple[int, int]] = {}   # dim -> (factor, offset)
+        #: align_region: dim -> (factor, offset) of the attached region's start, (m, r) of
+        #: its extent
+        self.region_alignment: dict[int, tuple[int, int, tuple[int, int]]] = {}
         self.double_buffered = False
         #: set_store_predicate: only threads whose index ``tag`` equals ``value`` store
         self.store_predicate: tuple[tuple[ThreadTag, int], ...] = ()
@@ -283,6 +286,21 @@ class Stage:
         annotate.check_storage_align(self, axis, factor, offset)
         self._run("storage_align", [axis], {"factor": factor, "offset": offset},
                   lambda: annotate.storage_align(self, axis, factor, offset))
+
+    def align_region(self, axis: IterVar, factor: int, offset: int = 0,
+                     span_factor: "int | None" = None, span_offset: int = 0) -> None:
+        """Widen the region this attached stage computes along ``axis``: its start rounded
+        down to ``k*factor + offset`` and its extent up to ``k*span_factor + span_offset``
+        (default: a multiple of ``factor``): a fetch into shared memory can then copy whole
+        aligned vectors.  The extra elements are computed like the others (their domain
+        still guarded)."""
+        from . import annotate
+        m = factor if span_factor is None else span_factor
+        annotate.check_storage_align(self, axis, factor, offset, "align_region")
+        annotate.check_storage_align(self, axis, m, span_offset, "align_region")
+        self._run("align_region", [axis], {"factor": factor, "offset": offset,
+                                           "span_factor": m, "span_offset": span_offset},
+                  lambda: annotate.align_region(self, axis, factor, offset, (m, span_offset)))
 
     def double_buffer(self) -> None:
         """Keep two copies of this (shared) stage so one loads while the other is read (GPU

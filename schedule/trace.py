@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from .stage import Stage
 
 STAGE_PRIMITIVES = {"split", "fuse", "reorder", "tile", "vectorize", "unroll", "parallel", "bind",
-                    "pragma", "storage_align", "double_buffer", "tensorize", "compute_at",
-                    "compute_inline", "compute_root", "set_scope", "set_store_predicate"}
+                    "pragma", "storage_align", "align_region", "double_buffer", "tensorize",
+                    "compute_at", "compute_inline", "compute_root", "set_scope",
+                    "set_store_predicate"}
 SCHEDULE_PRIMITIVES = {"cache_read", "cache_write", "rfactor"}
 #: keyword arguments that hold a (possibly symbolic) size
 SIZE_KWARGS = {"factor", "nparts", "x_factor", "y_factor"}

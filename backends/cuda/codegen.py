@@ -210,7 +210,12 @@ class KernelRenderer(CStyleRenderer):
         for buf, nbytes in p.local_align:
             self.local_align[id(buf)] = max(self.local_align.get(id(buf), 0), nbytes)
         checks = [self.align_flag(buf, nbytes) for buf, nbytes in p.runtime_align]
-        self.emit(f"// vectorized '{p.lane.name}': {p.width} lanes, {p.store.ctype} accesses")
+        kind = f"{p.store.ctype} accesses" if p.store.stride == 1 else \
+            f"{p.loads[0].ctype if p.loads else 'scalar'} loads, stores {p.store.stride} apart"
+        self.emit(f"// vectorized '{p.lane.name}': {p.width} lanes, {kind}")
+        self.kernel.vector_loads_16 += sum(
+            1 for acc in p.loads if acc.buffer.scope in (None, StorageScope.GLOBAL) and
+            p.width * acc.buffer.dtype.itemsize == 16)
         with ExitStack() as stack:
             if p.invariant:
                 cond = reduce(And, p.invariant)
@@ -249,7 +254,8 @@ class KernelRenderer(CStyleRenderer):
         return name if off == "0" else f"{name} + {off}"
 
     def vector_body(self, p: VectorPlan) -> None:
-        if id(p.store.buffer) in self.async_dst and len(p.loads) == 1 and \
+        if p.store.stride == 1 and id(p.store.buffer) in self.async_dst and \
+                len(p.loads) == 1 and \
                 p.value is p.loads[0].nodes[0] and p.loads[0].ctype == p.store.ctype and \
                 p.loads[0].buffer.scope is StorageScope.GLOBAL and \
                 p.width * p.store.buffer.dtype.itemsize in pipeline.ASYNC_SIZES:
@@ -270,8 +276,10 @@ class KernelRenderer(CStyleRenderer):
             name = self.names.fresh(f"{group[0].buffer.name}_s")
             self.emit(f"const {c_type(group[0].dtype)} {name} = {self.expr(group[0])};")
             scalar.update((id(node), (name, PRIMARY)) for node in group)
+        strided = p.store.stride != 1       # a transposing copy: lanes stored one by one
         out = self.names.fresh(f"{p.store.buffer.name}_v")
-        self.emit(f"{p.store.ctype} {out};")
+        if not strided:
+            self.emit(f"{p.store.ctype} {out};")
         for lane in range(p.width):
             self.overrides = {id(p.lane): (str(lane), PRIMARY), **scalar}
             for acc in p.loads:
@@ -281,8 +289,14 @@ class KernelRenderer(CStyleRenderer):
                 code = self.expr(p.value)
             finally:
                 self.overrides = {}
-            self.emit(f"{out}.{LANES[lane]} = {code};")
-        self.emit(f"tdsl_vstore({self.vector_pointer(p.store)}, {out});")
+            if strided:
+                at = self.ana.simplify(p.store.base +
+                                       Const(lane * p.store.stride, p.store.base.dtype))
+                self.emit(f"{self.buffer_ref(p.store.buffer)}[{self.expr(at)}] = {code};")
+            else:
+                self.emit(f"{out}.{LANES[lane]} = {code};")
+        if not strided:
+            self.emit(f"tdsl_vstore({self.vector_pointer(p.store)}, {out});")
 
     def align_flag(self, buf: Any, nbytes: int) -> str:
         """A kernel-wide flag: the user's array ``buf`` starts ``nbytes``-aligned."""

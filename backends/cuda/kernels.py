@@ -78,6 +78,8 @@ class KernelInfo:
     device_code: str = ""                    # user CUDA C the kernel calls (td.extern)
     tc: Any = None                           # tc_gemm.TcPlan of a tensor-core GEMM kernel
     dynamic_shared_bytes: int = 0            # extern __shared__ bytes (the launch passes them)
+    #: 16-byte vector loads of global arrays the code generator rendered (vectorize.py)
+    vector_loads_16: int = 0
 
     @property
     def threads_per_block(self) -> "int | None":

@@ -20,6 +20,12 @@ provably a W-element vector:
 * a vector type exists for its dtype: float32 and int32 (2 or 4 lanes), float64 and
   int64 (2), float16 (``tdsl_half2``/``tdsl_half4``), bfloat16 (``tdsl_bf162``/``tdsl_bf164``).
 
+A store whose index steps by a constant other than 1 per lane into a shared or local
+array (a tile transposed on its way in: a run of a global row stored down a column) keeps
+the vector loads and stores the lanes one by one (``VectorAccess.stride``).  Before the
+indices are judged, the decomposition a fused loop leaves in a multi-dimensional index
+(``t // 9 * 9 + t // 3 % 3 * 3 + t % 3``) is merged back (``merge_div_mod``).
+
 Loads whose index does not depend on the lane are scalar loads; the arithmetic is
 rendered lane by lane on the vectors' ``.x .y .z .w``.  Guards that do not depend
 on the lane wrap the vector code.  A guard that does must be a conjunction of
@@ -64,6 +70,7 @@ class VectorAccess:
     ctype: str                                   # float4 ...
     nodes: list = field(default_factory=list)    # the BufferLoad nodes it stands for
     name: str = ""                               # the C temporary (set when rendered)
+    stride: int = 1                              # elements between lanes (a store only)
 
 
 @dataclass
@@ -202,9 +209,36 @@ class _Planner:
             return FloorMod(q, n.b) + self.lane_as(n.dtype)
         return transform(e, post=post)
 
+    def strided_base(self, e: Expr) -> "tuple[Expr, int] | None":
+        """``(b, k)`` if ``e == b + k * lane`` with ``b`` free of the lane, else None."""
+        if e.dtype not in _INDEX:
+            return None
+        base = self.ana.simplify(self.at(e, 0))
+        step = self.ana.simplify(self.at(e, 1) - base)
+        if not isinstance(step, Const):
+            return None
+        k = Const(int(step.value), e.dtype)
+        if not self.is_zero(e - base - k * self.lane_as(e.dtype)):
+            return None
+        return base, int(step.value)
+
+    def offset(self, buf: Buffer, indices: tuple) -> Expr:
+        off = self.r.flat_offset(buf, tuple(self.peel(ix) for ix in indices))
+        return merge_div_mod(off, self.ana) if self.lane in free_vars(off) else off
+
+    def strided_store(self, store: BufferStore) -> "VectorAccess | None":
+        """The store as lane-by-lane stores ``stride`` elements apart (a shared or local
+        tile transposed on its way in), or None."""
+        if store.buffer.scope not in (StorageScope.SHARED, StorageScope.LOCAL):
+            return None
+        found = self.strided_base(self.offset(store.buffer, store.indices))
+        if found is None or found[1] in (0, 1):
+            return None
+        return VectorAccess(store.buffer, found[0], "", stride=found[1])
+
     def access(self, buf: Buffer, indices: tuple, dtype: DType) -> "tuple[str, Expr]":
         """("invariant", offset) or ("vector", base) for an access; _Fail otherwise."""
-        off = self.r.flat_offset(buf, tuple(self.peel(ix) for ix in indices))
+        off = self.offset(buf, indices)
         if self.lane not in free_vars(off):
             return "invariant", off
         base = self.unit_base(off)
@@ -225,10 +259,13 @@ class _Planner:
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self, conds: list[Expr], store: BufferStore, ctype: str) -> VectorPlan:
-        kind, store_base = self.access(store.buffer, store.indices, store.buffer.dtype)
-        if kind != "vector":
-            raise _Fail()   # every lane stores to one location
-        target = VectorAccess(store.buffer, store_base, ctype)
+        target = self.strided_store(store)
+        if target is None:
+            kind, store_base = self.access(store.buffer, store.indices, store.buffer.dtype)
+            if kind != "vector":
+                raise _Fail()   # every lane stores to one location
+            target = VectorAccess(store.buffer, store_base, ctype)
+        store_base = target.base
         invariant, lane_guards, worst = self.guards(conds)
         value = store.value
         fill = _zero_fill(value)
@@ -243,7 +280,7 @@ class _Planner:
         def visit(e: Any, lazy: bool) -> None:
             if isinstance(e, BufferLoad):
                 kind, off = self.access(e.buffer, e.indices, e.dtype)
-                if e.buffer is store.buffer and not (
+                if e.buffer is store.buffer and not (target.stride == 1 and
                         kind == "vector" and self.ana.can_prove_equal(off, store_base)):
                     raise _Fail()   # the lanes would see each other's stores
                 if kind == "invariant":
@@ -320,3 +357,63 @@ def _unique(pairs: list[tuple[Buffer, int]]) -> list[tuple[Buffer, int]]:
         have = out.get(id(buf))
         out[id(buf)] = (buf, max(n, have[1] if have else 0))
     return list(out.values())
+
+
+def merge_div_mod(e: Expr, ana: Any) -> Expr:
+    """``e`` (a sum of index terms) with the decomposition of a fused index merged back:
+    ``k*c * (x // c) + k * (x % c)`` -> ``k * x`` and ``k*c * (x // c % m) + k * (x % c)``
+    -> ``k * (x % (c*m))``.  A tile fetched along its fused axes reaches each of the
+    buffer's dimensions through such a term (``t // 9 * 9 + t // 3 % 3 * 3 + t % 3`` for a
+    (c, 3, 3) tile): merged, the index is linear in the fused one again."""
+    terms = _terms(e)
+    while True:
+        found = _merge_pair(terms, ana)
+        if found is None:
+            break
+        terms = found
+    if not terms:
+        return Const(0, e.dtype)
+    out: "Expr | None" = None
+    for k, atom in terms:
+        t = Const(k, e.dtype) if atom is None else (atom if k == 1 else atom * Const(k, e.dtype))
+        out = t if out is None else out + t
+    assert out is not None
+    return ana.simplify(out)
+
+
+def _terms(e: Expr, k: int = 1) -> list[tuple[int, "Expr | None"]]:
+    """``e`` as (coefficient, atom) terms (atom None: a constant)."""
+    from tdsl.expr import Add, Mul, Sub
+    if isinstance(e, Add):
+        return _terms(e.a, k) + _terms(e.b, k)
+    if isinstance(e, Sub):
+        return _terms(e.a, k) + _terms(e.b, -k)
+    if isinstance(e, Mul) and isinstance(e.b, Const):
+        return _terms(e.a, k * int(e.b.value))
+    if isinstance(e, Mul) and isinstance(e.a, Const):
+        return _terms(e.b, k * int(e.a.value))
+    if isinstance(e, Const):
+        return [(k * int(e.value), None)]
+    return [(k, e)]
+
+
+def _merge_pair(terms: list, ana: Any) -> "list | None":
+    """``terms`` with one pair merged (``merge_div_mod``), or None if none merges."""
+    for j, (k2, b) in enumerate(terms):
+        if not (isinstance(b, FloorMod) and isinstance(b.b, Const)) or int(b.b.value) <= 0:
+            continue
+        c = int(b.b.value)
+        for i, (k1, a) in enumerate(terms):
+            if i == j or k1 != k2 * c:
+                continue
+            rest = [t for n, t in enumerate(terms) if n not in (i, j)]
+            if isinstance(a, FloorDiv) and isinstance(a.b, Const) and int(a.b.value) == c and \
+                    ana.can_prove_equal(a.a, b.a):
+                return rest + _terms(b.a, k2)
+            if isinstance(a, FloorMod) and isinstance(a.b, Const) and int(a.b.value) > 0 and \
+                    isinstance(a.a, FloorDiv) and isinstance(a.a.b, Const) and \
+                    int(a.a.b.value) == c and ana.can_prove_equal(a.a.a, b.a):
+                m = int(a.b.value) * c
+                return rest + [(k2, FloorMod(b.a, Const(m, b.dtype)))]
+    return None
+

@@ -339,6 +339,16 @@ def _check_init_reads(sch: "Schedule", st: "Stage", bodies: dict) -> None:
             f"outside '{leaves[first].name}' or compute it at root")
 
 
+def _aligned(ana: Analyzer, lo: Expr, hi: Expr, factor: int, offset: int,
+             span: tuple[int, int]) -> tuple[Expr, Expr]:
+    """``[lo, hi]`` widened to start at ``k*factor + offset`` and to span ``k*m + r``
+    elements, ``(m, r) = span`` (``Stage.align_region``)."""
+    m, r = span
+    start = ana.simplify((lo - offset) // factor * factor + offset)
+    extent = ana.simplify((hi - start + m - r) // m * m + r)
+    return start, ana.simplify(start + extent - 1)
+
+
 def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
                      ana: Analyzer) -> dict[IterVar, Range]:
     host, ivar = st.attach_stage, st.attach_ivar
@@ -387,6 +397,8 @@ def _attached_ranges(sch: "Schedule", st: "Stage", bodies: dict, bounds: dict,
         if lo[d] is None:
             ranges[iv] = iv.dom
             continue
+        if d in st.region_alignment:
+            lo[d], hi[d] = _aligned(ana, lo[d], hi[d], *st.region_alignment[d])
         dmin = iv.dom.min
         dmax = ana.simplify(iv.dom.min + iv.dom.extent - 1)
         a = ana.simplify(maximum(lo[d], dmin))

@@ -4,9 +4,13 @@
 reads of a 16-byte aligned, conflict-free tile).  Checked against PyTorch under the emulator
 (batch 1-2, 8-64 channels, 7-15 pixels, sizes that don't divide the tiles, stride 2,
 padding 2, 1x1, split-K, a symbolic batch bound to two values), and with NVRTC: no spill and
-no shared-memory bank conflict on sm_80 and sm_90 at ResNet-50's batch-1 shapes."""
+no shared-memory bank conflict on sm_80 and sm_90 at ResNet-50's batch-1 shapes.  The float4
+fetches (input rows where the width is a multiple of 4, weight runs where a chunk is whole
+8-tap runs) against PyTorch: widths that are and are not multiples of 4, padding 0/1/2,
+stride 1/2, tile tails, a symbolic batch, misaligned arrays (the scalar copies)."""
 from __future__ import annotations
 
+import re
 import shutil
 import warnings
 
@@ -140,3 +144,78 @@ def test_odd_channel_counts_do_not_spill(shape, co):
     for arch in ("sm_80", "sm_90"):
         r = ptxas_report(f.get_source(), arch)[f.kernels[0].name]
         assert r.spill_stores == 0 and r.spill_loads == 0, (arch, r)
+
+
+# ---- float4 fetches (issue 26) -------------------------------------------------------------
+@needs_gxx
+@pytest.mark.parametrize("shape,co,ksize,stride,pad,rows,weights", [
+    ((2, 16, 12, 16), 24, 3, 1, 1, True, True),    # 4 x 16 tiles, 24 of 32 channels
+    ((1, 8, 9, 20), 16, 3, 2, 1, True, True),      # stride 2, 10 wide: 8 x 8 tiles (pitch + 4)
+    ((2, 8, 11, 12), 16, 3, 1, 0, True, True),     # no padding: the input's own shared copy
+    ((1, 12, 10, 36), 20, 3, 1, 1, True, False),   # 36 wide: a 4-column tail tile; 108 taps
+    ((1, 4, 10, 16), 8, 5, 1, 2, True, False),     # padding 2 (6 lead columns); 100-tap chunks
+    ((1, 6, 10, 16), 16, 3, 2, 0, True, False),    # 54 taps a channel: scalar weight runs
+    ((2, 8, 9, 24), 16, 1, 1, 0, True, True),      # 1x1
+    ((1, 8, 13, 18), 16, 3, 1, 1, False, True),    # 18 wide: rows not 16-byte aligned
+    ((1, 8, 7, 7), 16, 3, 1, 1, False, True),      # 7 wide
+])
+def test_float4_fetches_match_torch(shape, co, ksize, stride, pad, rows, weights):
+    """The input rows are fetched as 16-byte cp.async copies where the width is a multiple
+    of 4 (from the padded start rounded down to 8 columns; zero filled at the image's edges
+    and tails), the weights as float4 runs transposed into the tile where a chunk is whole
+    8-tap runs; elsewhere the scalar fetches.  Checked against PyTorch on sm_80."""
+    args = _args(shape, co, ksize, stride, pad, False)
+    f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda -arch=sm_80")
+    src = f.get_source()
+    assert bool(re.search(r"(tdsl_cp_async<16>\(|tdsl_vload<float4>\()[^;]*\bD \+", src)) == rows
+    assert ("tdsl_vload<float4>(K + " in src) == weights
+    d, k, _ = _data(shape, co, ksize, False, sum(shape) * co)
+    ref = _ref(d, k, stride, pad)
+    out = np.full(ref.shape, np.nan, "float32")
+    f.emulate(d, k, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)
+
+
+@needs_gxx
+def test_float4_fetches_with_a_symbolic_batch():
+    """A symbolic batch keeps the float4 fetches (the batch only counts blocks); one build
+    runs at batch 1 and 3."""
+    n = td.var("n")
+    D = td.placeholder((n, 16, 10, 16), name="D")        # two chunks: double buffered
+    K = td.placeholder((16, 16, 3, 3), name="K")
+    C = ops.conv2d(D, K, padding=1)
+    f = td.build(ops.schedule(C, "cuda"), [D, K, C], target="cuda -arch=sm_80")
+    src = f.get_source()
+    assert re.search(r"tdsl_cp_async<16>\(D_pad\.ptr\([^;]*\bD \+", src)
+    assert "tdsl_vload<float4>(K + " in src
+    for nb in (1, 3):
+        d, k, _ = _data((nb, 16, 10, 16), 16, 3, False, 7 + nb)
+        ref = _ref(d, k, 1, 1)
+        out = np.full(ref.shape, np.nan, "float32")
+        f.emulate(d, k, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)
+
+
+def _misaligned(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``a`` whose data starts 4 bytes past a 16-byte boundary."""
+    buf = np.zeros(a.size + 8, a.dtype)
+    off = (-(-buf.ctypes.data // 16) * 16 + 4 - buf.ctypes.data) // 4
+    out = buf[off:off + a.size].reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 16 == 4
+    return out
+
+
+@needs_gxx
+def test_float4_fetches_take_the_scalar_copies_for_misaligned_arrays():
+    """A user's array that does not start 16-byte aligned (a view) is tested once per
+    launch: the fetches then copy scalars, with the same results."""
+    args = _args((2, 16, 12, 16), 24, 3, 1, 1, False)
+    f = td.build(ops.schedule(args[-1], "cuda"), args, target="cuda -arch=sm_80")
+    src = f.get_source()
+    assert "D_aligned16" in src and "K_aligned16" in src
+    d, k, _ = _data((2, 16, 12, 16), 24, 3, False, 11)
+    ref = _ref(d, k, 1, 1)
+    out = np.full(ref.shape, np.nan, "float32")
+    f.emulate(_misaligned(d), _misaligned(k), out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)

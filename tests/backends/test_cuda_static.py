@@ -3,7 +3,8 @@
 Each check fails on a kernel with a planted defect and passes on the clean version of
 the same kernel: a spill, a 32-way bank conflict (a transpose through an unpadded shared
 tile), an uncoalesced global read (a transpose without shared memory), a single-warp block
-whose shared tile leaves 3 warps per SM, and missing cp.async / mma instructions.  The
+whose shared tile leaves 3 warps per SM, missing cp.async / mma instructions, and a conv2d
+fetch whose 16-byte loads were rendered as 4-byte copies.  The
 defaults of ``ops.schedule(out, "cuda")`` (the workloads of ``benchmarks/cuda_static.py``)
 must not spill and must find the instructions they ask for; their bank-conflict and
 coalescing figures may not get worse than the ceilings below (the known defects).
@@ -175,7 +176,7 @@ def test_instruction_check_sees_missing_cp_async():
     src = f.get_source()
     ptx = ptx_entries(nvrtc.compile_cuda(src, "sm_80", "ptx").decode())[k.name]
     want, have, bad = instruction_findings(k, 80, ptx)
-    assert want == {"cp.async"} <= have and bad == []
+    assert want == {"cp.async", "ld.v4"} <= have and bad == []
     # the same fills as plain copies (what a code generator falling back would emit)
     plain = src.replace('asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(s), '
                         '"l"(src), "n"(B) : "memory");',
@@ -185,7 +186,45 @@ def test_instruction_check_sees_missing_cp_async():
     _, _, bad = instruction_findings(k, 80, ptx)
     assert len(bad) == 1 and "cp.async" in bad[0].detail
     # before sm_80 nothing asks for cp.async
-    assert instruction_findings(k, 75, "")[0] == set()
+    assert "cp.async" not in instruction_findings(k, 75, "")[0]
+
+
+#: The prelude's vector helpers as element copies: what a code generator falling back to
+#: 4-byte fetches would emit (a plain pointer has no 16-byte alignment nvcc could rely on).
+SCALAR_HELPERS = {
+    "return *(const V*)p; }":
+        "V v; for (int i = 0; i < (int)(sizeof(V) / sizeof(T)); ++i) ((T*)&v)[i] = p[i]; "
+        "return v; }",
+    'asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(s), "l"(src), "n"(B) : '
+    '"memory");': "for (int b = 0; b < B / (int)sizeof(T); ++b) dst[b] = src[b];"}
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", ["conv2d", "conv2d_s2"])
+def test_conv_fetch_is_16_byte_coalesced_loads(name):
+    """conv2d's fetch (issue 26): the input rows (from the padded start rounded down) and
+    the weights' 8-tap runs are read by 16-byte lanes, whole sectors per request, and the
+    PTX has those 16-byte loads; the same kernel with 4-byte copies planted is a finding."""
+    f = _default(name)
+    k = f.kernels[0]
+    fetch = [x for x in warp_accesses(k) if x.buffer.name in ("D", "K") and not x.store]
+    assert {x.buffer.name for x in fetch} == {"D", "K"}
+    for x in fetch:
+        for q in x.requests:
+            assert {a[1] for a in q if a} == {16}, x.label
+            got, fewest = sectors(q)
+            assert got == fewest, (x.label, got, fewest)
+    src = f.get_source()
+    ptx = ptx_entries(nvrtc.compile_cuda(src, "sm_90", "ptx").decode())[k.name]
+    want, have, bad = instruction_findings(k, 90, ptx)
+    assert "ld.v4" in want and "ld.v4" in have and bad == []
+    planted = src
+    for old, new in SCALAR_HELPERS.items():
+        assert old in planted
+        planted = planted.replace(old, new)
+    ptx = ptx_entries(nvrtc.compile_cuda(planted, "sm_90", "ptx").decode())[k.name]
+    bad = instruction_findings(k, 90, ptx)[2]
+    assert len(bad) == 1 and "ld.v4" in bad[0].detail
 
 
 @needs_nvrtc
@@ -213,9 +252,10 @@ def test_warp_accesses_bind_symbolic_sizes():
 #: (bank ways, sectors / fewest) no kernel of the workload's default may exceed: today's
 #: figures on sm_90.  The matmul family and conv2d are conflict free and, but for the
 #: inputs' own misalignment, coalesced: matmul_odd's rows of 517 and 1021 floats (1.875),
-#: the split-K sum's 49-pixel planes (1.5), conv2d's input patches, whose 18-float rows
-#: start a float before a 64-byte line (2.25: a known defect; 1.75 and 1.5 at 30 wide and
-#: stride 2); conv2d's split-K partial sums (2.0: a thread's 8 consecutive channels of a
+#: the split-K sum's 49-pixel planes (1.5); conv2d's input patches are fetched from whole
+#: sectors (float4 rows from the padded start rounded down: 1.0; they were 2.25, 18-float
+#: rows a float before a 64-byte line), but for conv2d_tail's 30-float rows (scalar, 1.75);
+#: conv2d's split-K partial sums (2.0: a thread's 8 consecutive channels of a
 #: pixel are one 32-byte sector of the NHWC partials, stored as two float4 requests that
 #: each touch half of it: twice the requests, the same whole sectors; bound inference gives
 #: a thread one contiguous channel range, so neighbouring lanes cannot share a sector).
@@ -223,7 +263,7 @@ def test_warp_accesses_bind_symbolic_sizes():
 #: shared tile, writes its output 16 bytes a lane along rows, and its score / probability
 #: tiles are padded (no bank conflict).
 CEILINGS = {"matmul": (1, 1.0), "matmul_fp16": (1, 1.0), "dense": (1, 1.0),
-            "batch_matmul": (1, 1.0), "conv2d": (1, 2.25), "conv2d_s2": (1, 2.0),
+            "batch_matmul": (1, 1.0), "conv2d": (1, 2.0), "conv2d_s2": (1, 2.0),
             "matmul_tail": (1, 1.0), "matmul_odd": (1, 1.875), "dense_small_m": (1, 1.0),
             "conv2d_tail": (1, 2.0), "conv2d_late": (1, 2.0), "softmax": (1, 1.0),
             "layernorm": (1, 1.0), "attention": (1, 1.0), "elementwise": (1, 1.0)}

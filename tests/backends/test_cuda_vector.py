@@ -298,3 +298,65 @@ def test_strided_gather_keeps_the_scalar_loop() -> None:
     f = elementwise("float32", 4, stride=2)
     assert "float4" not in kernel_text(f)
     elementwise_check(f, "float32", 77, stride=2)
+
+
+# ---- transposing fetches: float4 loads, strided stores ---------------------------------------
+@functools.lru_cache(maxsize=None)
+def transposed_fetch(n: int = 64):
+    """B = 2 A through a transposed shared tile T[j, i] = A[i, j] (32 x 32 a block): the fetch reads
+    4 consecutive elements of A's rows (a float4) and stores them down a column of T."""
+    A = td.placeholder((n, n), name="A")
+    T = td.compute((n, n), lambda j, i: A[i, j], name="T")
+    B = td.compute((n, n), lambda i, j: T[j, i] * 2.0, name="B")
+    s = td.create_schedule(B.op)
+    i, j = s[B].op.axis
+    bi, ti = s[B].split(i, factor=32)
+    bj, tj = s[B].split(j, factor=32)
+    s[B].reorder(bi, bj, ti, tj)
+    s[B].bind(bi, thread("blockIdx.y"))
+    s[B].bind(bj, thread("blockIdx.x"))
+    s[B].bind(tj, thread("threadIdx.x"))
+    s[T].set_scope("shared")
+    s[T].compute_at(s[B], bj)
+    tr, tc = s[T].op.axis                   # T's rows are A's columns: contiguous in A
+    ro, rv = s[T].split(tr, factor=4)
+    s[T].reorder(ro, tc, rv)
+    _, tx = s[T].split(s[T].fuse(ro, tc), factor=32)
+    s[T].bind(tx, thread("threadIdx.x"))
+    s[T].vectorize(rv)
+    s[T].storage_align(tr, 32, 1)
+    return td.build(s, [A, B], target="cuda -arch=sm_80")
+
+
+def test_transposing_fetch_is_float4_loads_and_strided_stores() -> None:
+    f = transposed_fetch()
+    src = kernel_text(f)
+    assert re.search(r"tdsl_vload<float4>\(A \+ ", src)
+    assert "stores 33 apart" in src
+    assert len(re.findall(r"\bT\[[^\]]*\] = A_v\w*\.[xyzw];", src)) == 4
+    assert f.kernels[0].vector_loads_16 >= 1
+
+
+@needs_gxx
+def test_transposing_fetch_matches_numpy_aligned_and_misaligned() -> None:
+    f = transposed_fetch()
+    g = np.random.default_rng(3)
+    for a in (g.random((64, 64), "float32"), misaligned((64, 64), "float32", g)):
+        b = np.full((64, 64), np.nan, "float32")
+        f.emulate(a, b)
+        np.testing.assert_allclose(b, 2 * a, rtol=0, atol=0)
+
+
+def test_merge_div_mod_makes_a_fused_index_linear() -> None:
+    """``t // 9 * 9 + t // 3 % 3 * 3 + t % 3`` (a fused index reaching a (c, 3, 3) buffer)
+    is ``t``, times a stride too; a term that does not pair is left alone."""
+    from tdsl.arith import Analyzer
+    from tdsl.backends.cuda.vectorize import merge_div_mod
+    from tdsl.expr import Var
+    ana = Analyzer()
+    t, u = Var("t", "int64"), Var("u", "int64")
+    got = merge_div_mod((t // 9 * 9 + t // 3 % 3 * 3 + t % 3) * 36 + u, ana)
+    assert ana.can_prove_equal(got, t * 36 + u) and "//" not in str(got)
+    assert ana.can_prove_equal(merge_div_mod(t // 3 % 4 * 3 + t % 3, ana), t % 12)
+    kept = merge_div_mod(t // 9 * 9 + u % 9, ana)
+    assert "//" in str(kept) and "%" in str(kept)

@@ -158,6 +158,34 @@ def test_storage_align(size, factor, offset):
     assert f'B = allocate((4, 13), "float32", scope="global", strides=({stride}, 1))' in text
 
 
+# ---- align_region --------------------------------------------------------------------------------
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("factor,offset,span", [(8, 1, None), (4, 0, (8, 4)), (16, 3, (4, 1))])
+def test_align_region(size, factor, offset, span):
+    """B's region per 3-column tile of C is widened to start at k*factor + offset and span
+    k*m + r columns: the values stay right (outside a GPU kernel the region is then clamped
+    to the domain) at sizes that do and don't divide; the start is rounded down."""
+
+    def sched(wl):
+        s = wl.schedule()
+        B, C = s[wl.main["B"]], s[wl.main["C"]]
+        jo, _ = C.split(C.op.axis[1], factor=3)
+        B.compute_at(C, jo)
+        B.align_region(B.op.axis[1], factor, offset, *(span or ()))
+        return s
+    check_sizes(pipe, sched, size)
+    assert f"// {factor} * {factor}" in lowered_text(pipe(13), sched)
+
+
+@pytest.mark.parametrize("factor,offset,span", [(0, 0, None), (8, 8, None), (8, 1, (4, 4))])
+def test_align_region_refuses_bad_arguments(factor, offset, span):
+    wl = pipe(13)
+    s = wl.schedule()
+    B = s[wl.main["B"]]
+    with pytest.raises(td.ScheduleError, match="align_region: stage 'B'"):
+        B.align_region(B.op.axis[1], factor, offset, *(span or ()))
+
+
 def test_storage_align_shared_cache():
     """The classic use: pad the rows of a shared tile (3-D stage, middle axis aligned)."""
     A = td.placeholder((3, 5, 6), name="A")

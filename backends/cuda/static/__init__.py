@@ -4,8 +4,8 @@ Per kernel of a ``CUDAModule``: register spills (ptxas ``-v``, ``spills.py``), s
 bank conflicts of each shared access (``banks.py``), 32-byte sectors per global request
 against the fewest possible (``coalesce.py``), both computed from the index expressions for
 the lanes of a warp (``lanes.py``), blocks per SM on sm_80 and sm_90 (``occupancy.py``),
-and whether mma / cp.async / ldmatrix are in the PTX (and SASS) where the kernel asks for
-them (``instructions.py``).  ``analyze`` gathers them; each ``KernelStatic.findings`` lists
+and whether mma / cp.async / ldmatrix / 16-byte global loads are in the PTX (and SASS)
+where the kernel asks for them (``instructions.py``).  ``analyze`` gathers them; each ``KernelStatic.findings`` lists
 the defects (empty for a clean kernel).  ``benchmarks/cuda_static.py`` prints them for
 tdsl's default schedules, and the tests hold the defaults to them.
 """

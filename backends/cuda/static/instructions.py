@@ -7,10 +7,13 @@ Expected, from the kernel's IR and source:
 * ``cp.async``: on sm_80+, a shared array of two slots (a double buffer) is filled by
   plain copies of global elements of 4, 8 or 16 bytes (what ``pipeline.py`` turns into
   asynchronous copies), or the source calls ``tdsl_cp_async``;
-* ``ldmatrix``: the source asks for it.
+* ``ldmatrix``: the source asks for it;
+* ``ld.v4``: a 16-byte global load (``ld.global.v4`` / ``ld.global.v2`` of 8-byte
+  elements, or a 16-byte ``cp.async``): the code generator rendered 16-byte vector loads of
+  a global array (``KernelInfo.vector_loads_16``: a float4 fetch, vectorize.py).
 
 Found: in the kernel's PTX (``.entry`` section) and, where ``cuobjdump`` is installed,
-its SASS (HMMA, LDGSTS, LDSM).  An expected instruction that is in neither is a finding:
+its SASS (HMMA, LDGSTS, LDSM, LDG.128).  An expected instruction that is in neither is a finding:
 the code generator fell back to something slower without saying so.
 """
 from __future__ import annotations
@@ -31,9 +34,13 @@ from .findings import Finding
 
 PTX = {"mma": re.compile(r"\b(?:wmma\.mma|mma\.sync|wgmma\.mma_async)"),
        "cp.async": re.compile(r"\bcp\.async\.(?:ca|cg|bulk)"),
-       "ldmatrix": re.compile(r"\bldmatrix\.")}
+       "ldmatrix": re.compile(r"\bldmatrix\."),
+       "ld.v4": re.compile(r"\bld\.global[\w.]*\.(?:v4\.[bfsu]32|v2\.[bfsu]64)\b|"
+                           r"\bcp\.async\.c[ag]\.shared\.global[\w.]*\s*\[[^]]*\],\s*\[[^]]*\],"
+                           r"\s*16\s*[,;]")}
 SASS = {"mma": re.compile(r"\b(?:HMMA|IMMA|HGMMA)\b"), "cp.async": re.compile(r"\bLDGSTS\b"),
-        "ldmatrix": re.compile(r"\bLDSM\b")}
+        "ldmatrix": re.compile(r"\bLDSM\b"),
+        "ld.v4": re.compile(r"\bLDG(?:STS)?\.[\w.]*\.128\b")}
 
 
 def expected(kernel: Any, arch_sm: int) -> set[str]:
@@ -57,6 +64,8 @@ def expected(kernel: Any, arch_sm: int) -> set[str]:
             want.add("cp.async")
     if "ldmatrix" in src:
         want.add("ldmatrix")
+    if getattr(kernel, "vector_loads_16", 0):
+        want.add("ld.v4")
     if getattr(kernel, "tc", None) is not None:     # the tensor-core GEMM template (sm_80+)
         want |= {"mma", "ldmatrix", "cp.async"}
     return want

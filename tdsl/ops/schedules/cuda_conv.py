@@ -23,6 +23,27 @@ broadcast across the lanes of a thread row) into registers and does 32 FMAs from
 would not fit ``SHARED_BUDGET`` (large kernels), a chunk is one kernel row (``RC x KW``
 taps).  Bias and activation run on the accumulators before the stores.
 
+The fetches read global memory 16 bytes a lane where that is legal (issue 26):
+
+* the input rows, where the input's width is a multiple of 4 (every row then starts
+  16-byte aligned; decided from the static shape, the batch may be symbolic): the tile's
+  region starts at the padded window's first input column rounded down to a multiple of 8
+  (``Stage.align_region``) and spans whole 8-column runs, so a lane copies a float4 (a
+  16-byte ``cp.async`` on sm_80+) and a warp whole 32-byte sectors; where the 8-column
+  halo would cost the chunk depth (the shared budget) the rounding is to 4 columns
+  (16 bytes).  Vectors that straddle the image's edge or the padding are zero filled by
+  scalar copies (the vector path runs where all 4 words are inside).  Other widths keep
+  the scalar fetch of exactly the window.
+* the weights: float4 reads along the OIHW weights' contiguous (ci, kh, kw) taps,
+  transposed in shared memory (each lane's 4 taps stored down a column of the
+  ``taps x co`` tile), not a pre-packed ``(CI, KH, KW, CO)`` weight array: that would cost
+  a transposition kernel (or a layout the caller must provide) per call, while the
+  transposing stores can be kept conflict-free: two lanes per 8-tap run (a 32-byte
+  sector), 16 channels per warp, rows padded to 4 words past a multiple of 32, so each of
+  a lane's 4 stores puts the warp on 32 distinct banks (the rows the two halves of a run
+  land on are 4 apart: 16 banks).  Used where a chunk is whole 8-tap runs of every
+  channel (``ci*kh*kw`` and the chunk's taps multiples of 8); else the 4-byte runs.
+
 At sizes that don't divide the tiles the fetches zero-fill what lies outside the input
 and only the final store is guarded (tdsl/lowering/padding.py): the FMAs run unguarded.
 Every size but the batch must be constant (a symbolic batch only counts blocks).
@@ -70,6 +91,9 @@ WEIGHT_RUN = 8
 #: Channels per vector (float4) access: the register copy of the weights, the split-K
 #: partials.
 VEC = 4
+#: Input columns the shared input tile's rows start and end at multiples of (from the
+#: padded start rounded down): whole 32-byte sectors of the input rows, fetched as float4.
+HALO_ALIGN = 8
 #: Threads per block of the kernel that sums the slices.
 REDUCE_THREADS = 256
 
@@ -128,6 +152,17 @@ def _chunk(ci: int, taps: int, rows: int, cols: int, co_tile: int) -> "int | Non
     return None
 
 
+def _plan_chunk(ci: int, kh: int, kw: int, rows: int, dh: int, cols: int,
+                co_tile: int) -> tuple[bool, int]:
+    """(whole window, input channels per chunk): RC channels x the whole kernel window
+    (the input patch fetched once), or where that does not fit, x one kernel row; ``rows``
+    the input rows the pixel tile spans less one, ``cols`` the words per input row."""
+    rc = _chunk(ci, kh * kw, rows + (kh - 1) * dh + 1, cols, co_tile)
+    if rc is not None:
+        return True, rc
+    return False, _chunk(ci, kw, rows + 1, cols, co_tile) or 1
+
+
 def _co_threads(n: Optional[int], co: int, oh: int, ow: int) -> int:
     """Threads along the output channels (16, 8 or 4; each holds ``CO_THREAD`` channels):
     the largest whose channel tile is no wider than ``co`` and whose grid has
@@ -155,7 +190,59 @@ def _fetch(st: Stage, at: Stage, where: object, ty_threads: int) -> None:
     st.double_buffer()
 
 
-def _fetch_weights(pack: Stage, at: Stage, where: object, ty_threads: int, taps: int) -> None:
+def _vector_rows(s: Schedule, data: "Stage | object") -> bool:
+    """True where the input's rows can be fetched as float4: a width (row pitch) that is a
+    multiple of ``VEC``, so every row starts 16-byte aligned (given an aligned array: the
+    vector path tests a user's array once per launch and copies scalars where it is not)."""
+    t = data.op.input_tensors[0] if isinstance(data, Stage) else data
+    width = _const(t.shape[-1])
+    return width is not None and width % VEC == 0
+
+
+def _row_pitch(cols: int, pad: int, ph: int, align: int) -> int:
+    """Words per row of the shared input tile: ``cols`` (the columns the pixel tile reads),
+    or where the rows are fetched as float4 (``_fetch_rows``) those widened to whole runs
+    of ``align`` columns of the input row (the tile starts ``-pad % align`` columns early;
+    ``_row_span``)."""
+    if not align:
+        return cols
+    m, r = _row_span(ph, align)
+    return (cols + -pad % align - r + m - 1) // m * m + r
+
+
+def _row_span(ph: int, align: int) -> tuple[int, int]:
+    """(m, r): the float4-fetched rows are ``k*m + r`` words: a multiple of ``align``, or
+    for the 8 x 8 pixel tile 4 past a multiple of 8, so its two row groups (4 rows apart)
+    read distinct banks at stride 1 while the rows stay contiguous (conflict-free float4
+    stores: a padded pitch would put a quarter warp's vectors on the same banks)."""
+    return (2 * VEC, VEC) if ph == PIX_SQUARE[0] else (align, 0)
+
+
+def _fetch_rows(st: Stage, at: Stage, where: object, ty_threads: int, pad: int,
+                ph: int, align: int) -> None:
+    """The input tile fetched as float4 (16-byte) copies along its rows: the region starts
+    at the input column rounded down to a multiple of ``align`` (``align_region``; column
+    ``x`` of the padded input is column ``x - pad`` of the input) and spans whole runs, so
+    each lane copies 4 consecutive words of one row from a 16-byte aligned address, a warp
+    whole 32-byte sectors; the lanes' padding, image edges and tails are zero filled (the
+    vector path runs where all 4 words lie inside the image, scalar copies elsewhere).
+    Consecutive lanes, consecutive vectors; the rows are contiguous (``_row_span``).
+    ``align`` 8 (whole sectors) or 4."""
+    st.set_scope("shared")
+    st.compute_at(at, where)
+    x = st.op.axis[-1]
+    st.align_region(x, align, pad % align, *_row_span(ph, align))
+    rest, vi = st.split(st.fuse(*st.op.axis), factor=VEC)
+    rest, tx = st.split(rest, factor=THREADS)
+    _, ty = st.split(rest, factor=ty_threads)
+    st.bind(tx, thread_axis("threadIdx.x"))
+    st.bind(ty, thread_axis("threadIdx.y"))
+    st.vectorize(vi)
+    st.double_buffer()
+
+
+def _fetch_weights(pack: Stage, at: Stage, where: object, ty_threads: int, taps: int,
+                   vector: bool) -> None:
     """The packed weights' tile (``(ic, kh, kw) x co``: ``taps`` rows of ``co`` channels,
     from OIHW weights, which are contiguous along the taps) fetched per chunk with
     consecutive lanes on ``run`` (8) consecutive taps of one channel: a warp reads 4
@@ -166,6 +253,22 @@ def _fetch_weights(pack: Stage, at: Stage, where: object, ty_threads: int, taps:
     pack.set_scope("shared")
     pack.compute_at(at, where)
     c, y, x, o = pack.op.axis
+    if vector:
+        # a float4 of 4 taps per lane, two lanes per 8-tap run (a 32-byte sector), 16
+        # channels per warp; the lane's 4 words stored down a column of the tile: rows 4
+        # apart hold the run's halves, so with the rows padded to 4 words past a multiple
+        # of 32 each of the 4 stores puts the 32 lanes on 32 distinct banks
+        run, half = pack.split(pack.fuse(c, y, x), factor=WEIGHT_RUN)
+        h, v = pack.split(half, factor=VEC)
+        pack.reorder(run, o, h, v)
+        rest, tx = pack.split(pack.fuse(run, o, h), factor=THREADS)
+        _, ty = pack.split(rest, factor=ty_threads)
+        pack.bind(tx, thread_axis("threadIdx.x"))
+        pack.bind(ty, thread_axis("threadIdx.y"))
+        pack.vectorize(v)
+        pack.storage_align(x, 32, VEC)
+        pack.double_buffer()
+        return
     run = min(WEIGHT_RUN, 1 << (taps.bit_length() - 1))
     t_out, t_in = pack.split(pack.fuse(c, y, x), factor=run)
     pack.reorder(t_out, o, t_in)
@@ -288,14 +391,15 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: ob
     _, ry_ax, rx_ax = anchor.op.reduce_axis
     ci, kh, kw = (_const(r.dom.extent) for r in (rc_ax, ry_ax, rx_ax))
     pw = 16 * PIX_THREAD // ph
-    cols = (pw - 1) * sw + (kw - 1) * dw + 1
+    pad = anchor.op.attrs["padding"][1]
+    span = (pw - 1) * sw + (kw - 1) * dw + 1
     co_tile = tys * CO_THREAD
-    # a chunk: RC input channels x the whole kernel window (the input patch fetched
-    # once), or where that does not fit, x one kernel row
-    rc = _chunk(ci, kh * kw, (ph - 1) * sh + (kh - 1) * dh + 1, cols, co_tile)
-    whole = rc is not None
-    if not whole:
-        rc = _chunk(ci, kw, (ph - 1) * sh + 1, cols, co_tile) or 1
+    # the input rows' alignment (0: scalar fetch): a whole sector where the wider rows
+    # leave the chunk as deep, else 16 bytes
+    aligns = (HALO_ALIGN, VEC) if _vector_rows(s, data) else (0,)
+    plans = [(*_plan_chunk(ci, kh, kw, (ph - 1) * sh, dh, _row_pitch(span, pad, ph, a),
+                           co_tile), a) for a in aligns]
+    whole, rc, align = max(plans, key=lambda p: (p[0], p[1]))
     out.bind(yb, thread_axis("blockIdx.y"))
     out.bind(xb, thread_axis("blockIdx.x"))
     out.bind(ty, thread_axis("threadIdx.y"))
@@ -323,8 +427,15 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: ob
         d_sh = data                         # the padding stage: zeros computed by the fetch
     else:
         d_sh = s[s.cache_read(data, "shared", [anchor])]
-    _fetch(d_sh, anchor, chunk, tys)
-    _fetch_weights(pack, anchor, chunk, tys, rc * (kh * kw if whole else kw))
+    if align:
+        _fetch_rows(d_sh, anchor, chunk, tys, pad, ph, align)
+    else:
+        _fetch(d_sh, anchor, chunk, tys)
+    taps = rc * (kh * kw if whole else kw)
+    # float4 weight runs: a chunk is whole 8-tap runs of each channel's contiguous
+    # (ci, kh, kw) taps, which start 32-byte aligned
+    vector = whole and taps % WEIGHT_RUN == 0 and (ci * kh * kw) % WEIGHT_RUN == 0
+    _fetch_weights(pack, anchor, chunk, tys, taps, vector)
     _stage_registers(s, anchor, d_sh, pack, rci)
     return {anchor, out, pack} | ({d_sh} if d_sh is not data else set())
 
