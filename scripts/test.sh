@@ -10,20 +10,17 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0" \
     || echo "PyTorch 2.13.0 could not be installed: the torch tests will be skipped"
 [ $# -gt 0 ] && exec .venv/bin/python -m pytest -q -ra "$@"
-# The suite runs in three pytest processes.  This began as a workaround: JIT-compiled kernels
-# (about 3 memory mappings each) were never released, and one process building every kernel
-# of the suite came near Linux's limit of 65530 mappings (vm.max_map_count), where LLVM
-# aborts.  The fix is in backends/llvm: a kernel's JIT library is unmapped once no module,
-# launcher or function pointer holds it, the in-memory build cache keeps at most
-# $TDSL_JIT_CACHE_ENTRIES kernels (default 256), and loaded .so libraries are dlclosed when
-# dropped (tests/backends/test_llvm_jit_memory.py checks the mapping count); the CUDA
-# emulator keeps $TDSL_EMU_CACHE_ENTRIES compiled harnesses loaded (default 64) and closes
-# the others once no launch holds them.  Three processes still keep a margin.
-status=0
-for group in "tests/autotune tests/backends" \
-             "tests/compat tests/frontend tests/fuzz tests/graph tests/integrations tests/ops" \
-             "tests/schedule tests/tdsl tests/tutorials $(ls tests/test_*.py | tr '\n' ' ')"; do
-    # shellcheck disable=SC2086  # the group is a list of paths
-    .venv/bin/python -m pytest -q -ra --durations=15 $group || status=$?
-done
-exit $status
+# The suite runs in parallel worker processes (pytest-xdist): one per available CPU, at least
+# 2 and at most 4 ($TDSL_TEST_WORKERS overrides), a test file per worker at a time
+# (--dist loadfile: a module's fixtures, e.g. a Dask cluster, are made once).  Most of the
+# suite's time is single-threaded LLVM/NVRTC builds and waits on isolated tuning workers, so
+# two workers on a 2-core machine cut its wall time.  Workers are separate processes, which
+# also keeps each one far from Linux's limit of 65530 memory mappings (vm.max_map_count):
+# JIT-compiled kernels take about 3 each.  backends/llvm releases them (a kernel's JIT
+# library is unmapped once no module, launcher or function pointer holds it, the in-memory
+# build cache keeps at most $TDSL_JIT_CACHE_ENTRIES kernels, default 256, loaded .so
+# libraries are dlclosed when dropped; tests/backends/test_llvm_jit_memory.py checks the
+# count), and the CUDA emulator keeps $TDSL_EMU_CACHE_ENTRIES harnesses loaded (default 64).
+workers=${TDSL_TEST_WORKERS:-$(.venv/bin/python -c \
+    "import os; print(max(2, min(4, len(os.sched_getaffinity(0)))))")}
+exec .venv/bin/python -m pytest -q -ra --durations=25 -n "$workers" --dist loadfile tests
