@@ -73,7 +73,7 @@ class CompileReport:
         if self.tuned or self.untuned:
             lines.append(f"built from tuning records: {len(self.tuned)} of "
                          f"{len(self.tuned) + len(self.untuned)} kernels (the others: no "
-                         f"record in the database, default schedules)")
+                         f"record for their shapes and thread count, default schedules)")
         if self.other_threads:
             lines.append(f"  of those, {len(self.other_threads)} have records timed with other "
                          f"thread counts only (a tuned program answers for its own count: "
