@@ -211,3 +211,21 @@ def test_models_match_eager_symbolic_batch(make, hw, mode):
         for n in (3, 5):
             x = torch.randn(n, 3, hw, hw, generator=gen)
             close(c(x).numpy(), model(x), tol=1e-4)
+
+
+def test_dynamo_backend_takes_layout_option():
+    import torch._dynamo
+    from tdsl.frontend import Backend
+    torch._dynamo.reset()
+    model = randomize(MobileNetLike(), seed=1)
+    be = Backend({"layout": "NHWC"})
+    f = torch.compile(model, backend=be)
+    x = torch.randn(2, 3, 20, 20, generator=torch.Generator().manual_seed(1))
+    try:
+        with torch.no_grad():
+            close(f(x).numpy(), model(x), tol=1e-4)
+    finally:
+        torch._dynamo.reset()
+    rep = be.compiles[-1]
+    assert not rep.eager, str(rep)
+    assert rep.graph.passes.nhwc_convs > 0
