@@ -50,6 +50,18 @@ except for depthwise at 28x28, batch 8 (1.52): the rule follows the one-thread f
 
 A convolution's NCHW time is estimated from its multiply-adds (``conv_ms``), a transpose's
 from its elements (``transpose_ms``); figures in their docstrings.
+
+Whole models (``benchmarks/layout_ab.py``: tdsl.testing.models at 224x224, ms, medians of 7
+and 9 interleaved rounds in two runs, one thread CPU time / two threads wall, on a shared
+2-core machine), layout NCHW / auto: ResNet-18 converts nothing (its 3x3 convolutions gain
+nothing, the stem and the strided 1x1s less than their edges' transposes), so the graphs are
+the same (run-to-run 0.98 .. 1.02 one thread, 0.82 .. 1.07 two threads: the noise);
+MobileNetV2 runs its 14x14 and 7x7 stages (21 convolutions, an estimated 0.56 ms of 4.9 ms of
+convolution per image) NHWC between two transposes: batch 1 10.40 / 9.88 and 10.23 / 10.32
+(one thread), 6.22 / 6.24 (two threads, the quiet run); batch 8 82.3 / 81.2 and 80.2 / 76.6
+(one thread), 180 / 172 and 101 / 99 (two threads).  Every convolution NHWC ("NHWC") loses:
+ResNet-18 b1 50.8 vs 46.5, MobileNetV2 b1 13.4 vs 10.4, b8 146 vs 82.  Hence the default
+"auto" (``DEFAULT_LAYOUT``): it never lost beyond the noise.
 """
 from __future__ import annotations
 
