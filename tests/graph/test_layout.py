@@ -229,3 +229,30 @@ def test_dynamo_backend_takes_layout_option():
     rep = be.compiles[-1]
     assert not rep.eager, str(rep)
     assert rep.graph.passes.nhwc_convs > 0
+
+
+def test_conv_output_also_graph_output_and_se_broadcast(rng):
+    """A converted conv's NCHW result that is a graph output keeps its transpose; a
+    squeeze-excite multiply by a (N, C, 1, 1) non-constant stops the sinking; both right."""
+    b = Builder()
+    x = b.input((tdsl.var("n"), 8, 9, 7), name="x")
+    w1, w2 = rand(rng, 8, 1, 3, 3), rand(rng, 8, 8, 3, 3)
+    y = conv(b, x, w1, groups=8)
+    r = b.op("relu", y)
+    se = b.op("sigmoid", b.op("adaptive_avg_pool2d", r, output_size=(1, 1)))
+    z = b.op("mul", r, se)
+    out = b.op("add", conv(b, z, w2), b.const(rand(rng, 8, 1, 1)))
+    b.output(y)
+    b.output(out)
+    for mode in MODES:
+        cg = compile_graph(b.graph, layout=mode)
+        assert len(nhwc_convs(cg)) == (2 if mode == "NHWC" else 0 if mode == "NCHW" else
+                                       len(nhwc_convs(cg)))
+        for n in (1, 3):
+            xa = rand(rng, n, 8, 9, 7)
+            ry = ref_conv(t(xa), w1, groups=8)
+            rr = F.relu(ry)
+            rz = rr * torch.sigmoid(F.adaptive_avg_pool2d(rr, 1))
+            got = cg(xa)
+            close(got[0], ry)
+            close(got[1], ref_conv(rz, w2) + t(b.graph.nodes[-1].inputs[1].const))
