@@ -256,3 +256,21 @@ def test_conv_output_also_graph_output_and_se_broadcast(rng):
             got = cg(xa)
             close(got[0], ry)
             close(got[1], ref_conv(rz, w2) + t(b.graph.nodes[-1].inputs[1].const))
+
+
+def test_transpose_with_two_elementwise_readers_is_not_duplicated(rng):
+    """Sinking below both readers would leave a transpose per reader: it stays put."""
+    b = Builder()
+    x = b.input((2, 4, 6, 6), name="x")
+    w = rand(rng, 4, 4, 3, 3)
+    y = conv(b, x, w)
+    b.output(b.op("max_pool2d", b.op("relu", y), kernel=(2, 2), stride=(2, 2),
+                  padding=(0, 0, 0, 0), dilation=(1, 1), ceil_mode=False))
+    b.output(b.op("sigmoid", y))
+    cg = compile_graph(b.graph, layout="NHWC")
+    assert count_transposes(cg.optimized) == 2
+    xa = rand(rng, 2, 4, 6, 6)
+    ry = ref_conv(t(xa), w)
+    got = cg(xa)
+    close(got[0], F.max_pool2d(F.relu(ry), 2))
+    close(got[1], torch.sigmoid(ry))

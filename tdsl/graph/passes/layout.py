@@ -17,6 +17,7 @@ Three steps (the classic ConvertLayout + transpose elimination):
    output of the same transpose, or a value already transposed the inverse way elsewhere
    (a residual's skip input, which the branch's first convolution reads transposed);
    ``cancel_transposes`` then composes ``transpose(transpose(x))`` and drops the identity.
+   A transpose with several elementwise readers stays (sinking would copy it per reader).
    A conv-relu-conv-add chain that is all NHWC keeps one transpose at each end.  Sinking
    stops at ops without an NHWC form (pooling, reshape, GEMMs): the transpose stays, and
    fusion makes it its own copy kernel or, before a pool, the pool's prologue.
@@ -315,9 +316,12 @@ def _sink_plan(n: Node, order: dict, users: dict, outs: set) -> Optional[tuple]:
         if v.ndim == 0:
             ins.append(v)
         elif _perm_of(v) == perm:
+            readers = list(dict.fromkeys(users.get(id(v), ())))
             if v.ndim != out.ndim or id(v) in outs or not all(
-                    _follows(u, perm, order, users) for u in users.get(id(v), ())):
+                    _follows(u, perm, order, users) for u in readers):
                 return None
+            if sum(1 for u in readers if u.op != "transpose") > 1:
+                return None     # each reader would get its own transpose: no sinking
             ins.append(v.producer.inputs[0])
         elif v.is_const:
             ins.append(_permuted_const(v, out.ndim, inv, v.name + "_perm"))
