@@ -60,7 +60,8 @@ the same (run-to-run 0.98 .. 1.02 one thread, 0.82 .. 1.07 two threads: the nois
 MobileNetV2 runs its 14x14 and 7x7 stages (21 convolutions, an estimated 0.56 ms of 4.9 ms of
 convolution per image) NHWC between two transposes: batch 1 10.40 / 9.88 and 10.23 / 10.32
 (one thread), 6.22 / 6.24 (two threads, the quiet run); batch 8 82.3 / 81.2 and 80.2 / 76.6
-(one thread), 180 / 172 and 101 / 99 (two threads).  Every convolution NHWC ("NHWC") loses:
+(one thread), 180 / 172 and 101 / 99 (two threads); a third run: b1 10.45 / 10.14, 23.6 /
+22.9, b8 91.8 / 91.6, 194 / 193.  Every convolution NHWC ("NHWC") loses:
 ResNet-18 b1 50.8 vs 46.5, MobileNetV2 b1 13.4 vs 10.4, b8 146 vs 82.  Hence the default
 "auto" (``DEFAULT_LAYOUT``): it never lost beyond the noise.
 """
