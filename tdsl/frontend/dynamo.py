@@ -26,7 +26,7 @@ from .module import ModelReport
 
 def backend(gm: torch.fx.GraphModule, example_inputs: list, options: Optional[dict] = None
             ) -> Callable:
-    """The ``"tdsl"`` Dynamo backend (``options``: ``db``, ``num_threads``)."""
+    """The ``"tdsl"`` Dynamo backend (``options``: ``db``, ``num_threads``, ``layout``)."""
     return _compile(gm, example_inputs, options, None)
 
 

@@ -150,6 +150,12 @@ def _torch_dtype(name: str) -> torch.dtype:
     return dt
 
 
+def _layout(opts: dict) -> dict:
+    """The ``layout`` option ("auto", "NCHW", "NHWC": ``tdsl.graph.passes.layout``) for
+    ``compile_graph``, when given."""
+    return {"layout": opts["layout"]} if opts.get("layout") is not None else {}
+
+
 def compile_imported(imported: Imported, options: Optional[dict]) -> CompiledModel:
     """Build an imported graph with ``tdsl.graph.compile_graph``."""
     import time
@@ -158,7 +164,7 @@ def compile_imported(imported: Imported, options: Optional[dict]) -> CompiledMod
     opts = dict(options or {})
     t0 = time.perf_counter()
     cg = compile_graph(imported.graph, target=opts.get("target", "llvm"), db=opts.get("db"),
-                       num_threads=opts.get("num_threads"))
+                       num_threads=opts.get("num_threads"), **_layout(opts))
     report = ModelReport(imported=imported.report, graph=getattr(cg, "report", None),
                          compile_s=time.perf_counter() - t0)
     return CompiledModel(imported, cg, report)

@@ -11,7 +11,9 @@ Ops added here beyond MODEL.md's table (graph-internal, made by passes):
 * ``dense`` takes ``weight_layout``: "NK" (PyTorch's (out, in), the default) or "KN" (the
   weight pre-transposed at compile time by ``passes.prepack``: the GEMM reads it in rows);
 * ``conv2d`` takes ``kernel_layout``: "OIHW" (PyTorch's, the default) or "HWIO" (a constant
-  weight re-laid at compile time by ``passes.prepack``: the filter panels copy runs of it);
+  weight re-laid at compile time by ``passes.prepack``: the filter panels copy runs of it),
+  and ``layout``: "NCHW" (the default) or "NHWC" (data (N, H, W, C), HWIO weight; made by
+  ``passes.layout`` where that layout's kernel is faster);
 * ``causal_mask`` (x; offset): ``x`` where ``col <= row + offset`` on the last two axes,
   else -inf -- the causal attention mask as an elementwise op (fuses into softmax).
 * ``attention`` takes ``impl``: "auto" (the default), "fused" or "decomposed" -- whether it
@@ -259,6 +261,7 @@ def _conv2d(xs: list, a: dict) -> Tensor:
     b = xs[2] if len(xs) > 2 else None
     return ops.conv2d(x, w, stride=a.get("stride", 1), padding=a.get("padding", 0),
                       dilation=a.get("dilation", 1), groups=a.get("groups", 1),
+                      layout=a.get("layout", "NCHW"),
                       kernel_layout=a.get("kernel_layout", "OIHW"), bias=b)
 
 

@@ -33,6 +33,7 @@ from . import opset
 from .ir import Graph, GraphError, Value
 from .kernels import Kernel, compile_kernel, declare_kernel
 from .passes import Alias, Fallback, Group, PassStats, optimize
+from .passes.layout import DEFAULT_LAYOUT
 from .passes.fusion import fuse
 from .passes.rewrite import map_pytree
 from .plan import MemoryPlan, Root, make_plan
@@ -281,14 +282,14 @@ class CompiledGraph:
 
     def __init__(self, graph: Graph, target: Any = "llvm", db: Any = None,
                  num_threads: Optional[int] = None, rest_pool: bool = True,
-                 build_threads: Optional[int] = None):
+                 build_threads: Optional[int] = None, layout: str = DEFAULT_LAYOUT):
         t0 = time.perf_counter()
         self.source = graph
         self.target = target
         self.db = db
         self.num_threads = num_threads
         self.rest_pool = rest_pool
-        self.optimized, stats = optimize(graph)
+        self.optimized, stats = optimize(graph, layout)
         self.steps = fuse(self.optimized)
         self.kernels: dict[int, Kernel] = {}
         self.report = CompileReport(passes=stats)
@@ -456,15 +457,17 @@ def _apply_db(db: Any, num_threads: Optional[int]) -> Any:
 
 def compile_graph(graph: Graph, target: Any = "llvm", db: Any = None,
                   num_threads: Optional[int] = None, rest_pool: bool = True,
-                  build_threads: Optional[int] = None) -> CompiledGraph:
+                  build_threads: Optional[int] = None, layout: str = DEFAULT_LAYOUT
+                  ) -> CompiledGraph:
     """Optimize ``graph`` (folding, CSE, DCE), fuse it into kernels, build them, and return
     a callable that runs it (see ``CompiledGraph``).  The input graph is not changed.
 
     ``num_threads``: threads of the kernels' parallel loops (default: tdsl's default);
     ``rest_pool``: put tdsl's idle workers to sleep while a PyTorch fallback runs;
-    ``build_threads``: kernels built at once (default: the available CPUs).
+    ``build_threads``: kernels built at once (default: the available CPUs);
+    ``layout``: the convolutions' data layout, "auto", "NCHW" or "NHWC" (``passes.optimize``).
     """
     if not isinstance(graph, Graph):
         raise GraphError(f"compile_graph: expected a tdsl.graph.Graph, got "
                          f"{type(graph).__name__}")
-    return CompiledGraph(graph, target, db, num_threads, rest_pool, build_threads)
+    return CompiledGraph(graph, target, db, num_threads, rest_pool, build_threads, layout)
