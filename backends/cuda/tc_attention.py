@@ -17,8 +17,8 @@ the epilogue lambda.
 
 Requirements (a ``BuildError`` naming the kernel otherwise): one threadIdx.x loop of 128
 threads around the pragma loop, Q/K/V/output 4-D with a unit stride along d, a valid key,
-a mask read exactly where the key names one, at most 4-D, bool for a boolean key and of
-Q's dtype for an additive one.
+a mask read exactly where the key names one, 1- to 4-D, bool for a boolean key and of Q's
+dtype for an additive one, with a constant stride along keys (compact: 1) under 2^24.
 """
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ _DTYPES = {"float16": "tdsl_half", "bfloat16": "tdsl_bf16"}
 #: The user mask's kinds (the kernel's ``MASK`` template argument): none, additive (a
 #: float added to the scaled scores), boolean (False: the key is left out).
 MASK_NONE, MASK_ADD, MASK_BOOL = 0, 1, 2
+#: The mask's stride along keys must be a constant below this: the kernel's offsets within
+#: a key block are ints.
+MAX_KEY_STRIDE = 1 << 24
 _MASK_FIELD = {MASK_ADD: "madd", MASK_BOOL: "mbool"}
 
 
@@ -162,9 +165,14 @@ def _mask(kernel: str, bufs: list, kind: int, dt: str) -> Any:
                             f"{len(bufs)} global buffers, not one")
     m = bufs[0]
     want = "bool" if kind == MASK_BOOL else dt
-    if str(m.dtype) != want or m.ndim > 4:
-        raise _fail(kernel, f"needs the mask '{m.name}' {want} (its key's kind) and at most "
+    if str(m.dtype) != want or m.ndim == 0 or m.ndim > 4:
+        raise _fail(kernel, f"needs the mask '{m.name}' {want} (its key's kind) and 1- to "
                             f"4-D, got {m.dtype}, {m.ndim}-D")
+    ext, stride = m.shape[-1], m.effective_strides()[-1]
+    broadcast = isinstance(ext, Const) and ext.value == 1
+    if not broadcast and not (isinstance(stride, Const) and abs(stride.value) < MAX_KEY_STRIDE):
+        raise _fail(kernel, f"needs the mask '{m.name}''s stride along keys a constant under "
+                            f"{MAX_KEY_STRIDE}, got {stride}")
     return m
 
 

@@ -30,7 +30,9 @@ fp16/bf16 operands, fp32 accumulators and softmax statistics:
 * User mask (``MASK`` 1: additive, ``MT`` of T's type, converted to fp32 and added to the
   scaled score; 2: boolean, ``MT`` bool, -inf where False; 0: none, ``M`` / ``m_off``
   unused): element ``M[m_off(query, key)]`` (absolute indices; ``m_off`` is linear, so
-  a row's base and the stride along keys -- 0 when broadcast -- are taken once) is read
+  a row's base and the stride along keys -- 0 when broadcast, a small constant -- are
+  taken once; within a key block a row's elements are int offsets from a row pointer,
+  which keeps 64-bit address arithmetic, and ~40 registers at d 128, out) is read
   straight from global memory per score fragment element, only for keys the tail and
   causality leave in and for rows below ``sq``.  Each element is read once per
   (batch, head), so a staged tile would buy no reuse: it would cost shared memory (8 KB
@@ -164,11 +166,13 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PM M, PS smp, long lon
     for (int v = 0; v < 4; ++v) o[j][v] = 0.0f;
   float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
   const long long qrow[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
-  // the mask: the offsets of this thread's two rows at key 0, the stride along keys
-  long long mrow0[2] = {0, 0}, mks = 0;
+  // the mask: the offsets of this thread's two rows at key 0; the stride along keys, a
+  // constant under 2^24 (tc_attention.py checks), so a key block's offsets are ints
+  long long mrow0[2] = {0, 0};
+  int mks = 0;
   if (MASK) {
     const long long m0 = m_off(0, 0), mqs = m_off(1, 0) - m0;
-    mks = m_off(0, 1) - m0;
+    mks = (int)(m_off(0, 1) - m0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) mrow0[h] = m0 + qrow[h] * mqs;
   }
@@ -202,6 +206,7 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PM M, PS smp, long lon
     // scale and mask; the block's row max over the quad
     // keys (block-local) at or past lim[h] are masked for row half h
     const long long j0 = kb * BKV;
+    const auto mp0 = M + (mrow0[0] + j0 * mks), mp1 = M + (mrow0[1] + j0 * mks);
     int lim[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -218,7 +223,7 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PM M, PS smp, long lon
         const int c = j * 8 + 2 * t4 + (v & 1);
         float x = c < lim[v >> 1] ? s[j][v] * scale : NEG_INF;
         if (MASK && c < lim[v >> 1])
-          x += tdsl_fa_mval((MT)M[mrow0[v >> 1] + (j0 + c) * mks]);
+          x += tdsl_fa_mval((MT)(v >> 1 ? mp1 : mp0)[c * mks]);
         s[j][v] = x;
         bm[v >> 1] = fmaxf(bm[v >> 1], x);
       }
