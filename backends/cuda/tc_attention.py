@@ -171,8 +171,8 @@ def _mask(kernel: str, bufs: list, kind: int, dt: str) -> Any:
     ext, stride = m.shape[-1], m.effective_strides()[-1]
     broadcast = isinstance(ext, Const) and ext.value == 1
     if not broadcast and not (isinstance(stride, Const) and abs(stride.value) < MAX_KEY_STRIDE):
-        raise _fail(kernel, f"needs the mask '{m.name}''s stride along keys a constant under "
-                            f"{MAX_KEY_STRIDE}, got {stride}")
+        raise _fail(kernel, f"needs the stride of mask '{m.name}' along keys a constant "
+                            f"under {MAX_KEY_STRIDE}, got {stride}")
     return m
 
 

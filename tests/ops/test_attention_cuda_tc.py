@@ -302,6 +302,21 @@ def test_assembles_without_spills(arch, dt, d, causal):
     print(arch, dt, d, causal, "registers", ks.registers, "smem", ks.shared_bytes)
 
 
+def test_a_mask_with_a_huge_key_stride_is_a_build_error():
+    """The kernel's offsets within a key block are ints: a mask buffer whose stride along
+    keys is not a constant under 2^24 is refused, naming the mask."""
+    from tdsl.lowering import lower
+    q = td.placeholder((1, 1, 64, 64), "float16", name="q")
+    mp = td.placeholder((64, 64), "bool", name="mask")
+    o = ops.attention(q, q, q, mask=mp)
+    tgt = "cuda -arch=sm_80"
+    func = lower(ops.schedule(o, tgt), [q, mp, o])
+    td.build(func, target=tgt)                       # compact: fine
+    func.params[1].strides = (td.const(1 << 26, "int64"), td.const(1 << 25, "int64"))
+    with pytest.raises(BuildError, match="stride of mask 'mask' along keys"):
+        td.build(func, target=tgt)
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dt,d,causal,kind", [("float16", 64, True, "bool"),
