@@ -31,8 +31,8 @@ fp16/bf16 operands, fp32 accumulators and softmax statistics:
   scaled score; 2: boolean, ``MT`` bool, -inf where False; 0: none, ``M`` / ``m_off``
   unused): element ``M[m_off(query, key)]`` (absolute indices; ``m_off`` is linear, so
   a row's base and the stride along keys -- 0 when broadcast, a small constant -- are
-  taken once; within a key block a row's elements are int offsets from a row pointer,
-  which keeps 64-bit address arithmetic, and ~40 registers at d 128, out) is read
+  taken once; within a key block a row's elements are int offsets from a row pointer:
+  with 64-bit offsets ptxas kept ~40 more registers at d 64) is read
   straight from global memory per score fragment element, only for keys the tail and
   causality leave in and for rows below ``sq``.  Each element is read once per
   (batch, head), so a staged tile would buy no reuse: it would cost shared memory (8 KB
