@@ -6,8 +6,8 @@ backend's microkernel replaces (``backends/cuda/tc_attention.py``): the output's
 64 x d outputs over 128 threads (``threadIdx.x``) times a serial loop marked
 ``pragma(f, "tdsl_tc_attention", key)`` (key: head size, causality, scale, the user
 mask's kind: none, additive or boolean), the whole declaration computed per output inside
-it (a thread's merge over the key blocks, what the reference interpreter runs).  The backend emits the FlashAttention-2 kernel in its place
-(``tc_attention_kernel.py``: 4 warps of 16 query rows, K/V tiles of 64 keys double-buffered
+it (a thread's merge over the key blocks, what the reference interpreter runs).  The
+backend emits the FlashAttention-2 kernel in its place (``tc_attention_kernel.py``: 4 warps of 16 query rows, K/V tiles of 64 keys double-buffered
 by cp.async, ldmatrix + mma.sync m16n8k16, fp32 online softmax in registers).
 
 Eligible: fp16 or bf16 q/k/v, a constant head size of 64 or 128 shared by q, k and v, an
