@@ -7,8 +7,9 @@ backend's microkernel replaces (``backends/cuda/tc_attention.py``): the output's
 ``pragma(f, "tdsl_tc_attention", key)`` (key: head size, causality, scale, the user
 mask's kind: none, additive or boolean), the whole declaration computed per output inside
 it (a thread's merge over the key blocks, what the reference interpreter runs).  The
-backend emits the FlashAttention-2 kernel in its place (``tc_attention_kernel.py``: 4 warps of 16 query rows, K/V tiles of 64 keys double-buffered
-by cp.async, ldmatrix + mma.sync m16n8k16, fp32 online softmax in registers).
+backend emits the FlashAttention-2 kernel in its place (``tc_attention_kernel.py``: 4 warps
+of 16 query rows, K/V tiles of 64 keys double-buffered by cp.async, ldmatrix + mma.sync
+m16n8k16, fp32 online softmax in registers).
 
 Eligible: fp16 or bf16 q/k/v, a constant head size of 64 or 128 shared by q, k and v, an
 sm_80+ target; a user mask (bool, or additive of q's dtype; causal or not) if it is an
