@@ -49,6 +49,7 @@ class Row:
     blocks: int
     outputs_per_thread: int
     loads_per_thread: "int | str"     # a str for a template kernel: 16-byte loads per k tile
+    #                                   (attention: per key block, "/kb")
     loads_per_fma: float
     bank_ways: int = 0
     sector_ratio: float = 0.0
@@ -124,6 +125,11 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
         Q, K, V = (td.placeholder((1, 12, 1024, 64), name=n) for n in "QKV")
         return [Q, K, V], ops.attention(Q, K, V, causal=True)
 
+    def attention_fp16_mask():  # tensor cores, causal and a boolean (B, 1, Sq, Sk) mask
+        Q, K, V = (td.placeholder((1, 12, 1024, 64), "float16", name=n) for n in "QKV")
+        M = td.placeholder((1, 1, 1024, 1024), "bool", name="M")
+        return [Q, K, V, M], ops.attention(Q, K, V, causal=True, mask=M)
+
     def elementwise():
         X, Y = td.placeholder((4096, 1024), name="X"), td.placeholder((4096, 1024), name="Y")
         return [X, Y], ops.gelu(ops.add(X, Y))
@@ -133,7 +139,7 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
             "conv2d_s2": conv2d_s2, "matmul_tail": matmul_tail, "matmul_odd": matmul_odd,
             "dense_small_m": dense_small_m, "conv2d_tail": conv2d_tail, "conv2d_late": conv2d_late,
             "softmax": softmax, "layernorm": layernorm, "attention": attention,
-            "elementwise": elementwise}
+            "attention_fp16_mask": attention_fp16_mask, "elementwise": elementwise}
 
 
 def _count(node: Any, weight: int, acc: dict) -> None:
@@ -196,6 +202,7 @@ def _load_sectors(kernel: Any) -> float:
 
 def report(arch: str = "sm_90", only: "list[str] | None" = None) -> list[Row]:
     from tdsl.backends.cuda.static import CUDASpillWarning, analyze
+    from tdsl.backends.cuda.tc_attention import FaPlan
     rows = []
     for name, make in _workloads().items():
         if only and name not in only:
@@ -219,7 +226,14 @@ def report(arch: str = "sm_90", only: "list[str] | None" = None) -> list[Row]:
             shared, per_thread = k.shared_bytes, max(outs + [acc.get("frag", 1)])
             loads, per_fma = acc["loads"], (round(acc["loads"] / acc["fma"], 4) if acc["fma"]
                                             else float("nan"))
-            if k.tc is not None:     # the tensor-core template: its figures, not the IR nest's
+            if isinstance(k.tc, FaPlan):    # the attention microkernel: per key block
+                from tdsl.backends.cuda import tc_attention_kernel as fa
+                shared = k.shared_bytes + k.tc.smem_bytes
+                per_thread = fa.BQ * k.tc.d // fa.THREADS
+                chunks = 2 * fa.BKV * k.tc.d * 2 // 16 // fa.THREADS      # K and V tiles
+                loads = f"{chunks}/kb"
+                per_fma = round(chunks / (2 * fa.BQ * fa.BKV * k.tc.d / fa.THREADS), 5)
+            elif k.tc is not None:   # the tensor-core template: its figures, not the IR nest's
                 from tdsl.backends.cuda import tc_kernel as tk
                 from tdsl.ops.schedules.tc_config import BK
                 shared = k.shared_bytes + k.tc.smem_bytes

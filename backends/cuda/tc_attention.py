@@ -6,14 +6,19 @@ head) / blockIdx.y (64-query block) / threadIdx.x (128) / f (pragma "tdsl_tc_att
 whose body is the declaration's per-element computation (what the reference interpreter
 runs).  ``find_plan`` finds that pragma loop and, in its body, the global buffers: Q (read by
 the ``T_attn_qt`` stage), K (by ``T_attn_score``), V (by ``T_attn_bacc``) and the output
-(the one global store); the pragma's value (``attn_key``) carries the head size, causality
-and the scale.  ``render`` emits a call of ``tdsl_fa`` (``tc_attention_kernel.py``) with
-the element offsets of Q/K/V rows of this block's (batch, head) as C++ lambdas (so strides
-and sequence lengths stay what the IR says: constants or kernel parameters) and the output
-store (cast included) as the epilogue lambda.
+(the one global store), and a user mask (the one global buffer the masked scores,
+``T_attn_bmax`` and ``T_attn_prob``, read); the pragma's value (``attn_key``) carries the
+head size, causality, the scale and the mask's kind.  ``render`` emits a call of ``tdsl_fa``
+(``tc_attention_kernel.py``) with the element offsets of Q/K/V rows of this block's (batch,
+head) and of the mask's (query, key) elements as C++ lambdas (so strides and sequence
+lengths stay what the IR says: constants or kernel parameters; a mask dimension of extent 1
+is broadcast, index 0, so its stride drops out) and the output store (cast included) as
+the epilogue lambda.
 
 Requirements (a ``BuildError`` naming the kernel otherwise): one threadIdx.x loop of 128
-threads around the pragma loop, Q/K/V/output 4-D with a unit stride along d, a valid key.
+threads around the pragma loop, Q/K/V/output 4-D with a unit stride along d, a valid key,
+a mask read exactly where the key names one, 1- to 4-D, bool for a boolean key and of Q's
+dtype for an additive one, with a constant stride along keys (compact: 1) under 2^24.
 """
 from __future__ import annotations
 
@@ -32,20 +37,33 @@ PRAGMA = "pragma_tdsl_tc_attention"
 _DTYPES = {"float16": "tdsl_half", "bfloat16": "tdsl_bf16"}
 
 
-def attn_key(d: int, causal: bool, scale: float) -> str:
-    """The pragma value: e.g. ``"fa/d64/c1/s0.125"``."""
-    return f"fa/d{d}/c{int(bool(causal))}/s{float(scale)!r}"
+#: The user mask's kinds (the kernel's ``MASK`` template argument): none, additive (a
+#: float added to the scaled scores), boolean (False: the key is left out).
+MASK_NONE, MASK_ADD, MASK_BOOL = 0, 1, 2
+#: The mask's stride along keys must be a constant below this: the kernel's offsets within
+#: a key block are ints.
+MAX_KEY_STRIDE = 1 << 24
+_MASK_FIELD = {MASK_ADD: "madd", MASK_BOOL: "mbool"}
 
 
-def parse_key(value: Any) -> "Optional[tuple[int, bool, float]]":
-    """(head size, causal, scale) of a pragma value; None where malformed."""
+def attn_key(d: int, causal: bool, scale: float, mask: int = MASK_NONE) -> str:
+    """The pragma value: e.g. ``"fa/d64/c1/s0.125"``, ``"fa/d64/c0/s0.125/mbool"`` (no
+    fifth field without a mask: the unmasked key is what it was)."""
+    key = f"fa/d{d}/c{int(bool(causal))}/s{float(scale)!r}"
+    return key if mask == MASK_NONE else f"{key}/{_MASK_FIELD[mask]}"
+
+
+def parse_key(value: Any) -> "Optional[tuple[int, bool, float, int]]":
+    """(head size, causal, scale, mask kind) of a pragma value; None where malformed."""
     if not isinstance(value, str):
         return None
     try:
-        fa, d, c, s = value.split("/")
-        if fa != "fa" or d[0] != "d" or c not in ("c0", "c1") or s[0] != "s":
+        fa, d, c, s, *rest = value.split("/")
+        kinds = {f: k for k, f in _MASK_FIELD.items()}
+        if fa != "fa" or d[0] != "d" or c not in ("c0", "c1") or s[0] != "s" or \
+                len(rest) > 1 or (rest and rest[0] not in kinds):
             return None
-        return int(d[1:]), c == "c1", float(s[1:])
+        return int(d[1:]), c == "c1", float(s[1:]), kinds[rest[0]] if rest else MASK_NONE
     except (ValueError, IndexError):
         return None
 
@@ -64,6 +82,8 @@ class FaPlan:
     causal: bool
     scale: float
     dtype: str
+    mask: Any = None          # the user mask's buffer (None: no mask)
+    mask_kind: int = MASK_NONE
 
     @property
     def smem_bytes(self) -> int:
@@ -109,7 +129,8 @@ def find_plan(root: Any, kernel: str) -> Optional[FaPlan]:
         if n.buffer.scope is StorageScope.GLOBAL:
             outs.append(n)
             return
-        for prefix, role in (("T_attn_qt", "q"), ("T_attn_score", "k"), ("T_attn_bacc", "v")):
+        for prefix, role in (("T_attn_qt", "q"), ("T_attn_score", "k"), ("T_attn_bacc", "v"),
+                             ("T_attn_bmax", "m"), ("T_attn_prob", "m")):
             if n.buffer.name.startswith(prefix):
                 roles.setdefault(role, set()).update(_global_loads(n.value))
     post_order_visit(loop.body, visit)
@@ -128,7 +149,31 @@ def find_plan(root: Any, kernel: str) -> Optional[FaPlan]:
             raise _fail(kernel, f"needs '{b.name}' 4-D and contiguous along d")
     if GEMM in loop.annotations:
         raise _fail(kernel, "also carries the tensor-core GEMM pragma")
-    return FaPlan(loop, tx.var, q, k, v, out, key[0], key[1], key[2], dt)
+    mask = _mask(kernel, got.get("m", []), key[3], dt)
+    return FaPlan(loop, tx.var, q, k, v, out, key[0], key[1], key[2], dt, mask, key[3])
+
+
+def _mask(kernel: str, bufs: list, kind: int, dt: str) -> Any:
+    """The mask buffer of a kernel whose masked scores read ``bufs``, checked against the
+    key's mask kind ``kind``."""
+    if kind == MASK_NONE:
+        if bufs:
+            raise _fail(kernel, f"reads a mask ('{bufs[0].name}') its key does not name")
+        return None
+    if len(bufs) != 1:
+        raise _fail(kernel, f"names a mask in its key but its masked scores read "
+                            f"{len(bufs)} global buffers, not one")
+    m = bufs[0]
+    want = "bool" if kind == MASK_BOOL else dt
+    if str(m.dtype) != want or m.ndim == 0 or m.ndim > 4:
+        raise _fail(kernel, f"needs the mask '{m.name}' {want} (its key's kind) and 1- to "
+                            f"4-D, got {m.dtype}, {m.ndim}-D")
+    ext, stride = m.shape[-1], m.effective_strides()[-1]
+    broadcast = isinstance(ext, Const) and ext.value == 1
+    if not broadcast and not (isinstance(stride, Const) and abs(stride.value) < MAX_KEY_STRIDE):
+        raise _fail(kernel, f"needs the stride of mask '{m.name}' along keys a constant "
+                            f"under {MAX_KEY_STRIDE}, got {stride}")
+    return m
 
 
 def render(r: Any, plan: FaPlan) -> None:
@@ -162,10 +207,32 @@ def render(r: Any, plan: FaPlan) -> None:
                                (*bh, i0 + v_r, v_c)))
             r.depth -= 1
             r.emit("};")
+        mtype, mref, moff = ctype, r.buffer_ref(plan.q), "fa_q_off"   # unused without a mask
+        if plan.mask is not None:
+            mtype, mref, moff = _render_mask(r, plan, bh, v_r, v_c), r.buffer_ref(plan.mask), \
+                "fa_m_off"
         emit_dynamic_smem(r, ctype, "fa_smem", plan.smem_bytes)
         bf16 = "true" if plan.dtype == "bfloat16" else "false"
         causal = "true" if plan.causal else "false"
         refs = ", ".join(r.buffer_ref(b) for b in (plan.q, plan.k, plan.v))
-        r.emit(f"tdsl_fa<{bf16}, {plan.d}, {causal}, {ctype}>({refs}, fa_smem, "
-               f"(long long)({r.expr(sq)}), (long long)({r.expr(sk)}), fa_i0, "
-               f"{plan.scale!r}f, fa_q_off, fa_k_off, fa_v_off, fa_store);")
+        r.emit(f"tdsl_fa<{bf16}, {plan.d}, {causal}, {ctype}, {plan.mask_kind}, {mtype}>("
+               f"{refs}, {mref}, fa_smem, (long long)({r.expr(sq)}), (long long)({r.expr(sk)}), "
+               f"fa_i0, {plan.scale!r}f, fa_q_off, fa_k_off, fa_v_off, {moff}, fa_store);")
+
+
+def _render_mask(r: Any, plan: FaPlan, bh: list, v_r: Var, v_c: Var) -> str:
+    """Emit ``fa_m_off(query, key)``, the mask's element offset of (absolute) query row and
+    key of this block's (batch, head) under PyTorch's broadcasting (the mask's dimensions
+    align with (batch, head, query, key) from the right; one of extent 1 reads index 0);
+    returns the mask's C element type."""
+    m = plan.mask
+    full = (*bh, v_r, v_c)[4 - m.ndim:]
+    zero = Const(0, "int64")
+    idx = tuple(zero if isinstance(e, Const) and e.value == 1 else i
+                for e, i in zip(m.shape, full))
+    off = r.flat_offset(m, idx)
+    with r.names.scoped(v_r, "fa_row") as nr, r.names.scoped(v_c, "fa_col") as nc:
+        r.emit(f"auto fa_m_off = [&](long long {nr}, long long {nc}) -> long long "
+               f"{{ return {r.expr(off)}; }};")
+    r.use_type(m.dtype)
+    return "bool" if plan.mask_kind == MASK_BOOL else _DTYPES[plan.dtype]

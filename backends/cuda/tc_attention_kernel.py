@@ -1,9 +1,9 @@
 """The CUDA C of the tensor-core attention microkernel (prelude helper "tc_attention").
 
-``tdsl_fa<BF16, D, CAUSAL, T>(Q, K, V, smem, sq, sk, i0, scale, q_off, k_off, v_off,
-store)`` computes one block of 64 query rows (``i0`` ..) of ``softmax(Q Kᵀ scale) V``
-for one (batch, head) in the FlashAttention-2 structure, fp16/bf16 operands, fp32
-accumulators and softmax statistics:
+``tdsl_fa<BF16, D, CAUSAL, T, MASK, MT>(Q, K, V, M, smem, sq, sk, i0, scale, q_off, k_off,
+v_off, m_off, store)`` computes one block of 64 query rows (``i0`` ..) of
+``softmax(Q Kᵀ scale + mask) V`` for one (batch, head) in the FlashAttention-2 structure,
+fp16/bf16 operands, fp32 accumulators and softmax statistics:
 
 * 128 threads = 4 warps, warp ``w`` owns query rows ``16 w .. 16 w + 15`` of the block.
   The 64 x D query tile is copied to shared memory once (cp.async) and read into
@@ -17,7 +17,8 @@ accumulators and softmax statistics:
   "column" B operand: ``B[n, k]``), 8 MMAs per step: a warp's 16 x 64 scores in 32 fp32
   registers per thread (row ``g`` and ``g + 8`` of the warp, ``g = lane / 4``).
 * Online softmax on the accumulator fragments: the scores are scaled, keys at or past
-  ``sk`` (and, causal, past the query) set to -inf, the row max is reduced over the 4
+  ``sk`` (and, causal, past the query) set to -inf, the user mask applied (below), the
+  row max is reduced over the 4
   lanes of a quad (``__shfl_xor_sync`` 1, 2); the running max ``m``, the thread's partial
   row sum ``l`` (summed over the quad once, at the end) and the output accumulators are
   rescaled by ``exp(m_old - m_new)``; a row that has seen only -inf keeps 0s.
@@ -26,6 +27,21 @@ accumulators and softmax statistics:
   n tiles is the m16k16 A layout); V is the "row" B operand (``B[k, n]``):
   ``ldmatrix.x4.trans``.
 * Causal: key blocks wholly after the block's last query are not visited.
+* User mask (``MASK`` 1: additive, ``MT`` of T's type, converted to fp32 and added to the
+  scaled score; 2: boolean, ``MT`` bool, -inf where False; 0: none, ``M`` / ``m_off``
+  unused): element ``M[m_off(query, key)]`` (absolute indices; ``m_off`` is linear, so
+  a row's base and the stride along keys -- 0 when broadcast, a small constant -- are
+  taken once; within a key block a row's elements are int offsets from a row pointer:
+  with 64-bit offsets ptxas kept ~40 more registers at d 64) is read
+  straight from global memory per score fragment element, only for keys the tail and
+  causality leave in and for rows below ``sq``.  Each element is read once per
+  (batch, head), so a staged tile would buy no reuse: it would cost shared memory (8 KB
+  a stage, fp16) and a barrier-ordered copy for the same one read.  A quad reads 8
+  adjacent keys of one row per n tile and the 8 n tiles of a warp cover 64 adjacent keys
+  of 8 rows, so the sectors one load instruction leaves half used are the next ones'
+  (L1); a mask broadcast over batch or heads is re-read from L2.  A fully masked row
+  (all -inf or all False) keeps its 0s: the output row is 0, as PyTorch's SDPA (CPU)
+  gives and the SIMT schedule does.
 * Epilogue: ``O / l`` (0 where ``l == 0``: a row that sees no key), handed to
   ``store(row, col, value)`` (block-local row, the caller's lambda holds the cast and the
   store) for rows below ``sq``.
@@ -94,11 +110,17 @@ __device__ __forceinline__ void tdsl_fa_tile(PS smp, SB sm, int st, int sw_t, PG
                      [&](int) { return in; });
   }
 }
-template <bool BF16, int D, bool CAUSAL, typename T, typename PQ, typename PK, typename PV,
-          typename PS, typename FQ, typename FK, typename FV, typename FS>
-__device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PS smp, long long sq, long long sk,
-                                        long long i0, float scale, FQ q_off, FK k_off,
-                                        FV v_off, FS store) {
+// a user mask element as the term added to a scaled score
+__device__ __forceinline__ float tdsl_fa_mval(tdsl_half x) { return tdsl_h2f(x); }
+__device__ __forceinline__ float tdsl_fa_mval(tdsl_bf16 x) { return tdsl_bf2f(x); }
+__device__ __forceinline__ float tdsl_fa_mval(bool x) {
+  return x ? 0.0f : __int_as_float((int)0xff800000u); }
+template <bool BF16, int D, bool CAUSAL, typename T, int MASK, typename MT, typename PQ,
+          typename PK, typename PV, typename PM, typename PS, typename FQ, typename FK,
+          typename FV, typename FM, typename FS>
+__device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PM M, PS smp, long long sq,
+                                        long long sk, long long i0, float scale, FQ q_off,
+                                        FK k_off, FV v_off, FM m_off, FS store) {
   constexpr int BQ = 64, BKV = 64, CR = D / 8, KD = D / 16, NT = BKV / 8, DT = D / 8;
   constexpr int TILE = BKV * D, QCH = BQ * CR / 128, KCH = BKV * CR / 128;
   constexpr int KS0 = BQ * D;              // K stage s at KS0 + 2 s TILE, V at + TILE
@@ -144,6 +166,16 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PS smp, long long sq, 
     for (int v = 0; v < 4; ++v) o[j][v] = 0.0f;
   float mrow[2] = {NEG_INF, NEG_INF}, lrow[2] = {0.0f, 0.0f};
   const long long qrow[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+  // the mask: the offsets of this thread's two rows at key 0; the stride along keys, a
+  // constant under 2^24 (tc_attention.py checks), so a key block's offsets are ints
+  long long mrow0[2] = {0, 0};
+  int mks = 0;
+  if (MASK) {
+    const long long m0 = m_off(0, 0), mqs = m_off(1, 0) - m0;
+    mks = (int)(m_off(0, 1) - m0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) mrow0[h] = m0 + qrow[h] * mqs;
+  }
   // per-lane ldmatrix offsets: K (column B: n = key, k = d) and V (row B, .trans)
   const int km = lane >> 3, kn = (lane & 7) + ((km >> 1) << 3), vr = lane & 15;
 #pragma unroll 1
@@ -174,11 +206,13 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PS smp, long long sq, 
     // scale and mask; the block's row max over the quad
     // keys (block-local) at or past lim[h] are masked for row half h
     const long long j0 = kb * BKV;
+    const auto mp0 = M + (mrow0[0] + j0 * mks), mp1 = M + (mrow0[1] + j0 * mks);
     int lim[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       long long l = sk - j0 < BKV ? sk - j0 : BKV;
       if (CAUSAL && qrow[h] - j0 + 1 < l) l = qrow[h] - j0 + 1;
+      if (MASK && qrow[h] >= sq) l = 0;      // (no mask element for a row past sq)
       lim[h] = (int)(l < 0 ? 0 : l);
     }
     float bm[2] = {NEG_INF, NEG_INF};
@@ -186,7 +220,10 @@ __device__ __forceinline__ void tdsl_fa(PQ Q, PK K, PV V, PS smp, long long sq, 
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
-        const float x = j * 8 + 2 * t4 + (v & 1) < lim[v >> 1] ? s[j][v] * scale : NEG_INF;
+        const int c = j * 8 + 2 * t4 + (v & 1);
+        float x = c < lim[v >> 1] ? s[j][v] * scale : NEG_INF;
+        if (MASK && c < lim[v >> 1])
+          x += tdsl_fa_mval((MT)(v >> 1 ? mp1 : mp0)[c * mks]);
         s[j][v] = x;
         bm[v >> 1] = fmaxf(bm[v >> 1], x);
       }

@@ -148,7 +148,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
     ``q`` (B, H, Sq, D), ``k``/``v`` (B, H, Sk, D) (``v`` may have its own head size);
     ``causal`` as ``is_causal`` (key ``j`` is seen by query ``i`` when ``j <= i``),
     ``scale`` defaults to ``1 / sqrt(D)``; ``mask`` broadcasts to (B, H, Sq, Sk): a bool mask
-    says which keys take part, a float mask is added to the scores.  A query row that sees
+    says which keys take part, a float mask is added to the scores; with ``causal`` too, a
+    key takes part where both allow it (as PyTorch 2.13's SDPA).  A query row that sees
     no key (fully masked) gives zeros, as PyTorch 2.13's CPU SDPA does.  ``block_k`` is
     the key block of the one-pass schedule (a compile-time constant; None:
     ``default_block_k``'s rule)."""
@@ -157,8 +158,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
         block_k = default_block_k(q.shape[2], k.shape[2], causal)
     if not isinstance(block_k, int) or block_k < 1:
         raise ShapeError(f"ops.attention: block_k must be a positive int, got {block_k!r}")
-    if causal and mask is not None:
-        raise ShapeError("ops.attention: give causal=True or a mask, not both (as PyTorch)")
     B, H, Sq, D = q.shape
     Sk, Dv = k.shape[2], v.shape[3]
     dt = q.dtype

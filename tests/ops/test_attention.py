@@ -95,6 +95,27 @@ def test_additive_mask_broadcast_over_heads():
     np.testing.assert_allclose(got, _sdpa(*a, attn_mask=mask), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["bool", "add"])
+def test_causal_with_a_mask(kind):
+    """causal=True and a mask together (PyTorch 2.13 takes both: a key takes part where
+    both allow it); Sq > Sk, so causality alone masks no row but the mask does."""
+    Sq, Sk = 40, 30
+    q, k, v = _declare(1, 2, Sq, Sk, 8)
+    m = td.placeholder((Sq, Sk), "bool" if kind == "bool" else "float32", name="m")
+    o = ops.attention(q, k, v, mask=m, causal=True)
+    f = td.build(ops.schedule(o, "llvm"), [q, k, v, m, o], target="llvm")
+    a = _arrays((1, 2, Sq, 8), (1, 2, Sk, 8), (1, 2, Sk, 8))
+    if kind == "bool":
+        mask = RNG.random((Sq, Sk)) < 0.6
+        mask[5] = False
+    else:
+        mask = RNG.standard_normal((Sq, Sk)).astype("float32")
+        mask[5] = -np.inf
+    expected = _sdpa(*a, attn_mask=mask, is_causal=True)
+    got = _run(f, a + [mask], (1, 2, Sq, 8))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("sk", [4096, 1300])
 def test_decode_shape(sk):
     """One query against a long key sequence (seq_q 1), several heads: the keys split into

@@ -81,10 +81,14 @@ def block_dims(kernel: Any, sizes: Mapping[str, int]) -> tuple[int, int, int]:
 def warp_accesses(kernel: Any, sizes: "Mapping[str, int] | None" = None,
                   warps: tuple[int, ...] = (0, 1), max_combos: int = 8) -> list[AccessSite]:
     """The global and shared access sites of ``kernel`` (a ``KernelInfo``), each with the
-    requests of the sampled warps and loop iterations, in program order."""
+    requests of the sampled warps and loop iterations, in program order.  A tensor-core
+    microkernel's loop (GEMM or attention: ``kernel.tc``) is not walked: what runs there is
+    the template's C++, not the IR nest it replaces."""
     sizes = dict(sizes or {})
     dims = block_dims(kernel, sizes)
     walker = _Walker(dims, max_combos, sizes)
+    tc = getattr(kernel, "tc", None)
+    walker.skip = tc.loop if tc is not None else None
     for w in warps:
         if w * WARP < dims[0] * dims[1] * dims[2]:
             walker.run(kernel.root, w)
@@ -97,6 +101,7 @@ class _Walker:
         self.max_combos = max_combos
         self.sizes = sizes
         self.sites: dict[int, AccessSite] = {}
+        self.skip: Optional[For] = None      # a loop whose body does not run as written
 
     def run(self, root: Any, warp: int) -> None:
         dx, dy, dz = self.dims
@@ -145,6 +150,8 @@ class _Walker:
         # barriers, warp-collective intrinsics, extern calls and all-reduces: no access here
 
     def _for(self, s: For, envs: list, vec: "tuple[Var, int] | None", combos: int) -> None:
+        if s is self.skip:
+            return
         if s.kind is ForKind.THREAD_BINDING:
             new = []
             for e, tid in zip(envs, self.tids):

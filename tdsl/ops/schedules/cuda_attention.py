@@ -58,8 +58,8 @@ def schedule_attention(s: Schedule, anchor: Stage, variant: str = "staged",
     ``variant``: "staged" (the default; ``tiles``: its tile sizes, None: ``DEFAULT_TILES``)
     or "thread" (a thread per query, the first one; also where the staged one does not
     apply: a symbolic or odd head size, a symbolic key block).  With an sm_80+ ``target``,
-    fp16/bf16 inputs, head size 64 or 128 and no user mask, the default variant is the
-    tensor-core kernel (``cuda_attention_tc.py``)."""
+    fp16/bf16 inputs and head size 64 or 128 (a user mask if it is a kernel input), the
+    default variant is the tensor-core kernel (``cuda_attention_tc.py``)."""
     if variant not in ("staged", "thread"):
         raise ScheduleError("schedule_attention", anchor.name,
                             f"variant must be 'staged' or 'thread', got {variant!r}")
