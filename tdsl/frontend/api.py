@@ -32,8 +32,8 @@ def compile(model: Any, example_inputs: Any, dynamic: Any = None,
     None) per input; equal names are the same size.  ``torch.export.Dim`` objects may stand
     for names, and a dict ``{arg name: spec}`` is passed to ``torch.export`` as it is.
     ``options``: ``db`` (a tuning database for ``compile_graph``), ``num_threads``,
-    ``target``, ``layout`` (the convolutions' data layout: "auto", "NCHW" or "NHWC").  Returns a callable taking and returning torch tensors, with ``.graph``
-    and ``.report``.
+    ``target``, ``layout`` (the convolutions' data layout: "auto", "NCHW" or "NHWC").
+    Returns a callable taking and returning torch tensors, with ``.graph`` and ``.report``.
     """
     from . import opset_supports
     from .decomp import export_table

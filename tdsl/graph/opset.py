@@ -550,8 +550,8 @@ def kind(op: str) -> Kind:
 def fused_attention_applies(q: Any, k: Any, v: Any, mask: Any, causal: bool) -> bool:
     """Whether ``ops.attention`` (the one-pass fused kernel) computes this ``attention``:
     4-d float q/k/v of one dtype, the same batch and heads (no broadcasting between them),
-    k and v of one length, q and k of one head size, and at most one of ``causal`` and a
-    mask -- a bool mask or one of q's dtype, broadcasting to (batch, heads, seq_q, seq_k).
+    k and v of one length, q and k of one head size, and a mask (with or without ``causal``:
+    both apply) that is bool or of q's dtype, broadcasting to (batch, heads, seq_q, seq_k).
     The operands are graph Values or tdsl tensors (read: ``shape``, ``dtype``).  The
     ``decompose`` pass expands every other ``attention`` into matmul/softmax/matmul."""
     dt = str(q.dtype)
@@ -565,7 +565,7 @@ def fused_attention_applies(q: Any, k: Any, v: Any, mask: Any, causal: bool) -> 
         return False
     if mask is None:
         return True
-    if causal or str(mask.dtype) not in ("bool", dt) or not 1 <= len(mask.shape) <= 4:
+    if str(mask.dtype) not in ("bool", dt) or not 1 <= len(mask.shape) <= 4:
         return False
     full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])[4 - len(mask.shape):]
     return all(const_value(m) == 1 or same_size(m, f) for m, f in zip(mask.shape, full))

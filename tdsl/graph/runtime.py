@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from tdsl.errors import DTypeError, ShapeError
+from tdsl.errors import DTypeError, ShapeError, TDSLError
 from tdsl.expr import Expr, Var
 from tdsl.lru import env_entries
 from tdsl.runtime.shape_eval import eval_shape_expr
@@ -289,7 +289,7 @@ class CompiledGraph:
         self.db = db
         self.num_threads = num_threads
         self.rest_pool = rest_pool
-        self.optimized, stats = optimize(graph, layout)
+        self.optimized, stats = optimize(graph, _layout_for(target, layout))
         self.steps = fuse(self.optimized)
         self.kernels: dict[int, Kernel] = {}
         self.report = CompileReport(passes=stats)
@@ -453,6 +453,19 @@ def _apply_db(db: Any, num_threads: Optional[int]) -> Any:
     # a model's kernels without records (shapes not tuned, elementwise glue) are normal:
     # the compile report counts them instead of one warning each
     return autotune.apply_history_best(db, warn_missing=False, threads=num_threads)
+
+
+def _layout_for(target: Any, layout: str) -> str:
+    """``layout``, except that "auto" keeps NCHW for a GPU target: ``passes.layout``'s rule
+    is measured on the CPU kernels."""
+    from tdsl.target import TargetKind, as_target
+    if layout != "auto":
+        return layout
+    try:
+        kind = as_target(target).kind
+    except TDSLError:
+        return layout               # not a target: compile_kernel says what is wrong
+    return layout if kind is TargetKind.LLVM else "NCHW"
 
 
 def compile_graph(graph: Graph, target: Any = "llvm", db: Any = None,

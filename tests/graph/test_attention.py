@@ -105,14 +105,16 @@ def test_decomposed_where_fused_does_not_apply(rng):
     close(cg(qa, ka, va)[0], _sdpa(qa, rep(ka), rep(va)))
 
 
-def test_decomposed_causal_with_mask(rng):
-    """causal and a mask together (ops.attention takes one): decomposed, both applied."""
+@pytest.mark.parametrize("impl", ["fused", "decomposed"])
+def test_causal_with_mask_applies_both(rng, impl):
+    """causal and a mask together, as PyTorch applies them: fused (``ops.attention`` takes
+    both) or decomposed on request."""
     b = Builder()
     q, k, v = (b.input((1, 2, 9, 8), name=nm) for nm in "qkv")
     m = b.input((9, 9), name="mask")
-    b.output(b.op("attention", q, k, v, m, causal=True, scale=None))
+    b.output(b.op("attention", q, k, v, m, causal=True, scale=None, impl=impl))
     cg = compile_graph(b.graph)
-    assert cg.report.passes.decomposed == 1
+    assert cg.report.passes.decomposed == (impl == "decomposed")
     qa, ka, va = (rand(rng, 1, 2, 9, 8) for _ in range(3))
     ma = rand(rng, 9, 9)
     causal = torch.ones(9, 9, dtype=torch.bool).tril()

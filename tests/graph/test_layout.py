@@ -274,3 +274,11 @@ def test_transpose_with_two_elementwise_readers_is_not_duplicated(rng):
     got = cg(xa)
     close(got[0], F.max_pool2d(F.relu(ry), 2))
     close(got[1], torch.sigmoid(ry))
+
+
+def test_auto_keeps_nchw_for_a_gpu_target():
+    # the rule is measured on the CPU kernels: a GPU compile keeps PyTorch's layout unless asked
+    from tdsl.graph.runtime import _layout_for
+    assert _layout_for("llvm", "auto") == "auto"
+    assert _layout_for("cuda", "auto") == "NCHW"
+    assert _layout_for("cuda", "NHWC") == "NHWC"
