@@ -3,6 +3,7 @@
 
     python benchmarks/metaschedule_peer.py [--trials 64] [--only matmul512 nhwc56]
                                            [--rounds 9] [--trace] [--ms-timeout 120]
+    python benchmarks/metaschedule_peer.py --tdsl-only [--seed 0] [--work-dir DIR] [--only ...]
 
 For each workload (matmul 512³ and 384x3072·3072x768; conv2d NCHW and NHWC at ResNet-18's
 3x3 layer shapes, batch 1) both tuners get a fresh database and ``--trials`` measured
@@ -18,6 +19,10 @@ rounds (``timing.interleaved``: one sample of each per round, medians).
 The table: workload, tdsl ms, MetaSchedule ms, ratio (MS ms / tdsl ms: above 1 tdsl is
 faster), each side's tuning seconds.  ``--trace`` prints MetaSchedule's best schedule trace
 for every workload; it is printed anyway for a workload tdsl loses.
+
+``--tdsl-only`` tunes and times tdsl's side alone (no TVM needed): each best kernel is checked,
+timed by the thread's CPU time, and printed beside MetaSchedule's figure from an earlier full
+run (``PREVIOUS_MS``, labelled as such: not measured now), with the best config.
 
 Optional peer: exits 0 with a message when ``import tvm`` fails.  MetaSchedule 0.27 crashes
 (segfault in ``ToJSONGraph``) with ``apache-tvm-ffi`` 0.1.15.post2; 0.1.14.post1 works.
@@ -78,6 +83,15 @@ WORKLOADS = [
 ]
 
 
+#: MetaSchedule's best kernel, ms, from the full run of 2026-11-27 (64 trials, one thread, a
+#: 2-core AMD EPYC znver4 VM shared with other jobs: load 3-10), for ``--tdsl-only``'s table.
+#: Timed by wall clock under that load (interleaved medians): an idle core runs faster, so
+#: a ratio against a thread-CPU-time figure of tdsl's flatters tdsl.
+PREVIOUS_MS = {"nhwc56": 5.187, "matmul512": 2.575, "nchw56": 6.565, "nhwc56s2": 3.462,
+               "nhwc28": 7.151, "matmul384x3072x768": 99.458, "nchw28": 6.674, "nhwc14": 2.910,
+               "nchw14": 6.082, "nchw56s2": 2.331}
+
+
 # ---- inputs and reference ----------------------------------------------------------------------
 def arrays(w: Workload, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
     """Random inputs (A, B / data, weight in the workload's layout) and the reference output."""
@@ -132,19 +146,25 @@ def tdsl_args(w: Workload) -> list:
                              kernel_layout="HWIO")]
 
 
-def tune_tdsl(w: Workload, trials: int, work_dir: str) -> tuple[Callable, float, int]:
-    """tdsl's tuned kernel (a callable on NumPy arrays), tuning seconds, trials measured."""
+def tune_tdsl(w: Workload, trials: int, work_dir: str, seed: int = 0,
+              best: "list | None" = None) -> tuple[Callable, float, int]:
+    """tdsl's tuned kernel (a callable on NumPy arrays), tuning seconds, trials measured.
+    Candidates are timed on one thread by its CPU time (``LocalRunner(n_threads=1)``);
+    ``best``, when given, gets the best record."""
     import tdsl as td
     from tdsl import autotune
     from tdsl.autotune.dispatch import schedule_from_record
     args = tdsl_args(w)
     t0 = time.perf_counter()
     task = autotune.create_auto_task(args, "llvm")
-    res = autotune.XGBTuner(task).tune(trials, db=autotune.Database(
+    opt = autotune.measure_option(runner=autotune.LocalRunner(n_threads=1))
+    res = autotune.XGBTuner(task, seed=seed).tune(trials, measure_option=opt, db=autotune.Database(
         os.path.join(work_dir, f"tdsl-{w.name}.db")))
     seconds = time.perf_counter() - t0
     if res.best is None:
         raise SystemExit(f"{w.name}: tdsl found no valid candidate: {res.errors}")
+    if best is not None:
+        best.append(res.best)
     return td.build(schedule_from_record(res.best, task.outputs), args), seconds, res.trials
 
 
@@ -278,6 +298,27 @@ def run_one(w: Workload, trials: int, rounds: int, work_dir: str, ms_timeout: fl
     return row
 
 
+def run_tdsl_only(w: Workload, trials: int, rounds: int, work_dir: str, seed: int) -> None:
+    """Tune tdsl's side alone, check it, time it by thread CPU time; print it beside
+    MetaSchedule's figure from an earlier run (``PREVIOUS_MS``)."""
+    import timing
+    ins, ref = arrays(w, np.random.default_rng(0))
+    load = os.getloadavg()[0]
+    best: list = []
+    kernel, tune_s, _ = tune_tdsl(w, trials, work_dir, seed, best)
+    out = np.zeros_like(ref)
+    kernel(*ins, out)
+    check(f"{w.name} tdsl", out, ref, depth(w))
+    res = timing.interleaved({"tdsl": lambda: kernel(*ins, out)}, rounds, 0.05,
+                             clock=time.thread_time)
+    ms = res["tdsl"]["median_s"] * 1e3
+    prev = PREVIOUS_MS.get(w.name)
+    old = f"{prev:>19.3f}{prev / ms:>9.2f}" if prev else f"{'-':>19}{'-':>9}"
+    print(f"{w.name:<20}{ms:>9.3f}{old}{w.flops / ms / 1e6:>10.1f}{tune_s:>12.1f}"
+          f"{load:>8.1f}", flush=True)
+    print(f"    best config: {best[0].config}", flush=True)
+
+
 def print_rows(rows: list[Row]) -> None:
     head = (f"{'workload':<20}{'tdsl ms':>9}{'MS ms':>9}{'MS/tdsl':>9}{'tdsl GF/s':>10}"
             f"{'tdsl tune s':>12}{'MS tune s':>10}{'load':>16}")
@@ -299,7 +340,13 @@ def main() -> None:
     ap.add_argument("--ms-timeout", type=float, default=120.0,
                     help="MetaSchedule runner timeout, seconds (its default: 30)")
     ap.add_argument("--work-dir", default=None, help="databases and MS logs (default: /tmp/...)")
+    ap.add_argument("--tdsl-only", action="store_true",
+                    help="tune and time tdsl alone (no TVM); MS figures from an earlier run")
+    ap.add_argument("--seed", type=int, default=0, help="tdsl tuner's seed")
     opts = ap.parse_args()
+    if opts.tdsl_only:
+        tdsl_only(opts)
+        return
     try:
         import tvm
         from tvm.s_tir import meta_schedule  # noqa: F401
@@ -338,6 +385,25 @@ def main() -> None:
     print_rows(rows)
     print("(MS/tdsl above 1: tdsl's kernel is faster; tune s: wall seconds, load: 1-minute load "
           "average before tdsl's tuning / before MS's / after)")
+
+
+def tdsl_only(opts: Any) -> None:
+    known = {w.name: w for w in WORKLOADS}
+    bad = [n for n in opts.only if n not in known]
+    if bad:
+        raise SystemExit(f"unknown workload(s) {bad}; known: {', '.join(known)}")
+    todo = [known[n] for n in opts.only] if opts.only else WORKLOADS
+    work_dir = opts.work_dir or tempfile.mkdtemp(prefix="ms-peer-")
+    os.makedirs(work_dir, exist_ok=True)
+    print(f"tdsl only: {opts.trials} trials, seed {opts.seed}, one thread, thread CPU time; "
+          f"work dir {work_dir}; MS figures: an earlier full run's, wall clock under load "
+          f"(PREVIOUS_MS), not measured now")
+    head = (f"{'workload':<20}{'tdsl ms':>9}{'MS ms (prev, wall)':>19}{'MS/tdsl':>9}"
+            f"{'tdsl GF/s':>10}{'tdsl tune s':>12}{'load':>8}")
+    print(head)
+    print("-" * len(head), flush=True)
+    for w in todo:
+        run_tdsl_only(w, opts.trials, opts.rounds, work_dir, opts.seed)
 
 
 if __name__ == "__main__":
