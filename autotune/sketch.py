@@ -453,7 +453,8 @@ class SketchSource:
     def schedule(self, point: Sequence[int]) -> Any:
         broken = self.space.violated(point)
         if broken is not None:      # a point from elsewhere (a record, a hand-made config)
-            raise ScheduleError(f"sketch: the point breaks the space's {broken.describe()}")
+            raise ScheduleError("sketch", None, f"the point breaks the space's "
+                                f"{broken.describe()}")
         cfg = {name: knob.entities[i] for (name, knob), i in zip(self.space.knobs.items(), point)}
         from .sketch_apply import Apply
         return Apply(self, cfg).run()
