@@ -4,11 +4,13 @@
     python benchmarks/metaschedule_peer.py [--trials 64] [--only matmul512 nhwc56]
                                            [--rounds 9] [--trace] [--ms-timeout 120]
     python benchmarks/metaschedule_peer.py --tdsl-only [--seed 0] [--work-dir DIR] [--only ...]
+                                           [--l1d-bytes N]
     python benchmarks/metaschedule_peer.py --compare DIR_A DIR_B [--only ...] [--rounds 9]
 
 For each workload (matmul 512³ and 384x3072·3072x768; conv2d NCHW and NHWC at ResNet-18's
 3x3 layer shapes, batch 1) both tuners get a fresh database and ``--trials`` measured
-candidates: tdsl's ``XGBTuner`` on ``autotune.create_auto_task`` of the ``tdsl.ops`` form,
+candidates: tdsl's ``XGBTuner`` on ``autotune.create_auto_task`` of the ``tdsl.ops`` form
+(candidates timed by the worker thread's CPU time, ``LocalRunner(n_threads=1)``),
 MetaSchedule's ``tune_tir`` (evolutionary search, XGBoost model) on ``te.create_prim_func``
 of the same computation, target llvm with the host's ``mcpu`` and ``num-cores=1`` (MS's
 own build and export functions, run in this process: see ``in_process_builder``).  Each
