@@ -108,10 +108,12 @@ class AccumulatorFits(Constraint):
     The accumulator (the ``cache_write`` local stage, or the stage itself computed at its
     consumer's tile) holds levels 2 and 3 of each spatial split (``S<d>`` knobs: outer,
     parallel, level 2, register tile), and every step of the outer reduction loop reads
-    and writes all of it back.  When it spills out of L1, each of those sweeps goes to L2:
-    the 64-trial runs of issue 25 kept 49-64 KiB accumulators in their best programs, where
-    MetaSchedule's stay in registers or well inside L1.  Bounding it here spends the trials
-    on tiles that fit instead of rejecting them one measurement at a time."""
+    and writes all of it back.  When it spills out of L1, each of those sweeps goes to L2.
+    In issue 25's 64-trial runs timed by wall clock on a loaded machine, the best programs
+    of three workloads kept 49-64 KiB accumulators, where MetaSchedule's stay in registers
+    or well inside L1 (0.5-14 KiB); timed by thread CPU time, tdsl's best ones were 1-14 KiB
+    too.  Bounding it here spends the trials on tiles that can be fast instead of on
+    measurements that, on a noisy machine, may promote a spilling one."""
 
     knobs: tuple[str, ...]
     element_bytes: int
