@@ -26,6 +26,9 @@ schedule (facts from ``sketch_analysis``) and plans one rule per stage:
   parallel parts, a partial-result stage (the parts as its outermost spatial axis)
   tiled as above with the parts fused into its parallel loop, and the parts summed
   by the original stage (spatial axes parallel, innermost vectorized);
+  on the CPU the accumulator tile (levels 2 and 3 of every spatial axis: what one step
+  of the outer reduction loop reads and writes back) is bounded to ``ACC_L1_SHARE`` of
+  the L1 data cache (``AccumulatorFits``, a constraint on the space);
 * ``REDUCE`` — a memory-bound reduction (GEMV, row/column reductions, pooling,
   argmax, softmax/layernorm statistics): at root or computed at the row loop of
   its consumer, in one of several forms — plain (spatial axes fused and
@@ -52,7 +55,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from tdsl.errors import InternalError
+from tdsl.errors import InternalError, ScheduleError
 from tdsl.expr import TensorLoad
 from tdsl.opaque import is_opaque
 from tdsl.target import Target, TargetKind, cpu_facts
@@ -62,7 +65,7 @@ from tdsl.visitor import post_order_visit
 from . import sketch_analysis as facts
 from .irutil import eval_int
 from .replay import fresh_schedule
-from .space import ConfigSpace, OtherOptionSpace, SplitSpace
+from .space import ConfigSpace, Constraint, OtherOptionSpace, SplitSpace
 from .sketch_fused import attention_knobs, fused_groups
 
 #: ``auto_unroll_max_step`` choices (MetaSchedule's and Ansor's CPU set).
@@ -83,6 +86,10 @@ RFACTOR_MIN_STEPS = 16
 #: outputs than reduction steps) gets the ``rf`` knob (Ansor's rfactor condition, in
 #: vector registers rather than elements).
 RFACTOR_MAX_VECTORS_PER_CORE = 16
+#: Share of the L1 data cache (``CPUFacts.l1d_bytes``) a CPU TILE stage's accumulator tile
+#: may fill (``AccumulatorFits``).  The whole of it: at half (16 of 32 KiB), conv2d NHWC
+#: 1x14x14x256's best program (a 25 KiB accumulator, 9% faster than the next) was left out.
+ACC_L1_SHARE = 1.0
 #: Threads a GPU reduction may run across (``Form.CROSS_THREAD``); a block holds 128 // T
 #: outputs' reductions when T < 128 (threadIdx.y).
 GPU_REDUCE_THREADS = (32, 64, 128, 256)
@@ -93,6 +100,38 @@ GPU_FETCH_VECTOR = [1, 2, 4]
 GPU_TRANSPOSE_TILES = (16, 32)
 #: Rows of such a tile each thread copies (the block is tile x tile / rows threads).
 GPU_TRANSPOSE_ROWS = 4
+
+
+@dataclass(frozen=True)
+class AccumulatorFits(Constraint):
+    """A CPU TILE stage's accumulator tile fits ``limit_bytes`` (a share of the L1 data cache).
+
+    The accumulator (the ``cache_write`` local stage, or the stage itself computed at its
+    consumer's tile) holds levels 2 and 3 of each spatial split (``S<d>`` knobs: outer,
+    parallel, level 2, register tile), and every step of the outer reduction loop reads
+    and writes all of it back.  When it spills out of L1, each of those sweeps goes to L2.
+    In issue 25's 64-trial runs timed by wall clock on a loaded machine, the best programs
+    of three workloads kept 49-64 KiB accumulators, where MetaSchedule's stay in registers
+    or well inside L1 (0.5-14 KiB); timed by thread CPU time, tdsl's best ones were 1-14 KiB
+    too.  Bounding it here spends the trials on tiles that can be fast instead of on
+    measurements that, on a noisy machine, may promote a spilling one."""
+
+    knobs: tuple[str, ...]
+    element_bytes: int
+    limit_bytes: int
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        return accumulator_bytes([values[n] for n in self.knobs],
+                                 self.element_bytes) <= self.limit_bytes
+
+    def describe(self) -> str:
+        return f"AccumulatorFits({', '.join(self.knobs)} <= {self.limit_bytes} B)"
+
+
+def accumulator_bytes(splits: Sequence[Sequence[int]], element_bytes: int) -> int:
+    """Bytes of a CPU TILE stage's accumulator tile for its spatial splits (each
+    ``[outer, level 1, level 2, register tile]``): levels 2 and 3 of every axis."""
+    return element_bytes * math.prod(sz[2] * sz[3] for sz in splits)
 
 
 class Rule(enum.Enum):
@@ -169,12 +208,14 @@ def _reads_at_own_axes(consumer: ComputeOp, producer: Any) -> bool:
 class SketchSource:
     """The generated space of a computation (a ``CandidateSource`` for ``Task``).
 
-    ``lanes``/``cores`` override the target's vector lanes (32-bit) and core count.
+    ``lanes``/``cores``/``l1d_bytes`` override the target's vector lanes (32-bit), core
+    count and L1 data cache size.
     """
 
     def __init__(self, outputs: Sequence[Any], target: Target, sizes: Mapping[str, int],
                  max_vector: int = MAX_INNER, max_inner: int = MAX_INNER, max_reg: int = 8,
-                 cores: "int | None" = None, lanes: "int | None" = None):
+                 cores: "int | None" = None, lanes: "int | None" = None,
+                 l1d_bytes: "int | None" = None):
         self.outputs = list(outputs)
         self.target = target
         self.gpu = target.kind is TargetKind.CUDA
@@ -182,6 +223,7 @@ class SketchSource:
         cpu = None if self.gpu else cpu_facts(target)
         self.vector_bits = cpu.vector_bits if cpu else 128
         self.lanes32 = lanes or (cpu.lanes(32) if cpu else 4)
+        self.l1d_bytes = l1d_bytes or (cpu.l1d_bytes if cpu else 0)
         self.cores = cores or (cpu.cores if cpu else 1)
         self.max_vector = max_vector
         self.max_inner = max_inner
@@ -308,6 +350,10 @@ class SketchSource:
                 # threads along it: bounded so most points fit the GPU's limits
                 flt = lambda sz: math.prod(sz[1:]) <= GPU_BLOCK_TILE and sz[2] <= GPU_AXIS_THREADS
             self.space.add(f"{p.name}.S{d}", SplitSpace(e, levels, max_factor=cap, filter=flt))
+        if not self.gpu and n:
+            self.space.constrain(AccumulatorFits(
+                tuple(f"{p.name}.S{d}" for d in range(n)), max(1, p.dtype_bits // 8),
+                int(ACC_L1_SHARE * self.l1d_bytes)))
         for r, e in enumerate(p.reduce):
             flt = (lambda sz: math.prod(sz[1:]) <= GPU_REDUCE_TILE) if self.gpu else None
             self.space.add(f"{p.name}.R{r}", SplitSpace(e, 3 if self.gpu else 2,
@@ -408,6 +454,10 @@ class SketchSource:
 
     # ---- applying ---------------------------------------------------------------------------
     def schedule(self, point: Sequence[int]) -> Any:
+        broken = self.space.violated(point)
+        if broken is not None:      # a point from elsewhere (a record, a hand-made config)
+            raise ScheduleError("sketch", None, f"the point breaks the space's "
+                                f"{broken.describe()}")
         cfg = {name: knob.entities[i] for (name, knob), i in zip(self.space.knobs.items(), point)}
         from .sketch_apply import Apply
         return Apply(self, cfg).run()

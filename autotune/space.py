@@ -10,6 +10,10 @@ kinds, as in AutoTVM:
 * ``OtherOptionSpace`` — any list of JSON-able values (``define_knob``);
 * ``ReorderSpace`` — permutations of a list of loops (``define_reorder``).
 
+A ``Constraint`` bounds choices of several knobs together (a knob's ``filter`` sees only
+its own): the space's samplers (``random``, ``mutate``, ``crossover``, ``iter_points``)
+return only points that obey every constraint.
+
 Entities (``SplitEntity``, ``OtherOptionEntity``, ``ReorderEntity``) are what
 ``cfg["name"]`` returns inside a template: the chosen value, with ``apply``.
 """
@@ -19,7 +23,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from tdsl.errors import TuningError
 
@@ -192,11 +196,38 @@ class ReorderSpace(KnobSpace):
         self.entities = [ReorderEntity(p) for p in perms]
 
 
+class Constraint:
+    """A rule over several knobs' values together (subclasses implement ``holds``).
+
+    ``knobs`` names the knobs it reads.  It must be monotone with each knob's first choice
+    (index 0) the least demanding: a point obeys it when its knobs are at index 0, and a
+    point that obeys it still does when one of its knobs goes to index 0.  The samplers
+    rely on that to always find a point that obeys it.  A subclass is a module-level class
+    (tasks travel to worker processes pickled)."""
+
+    knobs: tuple[str, ...]
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        """Whether the chosen ``values`` (``{knob: value}`` of ``knobs``) obey the rule."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+#: Draws ``ConfigSpace.random`` makes before building a point knob by knob (``_fit``).
+RANDOM_TRIES = 32
+#: Tries of ``mutate``/``crossover`` at a child that obeys the constraints.
+CHILD_TRIES = 8
+
+
 @dataclass
 class ConfigSpace:
-    """Named knobs in definition order; a config is one index per knob."""
+    """Named knobs in definition order; a config is one index per knob; ``constraints``
+    (``Constraint``) bound several knobs' choices together."""
 
     knobs: dict[str, KnobSpace] = field(default_factory=dict)
+    constraints: list[Constraint] = field(default_factory=list)
 
     def add(self, name: str, knob: KnobSpace) -> None:
         old = self.knobs.get(name)
@@ -204,11 +235,53 @@ class ConfigSpace:
             raise TuningError(f"knob {name!r} is defined twice with different choices")
         self.knobs[name] = knob
 
+    def constrain(self, rule: Constraint) -> None:
+        """Add ``rule``: the samplers return only points that obey it."""
+        missing = [n for n in rule.knobs if n not in self.knobs]
+        if missing:
+            raise TuningError(f"constraint {rule.describe()} names unknown knob(s) {missing}")
+        self.constraints.append(rule)
+
+    def _holds(self, rule: Constraint, point: Sequence[int]) -> bool:
+        names = self.names
+        return rule.holds({n: self.knobs[n].entities[point[names.index(n)]].value
+                           for n in rule.knobs})
+
+    def violated(self, point: Sequence[int]) -> "Constraint | None":
+        """The first constraint ``point`` breaks, or None."""
+        return next((c for c in self.constraints if not self._holds(c, point)), None)
+
+    def obeys(self, point: Sequence[int]) -> bool:
+        return self.violated(point) is None
+
+    def _fit(self, point: Sequence[int], rng: random.Random) -> tuple[int, ...]:
+        """``point`` with the knobs of each broken constraint drawn again one at a time (in
+        random order), each among the choices that obey it with the knobs not drawn yet at
+        their least demanding choice (index 0): always a point that obeys it."""
+        p = list(point)
+        names = self.names
+        for rule in self.constraints:
+            if self._holds(rule, p):
+                continue
+            idx = [names.index(n) for n in rule.knobs]
+            for i in idx:
+                p[i] = 0
+            rng.shuffle(idx)
+            for i in idx:
+                ok = []
+                for j in range(len(self.knobs[names[i]])):
+                    p[i] = j
+                    if self._holds(rule, p):
+                        ok.append(j)
+                p[i] = rng.choice(ok) if ok else 0
+        return tuple(p)
+
     @property
     def names(self) -> list[str]:
         return list(self.knobs)
 
     def __len__(self) -> int:
+        """Points in the space (constraints not counted: an upper bound when there are some)."""
         return math.prod(len(k) for k in self.knobs.values()) if self.knobs else 1
 
     @property
@@ -216,22 +289,41 @@ class ConfigSpace:
         return [len(k) for k in self.knobs.values()]
 
     def random(self, rng: random.Random) -> tuple[int, ...]:
-        return tuple(rng.randrange(len(k)) for k in self.knobs.values())
+        """A uniformly random point that obeys the constraints (rejection sampling; after
+        ``RANDOM_TRIES`` misses the last draw is fitted to them, ``_fit``)."""
+        point = tuple(rng.randrange(len(k)) for k in self.knobs.values())
+        for _ in range(RANDOM_TRIES - 1):
+            if not self.constraints or self.obeys(point):
+                return point
+            point = tuple(rng.randrange(len(k)) for k in self.knobs.values())
+        return point if self.obeys(point) else self._fit(point, rng)
 
     def default(self) -> tuple[int, ...]:
         return tuple(0 for _ in self.knobs)
 
     def mutate(self, point: tuple[int, ...], rng: random.Random, n: int = 1) -> tuple[int, ...]:
-        p = list(point)
+        """``point`` with ``n`` knobs moved to other (mostly nearby) choices; a child that
+        breaks a constraint is drawn again (``CHILD_TRIES``), else ``point`` comes back."""
         movable = [i for i, k in enumerate(self.knobs.values()) if len(k) > 1]
         if not movable:
             return point
-        for i in rng.sample(movable, min(n, len(movable))):
-            p[i] = list(self.knobs.values())[i].neighbours(p[i], rng)
-        return tuple(p)
+        knobs = list(self.knobs.values())
+        for _ in range(CHILD_TRIES):
+            p = list(point)
+            for i in rng.sample(movable, min(n, len(movable))):
+                p[i] = knobs[i].neighbours(p[i], rng)
+            if not self.constraints or self.obeys(p):
+                return tuple(p)
+        return point
 
     def crossover(self, a: tuple[int, ...], b: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:
-        return tuple(x if rng.random() < 0.5 else y for x, y in zip(a, b))
+        """Each knob from ``a`` or ``b``; a child that breaks a constraint is drawn again
+        (``CHILD_TRIES``), else ``a`` comes back."""
+        for _ in range(CHILD_TRIES):
+            child = tuple(x if rng.random() < 0.5 else y for x, y in zip(a, b))
+            if not self.constraints or self.obeys(child):
+                return child
+        return a
 
     def values(self, point: Sequence[int]) -> dict[str, Any]:
         """The config as ``{knob: value}`` (JSON-able)."""
@@ -249,7 +341,9 @@ class ConfigSpace:
         return self.knobs[name].entities[point[names.index(name)]]
 
     def iter_points(self) -> Iterator[tuple[int, ...]]:
-        return itertools.product(*[range(d) for d in self.dims])
+        """Every point that obeys the constraints, in order."""
+        points = itertools.product(*[range(d) for d in self.dims])
+        return (p for p in points if self.obeys(p)) if self.constraints else points
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{n}: {k.kind}[{len(k)}]" for n, k in self.knobs.items())

@@ -3,10 +3,14 @@
 
     python benchmarks/metaschedule_peer.py [--trials 64] [--only matmul512 nhwc56]
                                            [--rounds 9] [--trace] [--ms-timeout 120]
+    python benchmarks/metaschedule_peer.py --tdsl-only [--seed 0] [--work-dir DIR] [--only ...]
+                                           [--l1d-bytes N]
+    python benchmarks/metaschedule_peer.py --compare DIR_A DIR_B [--only ...] [--rounds 9]
 
 For each workload (matmul 512³ and 384x3072·3072x768; conv2d NCHW and NHWC at ResNet-18's
 3x3 layer shapes, batch 1) both tuners get a fresh database and ``--trials`` measured
-candidates: tdsl's ``XGBTuner`` on ``autotune.create_auto_task`` of the ``tdsl.ops`` form,
+candidates: tdsl's ``XGBTuner`` on ``autotune.create_auto_task`` of the ``tdsl.ops`` form
+(candidates timed by the worker thread's CPU time, ``LocalRunner(n_threads=1)``),
 MetaSchedule's ``tune_tir`` (evolutionary search, XGBoost model) on ``te.create_prim_func``
 of the same computation, target llvm with the host's ``mcpu`` and ``num-cores=1`` (MS's
 own build and export functions, run in this process: see ``in_process_builder``).  Each
@@ -18,6 +22,12 @@ rounds (``timing.interleaved``: one sample of each per round, medians).
 The table: workload, tdsl ms, MetaSchedule ms, ratio (MS ms / tdsl ms: above 1 tdsl is
 faster), each side's tuning seconds.  ``--trace`` prints MetaSchedule's best schedule trace
 for every workload; it is printed anyway for a workload tdsl loses.
+
+``--tdsl-only`` tunes and times tdsl's side alone (no TVM needed): each best kernel is checked,
+timed by the thread's CPU time, and printed beside MetaSchedule's figure from an earlier full
+run (``PREVIOUS_MS``, labelled as such: wall clock under load, not measured now), with the
+best config.  ``--compare A B`` re-times the best kernels of two ``--tdsl-only`` work dirs
+(before and after a change) interleaved, by thread CPU time, after checking both.
 
 Optional peer: exits 0 with a message when ``import tvm`` fails.  MetaSchedule 0.27 crashes
 (segfault in ``ToJSONGraph``) with ``apache-tvm-ffi`` 0.1.15.post2; 0.1.14.post1 works.
@@ -78,6 +88,15 @@ WORKLOADS = [
 ]
 
 
+#: MetaSchedule's best kernel, ms, from the full run of 2026-11-27 (64 trials, one thread, a
+#: 2-core AMD EPYC znver4 VM shared with other jobs: load 3-10), for ``--tdsl-only``'s table.
+#: Timed by wall clock under that load (interleaved medians): an idle core runs faster, so
+#: a ratio against a thread-CPU-time figure of tdsl's flatters tdsl.
+PREVIOUS_MS = {"nhwc56": 5.187, "matmul512": 2.575, "nchw56": 6.565, "nhwc56s2": 3.462,
+               "nhwc28": 7.151, "matmul384x3072x768": 99.458, "nchw28": 6.674, "nhwc14": 2.910,
+               "nchw14": 6.082, "nchw56s2": 2.331}
+
+
 # ---- inputs and reference ----------------------------------------------------------------------
 def arrays(w: Workload, rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
     """Random inputs (A, B / data, weight in the workload's layout) and the reference output."""
@@ -132,19 +151,25 @@ def tdsl_args(w: Workload) -> list:
                              kernel_layout="HWIO")]
 
 
-def tune_tdsl(w: Workload, trials: int, work_dir: str) -> tuple[Callable, float, int]:
-    """tdsl's tuned kernel (a callable on NumPy arrays), tuning seconds, trials measured."""
+def tune_tdsl(w: Workload, trials: int, work_dir: str, seed: int = 0,
+              best: "list | None" = None, **sketch: Any) -> tuple[Callable, float, int]:
+    """tdsl's tuned kernel (a callable on NumPy arrays), tuning seconds, trials measured.
+    Candidates are timed on one thread by its CPU time (``LocalRunner(n_threads=1)``);
+    ``best``, when given, gets the best record; ``sketch``: ``SketchSource`` options."""
     import tdsl as td
     from tdsl import autotune
     from tdsl.autotune.dispatch import schedule_from_record
     args = tdsl_args(w)
     t0 = time.perf_counter()
-    task = autotune.create_auto_task(args, "llvm")
-    res = autotune.XGBTuner(task).tune(trials, db=autotune.Database(
+    task = autotune.create_auto_task(args, "llvm", **sketch)
+    opt = autotune.measure_option(runner=autotune.LocalRunner(n_threads=1))
+    res = autotune.XGBTuner(task, seed=seed).tune(trials, measure_option=opt, db=autotune.Database(
         os.path.join(work_dir, f"tdsl-{w.name}.db")))
     seconds = time.perf_counter() - t0
     if res.best is None:
         raise SystemExit(f"{w.name}: tdsl found no valid candidate: {res.errors}")
+    if best is not None:
+        best.append(res.best)
     return td.build(schedule_from_record(res.best, task.outputs), args), seconds, res.trials
 
 
@@ -278,6 +303,64 @@ def run_one(w: Workload, trials: int, rounds: int, work_dir: str, ms_timeout: fl
     return row
 
 
+def run_tdsl_only(w: Workload, trials: int, rounds: int, work_dir: str, seed: int,
+                  **sketch: Any) -> None:
+    """Tune tdsl's side alone, check it, time it by thread CPU time; print it beside
+    MetaSchedule's figure from an earlier run (``PREVIOUS_MS``)."""
+    import timing
+    ins, ref = arrays(w, np.random.default_rng(0))
+    load = os.getloadavg()[0]
+    best: list = []
+    kernel, tune_s, _ = tune_tdsl(w, trials, work_dir, seed, best, **sketch)
+    out = np.zeros_like(ref)
+    kernel(*ins, out)
+    check(f"{w.name} tdsl", out, ref, depth(w))
+    res = timing.interleaved({"tdsl": lambda: kernel(*ins, out)}, rounds, 0.05,
+                             clock=time.thread_time)
+    ms = res["tdsl"]["median_s"] * 1e3
+    prev = PREVIOUS_MS.get(w.name)
+    old = f"{prev:>19.3f}{prev / ms:>9.2f}" if prev else f"{'-':>19}{'-':>9}"
+    print(f"{w.name:<20}{ms:>9.3f}{old}{w.flops / ms / 1e6:>10.1f}{tune_s:>12.1f}"
+          f"{load:>8.1f}", flush=True)
+    print(f"    best config: {best[0].config}", flush=True)
+
+
+def best_kernel(w: Workload, work_dir: str) -> tuple[Callable, Any]:
+    """The best kernel of ``w`` in a ``--tdsl-only`` work dir's database, and its record."""
+    import tdsl as td
+    from tdsl import autotune
+    from tdsl.autotune.dispatch import schedule_from_record
+    args = tdsl_args(w)
+    task = autotune.create_auto_task(args, "llvm")
+    path = os.path.join(work_dir, f"tdsl-{w.name}.db")
+    if not os.path.exists(path):
+        raise SystemExit(f"{w.name}: no database {path}")
+    best = autotune.Database(path).best(task.key)
+    if not best:
+        raise SystemExit(f"{w.name}: no valid record in {path}")
+    return td.build(schedule_from_record(best[0], task.outputs), args), best[0]
+
+
+def compare(todo: list[Workload], dirs: list[str], rounds: int) -> None:
+    """The best kernels of two work dirs, checked, then timed interleaved (thread CPU time)."""
+    import timing
+    a, b = dirs
+    print(f"best kernels of A={a} and B={b}, interleaved, {rounds} rounds, thread CPU time")
+    print(f"{'workload':<20}{'A ms':>9}{'B ms':>9}{'A/B':>7}  configs")
+    for w in todo:
+        ins, ref = arrays(w, np.random.default_rng(0))
+        (ka, ra), (kb, rb) = best_kernel(w, a), best_kernel(w, b)
+        outs = [np.zeros_like(ref), np.zeros_like(ref)]
+        for k, o, tag in ((ka, outs[0], "A"), (kb, outs[1], "B")):
+            k(*ins, o)
+            check(f"{w.name} {tag}", o, ref, depth(w))
+        res = timing.interleaved({"A": lambda: ka(*ins, outs[0]), "B": lambda: kb(*ins, outs[1])},
+                                 rounds, 0.05, clock=time.thread_time)
+        ta, tb = res["A"]["median_s"] * 1e3, res["B"]["median_s"] * 1e3
+        print(f"{w.name:<20}{ta:>9.3f}{tb:>9.3f}{ta / tb:>7.2f}  A {ra.config}\n"
+              f"{'':<47}B {rb.config}", flush=True)
+
+
 def print_rows(rows: list[Row]) -> None:
     head = (f"{'workload':<20}{'tdsl ms':>9}{'MS ms':>9}{'MS/tdsl':>9}{'tdsl GF/s':>10}"
             f"{'tdsl tune s':>12}{'MS tune s':>10}{'load':>16}")
@@ -299,7 +382,28 @@ def main() -> None:
     ap.add_argument("--ms-timeout", type=float, default=120.0,
                     help="MetaSchedule runner timeout, seconds (its default: 30)")
     ap.add_argument("--work-dir", default=None, help="databases and MS logs (default: /tmp/...)")
+    ap.add_argument("--tdsl-only", action="store_true",
+                    help="tune and time tdsl alone (no TVM); MS figures from an earlier run")
+    ap.add_argument("--seed", type=int, default=0, help="tdsl tuner's seed")
+    ap.add_argument("--l1d-bytes", type=int, default=None,
+                    help="--tdsl-only: the L1 data cache the sketch bounds accumulators by "
+                         "(default: the host's; 1073741824: no bound)")
+    ap.add_argument("--compare", nargs=2, metavar="DIR",
+                    help="re-time the best kernels of two --tdsl-only work dirs, interleaved")
     opts = ap.parse_args()
+    if opts.compare:
+        known = {w.name: w for w in WORKLOADS}
+        names = opts.only or [w.name for w in WORKLOADS
+                              if os.path.exists(os.path.join(opts.compare[0],
+                                                             f"tdsl-{w.name}.db"))]
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise SystemExit(f"unknown workload(s) {bad}; known: {', '.join(known)}")
+        compare([known[n] for n in names], opts.compare, opts.rounds)
+        return
+    if opts.tdsl_only:
+        tdsl_only(opts)
+        return
     try:
         import tvm
         from tvm.s_tir import meta_schedule  # noqa: F401
@@ -338,6 +442,26 @@ def main() -> None:
     print_rows(rows)
     print("(MS/tdsl above 1: tdsl's kernel is faster; tune s: wall seconds, load: 1-minute load "
           "average before tdsl's tuning / before MS's / after)")
+
+
+def tdsl_only(opts: Any) -> None:
+    known = {w.name: w for w in WORKLOADS}
+    bad = [n for n in opts.only if n not in known]
+    if bad:
+        raise SystemExit(f"unknown workload(s) {bad}; known: {', '.join(known)}")
+    todo = [known[n] for n in opts.only] if opts.only else WORKLOADS
+    work_dir = opts.work_dir or tempfile.mkdtemp(prefix="ms-peer-")
+    os.makedirs(work_dir, exist_ok=True)
+    print(f"tdsl only: {opts.trials} trials, seed {opts.seed}, one thread, thread CPU time; "
+          f"work dir {work_dir}; MS figures: an earlier full run's, wall clock under load "
+          f"(PREVIOUS_MS), not measured now")
+    head = (f"{'workload':<20}{'tdsl ms':>9}{'MS ms (prev, wall)':>19}{'MS/tdsl':>9}"
+            f"{'tdsl GF/s':>10}{'tdsl tune s':>12}{'load':>8}")
+    print(head)
+    print("-" * len(head), flush=True)
+    for w in todo:
+        sketch = {"l1d_bytes": opts.l1d_bytes} if opts.l1d_bytes else {}
+        run_tdsl_only(w, opts.trials, opts.rounds, work_dir, opts.seed, **sketch)
 
 
 if __name__ == "__main__":

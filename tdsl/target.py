@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import enum
+import functools
+import os
 import shlex
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -162,10 +164,12 @@ def as_target(target: Any) -> Target:
 @dataclass(frozen=True)
 class CPUFacts:
     """What the schedule search needs to know about a CPU target: the width of its vector
-    registers and how many cores run a parallel loop."""
+    registers, how many cores run a parallel loop, and the size of one core's L1 data cache
+    (the sketch rules keep a tile's accumulator well inside it)."""
 
     vector_bits: int
     cores: int
+    l1d_bytes: int = 32 * 1024
 
     def lanes(self, dtype_bits: int = 32) -> int:
         """Elements of ``dtype_bits`` bits in one vector register (at least 1)."""
@@ -184,11 +188,52 @@ def _vector_bits(arch: str, features: set[str]) -> int:
     return 128
 
 
+#: L1 data cache assumed when the host does not say (most x86 and Arm cores since 2010).
+DEFAULT_L1D_BYTES = 32 * 1024
+#: Where Linux describes the first CPU's caches (``index<i>/{level,type,size}``).
+CPU_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
+
+
+def _parse_cache_size(text: str) -> int:
+    """Bytes of a sysfs cache ``size`` ("32K", "1024K", "2M", "49152"); 0 when unreadable."""
+    t = text.strip().upper()
+    scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(t[-1:], 1)
+    digits = t[:-1] if t[-1:] in ("K", "M", "G") else t
+    return int(digits) * scale if digits.isdigit() else 0
+
+
+@functools.lru_cache(maxsize=None)
+def host_l1d_bytes(cache_dir: str = CPU_CACHE_DIR) -> int:
+    """The host's per-core L1 data cache in bytes, read from sysfs (the level-1 cache of
+    type Data or Unified); ``DEFAULT_L1D_BYTES`` where sysfs does not say (not Linux, a
+    container without it)."""
+    try:
+        entries = sorted(os.listdir(cache_dir))
+    except OSError:
+        return DEFAULT_L1D_BYTES
+    for name in entries:
+        if not name.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(cache_dir, name, "level")) as f:
+                level = f.read().strip()
+            with open(os.path.join(cache_dir, name, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(cache_dir, name, "size")) as f:
+                size = _parse_cache_size(f.read())
+        except OSError:
+            continue
+        if level == "1" and kind in ("Data", "Unified") and size > 0:
+            return size
+    return DEFAULT_L1D_BYTES
+
+
 def cpu_facts(target: Any = "llvm") -> CPUFacts:
     """Vector width and core count of an LLVM target: the host CPU's features (AVX-512:
     512 bits, AVX/AVX2: 256, else 128) or those ``-mcpu``/``-mattr`` name; cores from
     ``-num-threads`` when set, else the runtime's thread count (``TDSL_NUM_THREADS`` or
-    the CPUs this process may run on)."""
+    the CPUs this process may run on); the L1 data cache is the host's (``host_l1d_bytes``:
+    candidates are timed here)."""
     tgt = as_target(target)
     if tgt.kind is not TargetKind.LLVM:
         raise BuildError(f"cpu_facts: '{tgt}' is not a CPU target")
@@ -199,4 +244,4 @@ def cpu_facts(target: Any = "llvm") -> CPUFacts:
     feats |= KNOWN_X86_CPUS.get(spec.cpu, set())
     feats -= {f[1:] for f in spec.features.split(",") if f.startswith("-")}
     cores = tgt.num_threads or default_num_threads()
-    return CPUFacts(_vector_bits(spec.arch, feats), max(1, cores))
+    return CPUFacts(_vector_bits(spec.arch, feats), max(1, cores), host_l1d_bytes())
