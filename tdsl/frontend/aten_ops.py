@@ -42,7 +42,11 @@ def _out_f32(ctx: Context) -> None:
 
 
 def _static(x: Any, what: str) -> Any:
-    if is_symbolic(x) if not isinstance(x, (list, tuple)) else any(is_symbolic(e) for e in x):
+    """``x`` (a number or a list of them) when it is known at compile time; Unsupported (the
+    op falls back to PyTorch) when it is symbolic -- a SymInt, or an FX node computing one
+    (``x.shape[1]`` traced as ``sym_size``)."""
+    items = x if isinstance(x, (list, tuple)) else (x,)
+    if any(is_symbolic(e) or isinstance(e, torch.fx.Node) for e in items):
         raise Unsupported(f"symbolic {what}")
     return x
 

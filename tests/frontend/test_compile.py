@@ -154,6 +154,34 @@ def test_fallback_with_symbolic_arguments():
     assert list(c.report.fallbacks) == ["aten.arange.start_step"]
 
 
+class _PositionalSlices(torch.nn.Module):
+    """GPT-2's pattern: a position table and a causal buffer sliced to the input's length."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = torch.nn.Parameter(torch.randn(64, 16))
+        self.lin = torch.nn.Linear(16, 16)
+        self.register_buffer("tri", torch.tril(torch.ones(64, 64)).view(1, 64, 64))
+
+    def forward(self, x):
+        t = x.shape[1]
+        h = self.lin(x + self.pos[:t])
+        s = (h @ h.transpose(1, 2)).masked_fill(self.tri[:, :t, :t] == 0, float("-inf"))
+        return torch.softmax(s, -1) @ h
+
+
+def test_slices_to_a_symbolic_length_fall_back():
+    """A slice whose bound is a symbolic size (``pos[:x.shape[1]]``) runs in PyTorch, with
+    the size bound from the input (it crashed the importer with a TypeError)."""
+    m = _PositionalSlices().eval()
+    c = tdsl.compile(m, torch.randn(2, 10, 16),
+                     dynamic={1: torch.export.Dim("seq", max=63)})
+    assert c.report.fallbacks == {"aten.slice.Tensor": 3}
+    for s in (10, 7, 33):
+        x = torch.randn(2, s, 16)
+        assert rel_err(c(x), m(x)) <= TOL, s
+
+
 def test_export_dim_objects_name_the_symbol():
     def f(x):
         return torch.tanh(x) * 3.0
