@@ -411,13 +411,7 @@ def main() -> None:
         print(f"metaschedule_peer: TVM with MetaSchedule is not importable ({e}); skipped "
               f"(pip install apache-tvm)")
         return
-    known = {w.name: w for w in WORKLOADS}
-    bad = [n for n in opts.only if n not in known]
-    if bad:
-        raise SystemExit(f"unknown workload(s) {bad}; known: {', '.join(known)}")
-    todo = [known[n] for n in opts.only] if opts.only else WORKLOADS
-    work_dir = opts.work_dir or tempfile.mkdtemp(prefix="ms-peer-")
-    os.makedirs(work_dir, exist_ok=True)
+    todo, work_dir = selected(opts)
     try:
         import tvm_ffi
         ffi = getattr(tvm_ffi, "__version__", "?")
@@ -444,7 +438,8 @@ def main() -> None:
           "average before tdsl's tuning / before MS's / after)")
 
 
-def tdsl_only(opts: Any) -> None:
+def selected(opts: Any) -> "tuple[list, str]":
+    """The workloads ``--only`` names (all by default) and the work folder (made)."""
     known = {w.name: w for w in WORKLOADS}
     bad = [n for n in opts.only if n not in known]
     if bad:
@@ -452,6 +447,11 @@ def tdsl_only(opts: Any) -> None:
     todo = [known[n] for n in opts.only] if opts.only else WORKLOADS
     work_dir = opts.work_dir or tempfile.mkdtemp(prefix="ms-peer-")
     os.makedirs(work_dir, exist_ok=True)
+    return todo, work_dir
+
+
+def tdsl_only(opts: Any) -> None:
+    todo, work_dir = selected(opts)
     print(f"tdsl only: {opts.trials} trials, seed {opts.seed}, one thread, thread CPU time; "
           f"work dir {work_dir}; MS figures: an earlier full run's, wall clock under load "
           f"(PREVIOUS_MS), not measured now")
