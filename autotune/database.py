@@ -453,18 +453,22 @@ class Database:
         return out
 
     def claim(self, task_key: str, prog_hashes: Iterable[str], owner: str,
-              ttl: float = 3600.0) -> set[str]:
+              ttl: float = 3600.0, threads: int = 0) -> set[str]:
         """Claim programs of a task for measuring by ``owner`` (``claim_owner()``), so that
         tuners sharing the database never measure one program twice; returns the hashes
-        claimed now.  A program is refused when it has a record, or another owner's claim
+        claimed now.  A program is refused when it has a record fitting ``threads``
+        (``fits_threads``: a program timed with one thread count is measured again for
+        another), or another owner's claim
         that has not expired (``ttl`` seconds) and whose process is alive (a claim of a
         dead process on this host lapses at once, so a killed job resumes at once)."""
         got: set[str] = set()
         now = time.time()
         with self._transaction("cannot claim programs"):
             for h in dict.fromkeys(prog_hashes):
-                if self._conn.execute("SELECT 1 FROM records WHERE task_key = ? AND "
-                                      "prog_hash = ? LIMIT 1", (task_key, h)).fetchone():
+                if self._conn.execute(
+                        f"SELECT 1 FROM records r WHERE task_key = ? AND prog_hash = ? AND "
+                        f"(? = 0 OR {self._threads_sql} IN (0, ?)) LIMIT 1",
+                        (task_key, h, int(threads), int(threads))).fetchone():
                     continue
                 row = self._conn.execute("SELECT owner, expires FROM claims WHERE task_key = ? "
                                          "AND prog_hash = ?", (task_key, h)).fetchone()

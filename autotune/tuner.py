@@ -374,7 +374,8 @@ class TuneSession:
             # only those claimed now (the others count as measured, never proposed again)
             with tuner.phases("db"):
                 mine = database.claim(key, [c.prog_hash if c.valid else _illegal_hash(c)
-                                            for c in batch], self.owner)
+                                            for c in batch], self.owner,
+                                      threads=tuner.threads)
             legal = []
             for c in batch:
                 if (c.prog_hash if c.valid else _illegal_hash(c)) not in mine:

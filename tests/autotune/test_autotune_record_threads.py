@@ -93,6 +93,10 @@ def test_tuning_at_two_threads_does_not_resume_one_thread_records(tmp_path):
     assert res.resumed == 0 and res.trials == 4
     two = Database(db, create=False).records(task.key, threads=2)
     assert {r.threads for r in two if r.valid} == {2}
+    # the programs timed at one thread are timed again at two (one seed: the same
+    # programs), the untuned defaults first: a record answers for its own count only
+    assert {r.prog_hash for r in two} == {r.prog_hash for r in recs}
+    assert any("__default__" in r.config for r in two)
     # and a third session at one thread resumes only its own
     opt3 = fast_option(n_threads=1, reference_dir=ref)
     res = autotune.RandomTuner(task).tune(4, opt3, db=db, batch_size=2, remeasure_top=0)
