@@ -90,12 +90,16 @@ class ApplyHistoryBest:
         return best_record(self.db.by_workload(workload_key(outputs, as_target(target))),
                            self.threads_for(target))
 
-    def _why_missing(self, outputs: Sequence[Any], target: Any) -> str:
-        """Why no record was found: none at all, or only for other thread counts."""
+    def _other_counts(self, outputs: Sequence[Any], target: Any) -> list[int]:
+        """The thread counts of the valid records of ``outputs`` (all other than the
+        build's when ``query`` found none)."""
         from tdsl.target import as_target
         recs = [r for r in self.db.by_workload(workload_key(outputs, as_target(target)))
                 if r.valid]
-        counts = sorted({r.threads for r in recs})
+        return sorted({r.threads for r in recs})
+
+    def _why_missing(self, counts: list[int], target: Any) -> str:
+        """Why no record was found: none at all, or only for other thread counts."""
         if not counts:
             return f"no tuning record on {target}"
         want = self.threads_for(target)
@@ -108,9 +112,10 @@ class ApplyHistoryBest:
         names = ", ".join(op.name for op in outputs)
         if rec is None:
             self.misses.append(names)
-            why = self._why_missing(outputs, target)
-            if "thread(s)" in why:
+            counts = self._other_counts(outputs, target)
+            if counts:
                 self.other_threads.append(names)
+            why = self._why_missing(counts, target)
             if self.warn_missing:
                 warnings.warn(f"apply_history_best: '{names}': {why}; using the schedule given "
                               f"to build", stacklevel=3)

@@ -161,6 +161,10 @@ def as_target(target: Any) -> Target:
     return Target(kind, options=tuple(extra), **kw)
 
 
+#: L1 data cache assumed when the host does not say (most x86 and Arm cores since 2010).
+DEFAULT_L1D_BYTES = 32 * 1024
+
+
 @dataclass(frozen=True)
 class CPUFacts:
     """What the schedule search needs to know about a CPU target: the width of its vector
@@ -169,7 +173,7 @@ class CPUFacts:
 
     vector_bits: int
     cores: int
-    l1d_bytes: int = 32 * 1024
+    l1d_bytes: int = DEFAULT_L1D_BYTES
 
     def lanes(self, dtype_bits: int = 32) -> int:
         """Elements of ``dtype_bits`` bits in one vector register (at least 1)."""
@@ -188,8 +192,6 @@ def _vector_bits(arch: str, features: set[str]) -> int:
     return 128
 
 
-#: L1 data cache assumed when the host does not say (most x86 and Arm cores since 2010).
-DEFAULT_L1D_BYTES = 32 * 1024
 #: Where Linux describes the first CPU's caches (``index<i>/{level,type,size}``).
 CPU_CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
 
