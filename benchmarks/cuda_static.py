@@ -8,7 +8,9 @@ local accumulator), global loads per thread and per FMA
 the lowered IR per thread: loads of global buffers and multiply-adds, each weighted by the
 trip counts of the serial loops around it; thread- and block-bound loops count once), and
 the checks of ``tdsl.backends.cuda.static`` (issue 26): the worst shared-memory bank
-conflict of a warp request ("bank": ways, 1 = none), the worst global request's 32-byte
+conflict of a warp request ("bank": ways, 1 = none; for the tensor-core templates, whose
+ldmatrix and cp.async addresses the IR walk cannot see, counted by emulating a small
+instance of the same kernel: ``CUDAModule.emulate_bank_use``), the worst global request's 32-byte
 sectors over the fewest possible ("sect": 1 = coalesced; "ld sect": the same over the global
 loads only, the fetches' reads), resident blocks per SM on sm_80
 and sm_90, and the tensor-core / async-copy instructions expected and found in the PTX
@@ -142,6 +144,43 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
             "attention_fp16_mask": attention_fp16_mask, "elementwise": elementwise}
 
 
+def _tc_instances() -> dict[str, Callable[[], tuple[list, Any]]]:
+    """Small instances of the tensor-core workloads (the same template kernels, fewer tiles),
+    emulated for their shared-memory bank use: the IR walk does not see into the templates."""
+    def matmul_fp16():
+        A = td.placeholder((256, 128), "float16", name="A")
+        B = td.placeholder((128, 256), "float16", name="B")
+        return [A, B], ops.matmul(A, B, out_dtype="float32")
+
+    def attention_fp16_mask():
+        Q, K, V = (td.placeholder((1, 2, 128, 64), "float16", name=n) for n in "QKV")
+        M = td.placeholder((1, 1, 128, 128), "bool", name="M")
+        return [Q, K, V, M], ops.attention(Q, K, V, causal=True, mask=M)
+
+    return {"matmul_fp16": matmul_fp16, "attention_fp16_mask": attention_fp16_mask}
+
+
+def emulated_bank_use(name: str, arch: str) -> "dict | None":
+    """The bank use (``CUDAModule.emulate_bank_use``) of workload ``name``'s small
+    tensor-core instance on random inputs; None without one or without g++."""
+    import shutil
+    import numpy as np
+    make = _tc_instances().get(name)
+    if make is None or shutil.which("g++") is None:
+        return None
+    ins, out = make()
+    f = td.build(ops.schedule(out, "cuda"), [*ins, out], target=f"cuda -arch={arch}")
+    rng = np.random.default_rng(0)
+    arrays = []
+    for t in [*ins, out]:
+        shape = tuple(int(x) for x in t.shape)
+        if str(t.dtype) == "bool":
+            arrays.append(rng.random(shape) < 0.8)
+        else:
+            arrays.append(rng.standard_normal(shape).astype(str(t.dtype)))
+    return f.emulate_bank_use(*arrays)
+
+
 def _count(node: Any, weight: int, acc: dict) -> None:
     """Global loads and multiply-adds per thread under ``node`` (``weight`` = trips)."""
     if isinstance(node, For):
@@ -245,13 +284,19 @@ def report(arch: str = "sm_90", only: "list[str] | None" = None) -> list[Row]:
             for fd in r.findings:
                 if str(fd) not in seen:
                     seen.append(str(fd))
+            notes = [x.split(": ", 1)[1] for x in seen]
+            bank_ways = r.bank_ways
+            if k.tc is not None and (use := emulated_bank_use(name, arch)):
+                bank_ways = max(u.worst for u in use.values())
+                notes += [f"{kind}: {u.ways:.2f}-way bank conflicts on average, worst phase "
+                          f"{u.worst}-way (emulated)" for kind, u in use.items() if u.worst > 1]
             rows.append(Row(f"{name}:{k.name}", f"grid {grid} block {block}", r.registers,
                             r.frame_bytes, r.spill_bytes, shared,
                             k.threads_per_block or k.max_threads, blocks, per_thread,
                             loads, per_fma,
-                            r.bank_ways, r.sector_ratio, r.occupancy["sm_80"].blocks_per_sm,
+                            bank_ways, r.sector_ratio, r.occupancy["sm_80"].blocks_per_sm,
                             r.occupancy["sm_90"].blocks_per_sm, _instr(r.expected, r.found),
-                            [x.split(": ", 1)[1] for x in seen], _load_sectors(k)))
+                            notes, _load_sectors(k)))
     return rows
 
 

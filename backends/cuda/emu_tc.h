@@ -12,6 +12,10 @@
 // ldmatrix and mma are warp-collective: every lane posts its operand (row address or
 // registers), the warp meets (as at a WMMA operation), then each lane computes its own
 // result from the posts.  ldmatrix reads shared memory as its warp (race-tracked like WMMA).
+#include <algorithm>
+#include <map>
+#include <tuple>
+
 namespace emu {
 struct WarpPosts {
   static constexpr int kBytes = 64;
@@ -67,6 +71,84 @@ inline float bf16_bits_to_float(unsigned b) {
   return f;
 }
 
+// ---- shared-memory bank use of the tensor-core primitives (CUDAModule.emulate_bank_use) ----
+// Judged from the addresses the kernel really computes, as backends/cuda/static/banks.py
+// judges the IR's: 32 banks of 4-byte words; a phase (8 lanes of 16 bytes, or one 8 x 16-byte
+// matrix of an ldmatrix) takes as many wavefronts as the most distinct words one bank holds.
+// The accesses the IR walk cannot see: ldmatrix (kinds 0, 1: .trans) and the 16-byte cp.async
+// tile fills (kind 2), whose lanes are grouped into warp requests by each lane's count of calls
+// at the call site (lanes of a warp issue a site's n-th call together).
+struct BankUse {
+  unsigned long long phases = 0, wavefronts = 0, worst = 0;
+};
+inline constexpr int kBankKinds = 3;
+inline BankUse bank_use[kBankKinds];
+
+inline int phase_ways(const long long* bytes, int n, int width) {
+  long long words[32 * 4];
+  int nw = 0;
+  for (int i = 0; i < n; ++i) {
+    if (bytes[i] < 0) continue;
+    for (long long w = bytes[i] / 4; w <= (bytes[i] + width - 1) / 4; ++w) words[nw++] = w;
+  }
+  int ways = 0;
+  for (int b = 0; b < 32; ++b) {
+    long long seen[32 * 4];
+    int ns = 0;
+    for (int i = 0; i < nw; ++i) {
+      if (((words[i] % 32) + 32) % 32 != b) continue;
+      bool dup = false;
+      for (int j = 0; j < ns && !dup; ++j) dup = seen[j] == words[i];
+      if (!dup) seen[ns++] = words[i];
+    }
+    ways = ns > ways ? ns : ways;
+  }
+  return ways;
+}
+inline void count_phase(int kind, const long long* bytes, int n, int width) {
+  const int ways = phase_ways(bytes, n, width);
+  if (!ways) return;
+  BankUse& u = bank_use[kind];
+  ++u.phases;
+  u.wavefronts += (unsigned long long)ways;
+  if ((unsigned long long)ways > u.worst) u.worst = (unsigned long long)ways;
+}
+
+// 16-byte accesses of lanes issued one at a time, met into warp requests
+struct WarpRequests {
+  uint64_t serial = 0;
+  std::map<std::pair<const void*, int>, unsigned> calls;                 // (site, thread)
+  std::map<std::tuple<const void*, int, unsigned>, std::vector<long long>> open;  // (site, warp, n)
+};
+inline WarpRequests warp_requests;
+
+inline void close_request(int kind, std::vector<long long>& lanes) {
+  for (int q = 0; q < 32; q += 8) count_phase(kind, lanes.data() + q, 8, 16);
+}
+inline void flush_requests() {
+  for (auto& kv : warp_requests.open) close_request(2, kv.second);
+  warp_requests.open.clear();
+  warp_requests.calls.clear();
+}
+inline void post_request(const void* site, long long byte) {
+  if (warp_requests.serial != rt.block_serial) {
+    flush_requests();
+    warp_requests.serial = rt.block_serial;
+  }
+  const int me = rt.cur, warp = me / 32;
+  const unsigned n = warp_requests.calls[{site, me}]++;
+  auto& lanes = warp_requests.open[{site, warp, n}];
+  if (lanes.empty()) lanes.assign(32, -1);
+  lanes[me & 31] = byte;
+  const int width = std::min(32, rt.nthreads - warp * 32);
+  int posted = 0;
+  for (long long b : lanes) posted += b >= 0;
+  if (posted == width) {
+    close_request(2, lanes);
+    warp_requests.open.erase({site, warp, n});
+  }
+}
+
 template <typename T>
 inline void ldsm_x4(unsigned (&r)[4], const SharedPtr<T>& sm, int off, bool trans,
                     const void* site) {
@@ -82,6 +164,12 @@ inline void ldsm_x4(unsigned (&r)[4], const SharedPtr<T>& sm, int off, bool tran
   SharedPtr<T> at{sm.arr, sm.base, 0};
   Collective c;
   const int lane = rt.cur & 31, g = lane >> 2, t = lane & 3;
+  if (lane == 0)                       // one matrix (8 rows of 16 bytes) a phase
+    for (int m = 0; m < 4; ++m) {
+      long long rows[8];
+      for (int i = 0; i < 8; ++i) rows[i] = addr(8 * m + i) * (long long)sizeof(T);
+      count_phase(trans ? 1 : 0, rows, 8, 16);
+    }
   for (int m = 0; m < 4; ++m) {
     T lo, hi;
     if (!trans) {
@@ -127,7 +215,9 @@ inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, uns
 }  // namespace emu
 
 template <typename T, typename S>
-inline void tdsl_tc_cp16(const emu::SharedPtr<T>& sm, int off, const emu::Global<S>& src) {
+__attribute__((noinline)) void tdsl_tc_cp16(const emu::SharedPtr<T>& sm, int off,
+                                            const emu::Global<S>& src) {
+  emu::post_request(__builtin_return_address(0), (sm.off + off) * (long long)sizeof(T));
   tdsl_cp_async<16>(emu::SharedPtr<T>{sm.arr, sm.base, sm.off + off}, src);
 }
 template <typename T> inline emu::SharedPtr<T> tdsl_tc_sbase(const emu::SharedPtr<T>& sm) {
@@ -155,4 +245,15 @@ template <bool BF16>
 __attribute__((noinline)) void tdsl_tc_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
                                            unsigned b1) {
   emu::mma_m16n8k16<BF16>(d, a, b0, b1, __builtin_return_address(0));
+}
+
+// the bank use counted since the last call (kind-major: phases, wavefronts, worst), then reset
+extern "C" __attribute__((visibility("default"))) void tdsl_emu_bank_use(unsigned long long* out) {
+  emu::flush_requests();
+  for (int k = 0; k < emu::kBankKinds; ++k) {
+    out[3 * k] = emu::bank_use[k].phases;
+    out[3 * k + 1] = emu::bank_use[k].wavefronts;
+    out[3 * k + 2] = emu::bank_use[k].worst;
+    emu::bank_use[k] = emu::BankUse{};
+  }
 }

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -301,6 +302,46 @@ def run(plan: Any, kernels: Sequence[Any], source: str, params: Sequence[Buffer]
 
 
 # ---- reports ------------------------------------------------------------------------------------
+#: The shared accesses whose bank use the harness counts (emu_tc.h's ``bank_use`` kinds).
+BANK_KINDS = ("ldmatrix", "ldmatrix.trans", "cp.async.16")
+
+
+@dataclass(frozen=True)
+class BankUse:
+    """Bank use of one kind of shared access over an emulated run: ``phases`` judged,
+    ``wavefronts`` they took (one each when conflict free) and the ``worst`` phase's."""
+    phases: int
+    wavefronts: int
+    worst: int
+
+    @property
+    def ways(self) -> float:
+        """Mean wavefronts per phase (1.0: conflict free)."""
+        return self.wavefronts / self.phases if self.phases else 0.0
+
+
+def bank_use(plan: Any, kernels: Sequence[Any], source: str, params: Sequence[Buffer],
+             arrays: Sequence[np.ndarray], sizes: dict) -> "dict[str, BankUse]":
+    """Run ``plan`` as ``run`` does (no race tracking) and return, per kind of access the
+    tensor-core primitives make (``BANK_KINDS``; kinds the kernels never made are left out),
+    the bank use the harness counted from the addresses the kernels computed."""
+    lib = load(source, kernels)
+    counts = (ctypes.c_ulonglong * (3 * len(BANK_KINDS)))()
+    with _LOCK:
+        lib.tdsl_emu_bank_use(counts)                      # reset
+        pointers = {id(b): a.ctypes.data for b, a in zip(params, arrays)}
+        regions = {a.ctypes.data: a.reshape(-1).view(np.uint8) for a in arrays
+                   if a.flags.c_contiguous and a.size}
+        execute(plan, dict(sizes), pointers, _Backend(lib, source, False, regions))
+        lib.tdsl_emu_bank_use(counts)
+    out = {}
+    for i, kind in enumerate(BANK_KINDS):
+        use = BankUse(*(int(counts[3 * i + j]) for j in range(3)))
+        if use.phases:
+            out[kind] = use
+    return out
+
+
 def _thread(actor: int, bdim: tuple) -> tuple:
     if actor >= 1024:
         w = actor - 1024

@@ -93,6 +93,18 @@ class CUDAModule(Module):
         emulator.run(self.plan, self.kernels, self.source if source is None else source,
                      self.func.params, arrs, sizes, check_races)
 
+    def emulate_bank_use(self, *arrays: Any,
+                         source: "str | None" = None) -> "dict[str, emulator.BankUse]":
+        """Emulate the kernels on ``arrays`` (as ``emulate``, without race tracking) and return
+        the shared-memory bank use of the tensor-core primitives' accesses -- ``ldmatrix``,
+        ``ldmatrix.trans`` and the 16-byte ``cp.async`` tile fills -- judged from the
+        addresses the kernels computed (the static report's IR walk cannot see into the
+        tensor-core templates).  Kinds no kernel made are absent.  ``source``: as for
+        ``emulate``."""
+        arrs, sizes = self.bind(arrays)[:2]
+        return emulator.bank_use(self.plan, self.kernels, self.source if source is None else
+                                 source, self.func.params, arrs, sizes)
+
     # ---- running on the GPU ------------------------------------------------------------------------
     def __call__(self, *arrays: Any) -> None:
         from .driver import GPURun, get_driver
