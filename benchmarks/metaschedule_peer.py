@@ -6,6 +6,7 @@
     python benchmarks/metaschedule_peer.py --tdsl-only [--seed 0] [--work-dir DIR] [--only ...]
                                            [--l1d-bytes N]
     python benchmarks/metaschedule_peer.py --compare DIR_A DIR_B [--only ...] [--rounds 9]
+    python benchmarks/metaschedule_peer.py --retime DIR [--only ...] [--rounds 9]
 
 For each workload (matmul 512³ and 384x3072·3072x768; conv2d NCHW and NHWC at ResNet-18's
 3x3 layer shapes, batch 1) both tuners get a fresh database and ``--trials`` measured
@@ -28,6 +29,8 @@ timed by the thread's CPU time, and printed beside MetaSchedule's figure from an
 run (``PREVIOUS_MS``, labelled as such: wall clock under load, not measured now), with the
 best config.  ``--compare A B`` re-times the best kernels of two ``--tdsl-only`` work dirs
 (before and after a change) interleaved, by thread CPU time, after checking both.
+``--retime DIR`` re-times both sides' best kernels of a full run's work dir (no tuning), by
+wall clock and by thread CPU time: a run made on a loaded machine, measured again when quiet.
 
 Optional peer: exits 0 with a message when ``import tvm`` fails.  MetaSchedule 0.27 crashes
 (segfault in ``ToJSONGraph``) with ``apache-tvm-ffi`` 0.1.15.post2; 0.1.14.post1 works.
@@ -278,17 +281,24 @@ class Row:
 
 
 def run_one(w: Workload, trials: int, rounds: int, work_dir: str, ms_timeout: float) -> Row:
-    import tvm
-    import timing
     row = Row(w)
-    ins, ref = arrays(w, np.random.default_rng(0))
     row.loads.append(os.getloadavg()[0])
     kernel, row.tdsl_tune, row.tdsl_trials = tune_tdsl(w, trials, work_dir)
     row.loads.append(os.getloadavg()[0])
     sch, fn, row.ms_tune = tune_ms(w, trials, work_dir, ms_timeout)
     row.loads.append(os.getloadavg()[0])
     row.trace = str(sch.trace)
+    row.tdsl_s, row.ms_s = side_by_side(w, kernel, fn, rounds)
+    return row
 
+
+def side_by_side(w: Workload, kernel: Callable, fn: Any, rounds: int,
+                 clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
+    """Both best kernels checked against the reference on the same random inputs, then
+    timed interleaved on this thread (medians, seconds): tdsl's, MetaSchedule's."""
+    import tvm
+    import timing
+    ins, ref = arrays(w, np.random.default_rng(0))
     out = np.zeros_like(ref)
     kernel(*ins, out)
     check(f"{w.name} tdsl", out, ref, depth(w))
@@ -298,9 +308,36 @@ def run_one(w: Workload, trials: int, rounds: int, work_dir: str, ms_timeout: fl
     fn(*tins, tout)
     check(f"{w.name} MetaSchedule", tout.numpy(), ref, depth(w))
     res = timing.interleaved({"tdsl": lambda: kernel(*ins, out),
-                              "ms": lambda: fn(*tins, tout)}, rounds, 0.05)
-    row.tdsl_s, row.ms_s = res["tdsl"]["median_s"], res["ms"]["median_s"]
-    return row
+                              "ms": lambda: fn(*tins, tout)}, rounds, 0.05, clock=clock)
+    return res["tdsl"]["median_s"], res["ms"]["median_s"]
+
+
+def retime(todo: list[Workload], work_dir: str, rounds: int) -> None:
+    """Both sides' best kernels of a full run's work dir (tdsl's database, MetaSchedule's),
+    checked and timed again interleaved, by wall clock and by the thread's CPU time (one
+    thread each: TVM's runtime runs a one-thread pool's work on the calling thread), with no
+    tuning: for re-measuring a run made on a loaded machine once it is quiet."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    print(f"best kernels of {work_dir}, re-timed interleaved, {rounds} rounds; load "
+          f"{os.getloadavg()[0]:.1f}")
+    head = (f"{'workload':<20}{'tdsl ms':>9}{'MS ms':>9}{'MS/tdsl':>9}{'tdsl cpu':>10}"
+            f"{'MS cpu':>9}{'MS/tdsl':>9}")
+    print(head)
+    print("-" * len(head), flush=True)
+    for w in todo:
+        kernel = best_kernel(w, work_dir)[0]
+        func, target = te_func(w), host_target()
+        db = ms.database.JSONDatabase(work_dir=os.path.join(work_dir, f"ms-{w.name}"))
+        sch = ms.tir_integration.compile_tir(db, func, target)
+        if sch is None:
+            print(f"{w.name:<20} no MetaSchedule record in {work_dir}/ms-{w.name}")
+            continue
+        fn = tvm.compile(sch.mod, target=target)["main"]
+        wall = side_by_side(w, kernel, fn, rounds)
+        cpu = side_by_side(w, kernel, fn, rounds, clock=time.thread_time)
+        print(f"{w.name:<20}{wall[0] * 1e3:>9.3f}{wall[1] * 1e3:>9.3f}{wall[1] / wall[0]:>9.2f}"
+              f"{cpu[0] * 1e3:>10.3f}{cpu[1] * 1e3:>9.3f}{cpu[1] / cpu[0]:>9.2f}", flush=True)
 
 
 def run_tdsl_only(w: Workload, trials: int, rounds: int, work_dir: str, seed: int,
@@ -390,6 +427,8 @@ def main() -> None:
                          "(default: the host's; 1073741824: no bound)")
     ap.add_argument("--compare", nargs=2, metavar="DIR",
                     help="re-time the best kernels of two --tdsl-only work dirs, interleaved")
+    ap.add_argument("--retime", metavar="DIR",
+                    help="re-time both sides' best kernels of a full run's work dir (no tuning)")
     opts = ap.parse_args()
     if opts.compare:
         known = {w.name: w for w in WORKLOADS}
@@ -410,6 +449,10 @@ def main() -> None:
     except Exception as e:          # an optional peer: nothing to compare against
         print(f"metaschedule_peer: TVM with MetaSchedule is not importable ({e}); skipped "
               f"(pip install apache-tvm)")
+        return
+    if opts.retime:
+        opts.work_dir = opts.retime
+        retime(selected(opts)[0], opts.retime, opts.rounds)
         return
     todo, work_dir = selected(opts)
     try:
