@@ -127,8 +127,8 @@ def compare_cluster(ns, tasks, weights, trials: int, budget: float, tmp: str,
         if cluster is not None:
             cluster.close()
     progs, _ = programs(tasks, [r[2] for r in runs], [r[1] for r in runs])
-    print(f"re-timing {sum(len(x) for x in progs)} programs, {ns.rounds} interleaved rounds",
-          flush=True)
+    print(f"re-timing {sum(len(x) for x in progs)} programs, {ns.rounds} interleaved rounds, "
+          f"{retime_clock()} clock", flush=True)
     secs = retime(tasks, progs, ns.rounds)
     print(f"\n{'run':<32} {'wall s':>7} {'trials':>6} {'load':>5} {'weighted ms (re-timed)':>23}")
     for name, _, job, took, load in runs:
@@ -163,10 +163,18 @@ def programs(tasks, jobs, dbs) -> tuple[list[dict], list]:
     return progs, baselines
 
 
+def retime_clock() -> str:
+    """The clock the re-timing reads: a one-thread kernel runs on the calling thread, so its
+    CPU time ("thread", as the tuners' ``LocalRunner(n_threads=1)`` timed it) leaves out
+    what else a shared machine runs meanwhile; with more threads, wall time."""
+    return "thread" if os.environ.get("TDSL_NUM_THREADS") == "1" else "wall"
+
+
 def retime(tasks, progs: list[dict], rounds: int) -> list[dict]:
     """Median seconds of each program of ``progs`` (per task: hash -> record), all built in
     this process and timed round-robin over ``rounds`` rounds (every run's programs
-    interleaved: comparable figures on a machine whose speed drifts)."""
+    interleaved: comparable figures on a machine whose speed drifts), by ``retime_clock``."""
+    clock = retime_clock()
     mods = []
     for task, recs in zip(tasks, progs):
         arrays = random_arrays(task.args, task.sizes, 0)
@@ -177,7 +185,8 @@ def retime(tasks, progs: list[dict], rounds: int) -> list[dict]:
     for _ in range(rounds):
         for ti, (built, arrays) in enumerate(mods):
             for h, m in built.items():
-                r = m.time_evaluator(number=1, repeat=1, min_repeat_ms=10)(*arrays)
+                r = m.time_evaluator(number=1, repeat=1, min_repeat_ms=10,
+                                     clock=clock)(*arrays)
                 samples[ti][h].append(r.results[0])
     return [{h: float(np.median(v)) for h, v in row.items()} for row in samples]
 
@@ -272,8 +281,8 @@ def main() -> None:
               flush=True)
         runs.append((name, db, job))
     progs, baselines = programs(tasks, [j for *_, j in runs], [db for _, db, _ in runs])
-    print(f"re-timing {sum(len(x) for x in progs)} programs, {ns.rounds} interleaved rounds",
-          flush=True)
+    print(f"re-timing {sum(len(x) for x in progs)} programs, {ns.rounds} interleaved rounds, "
+          f"{retime_clock()} clock", flush=True)
     secs = retime(tasks, progs, ns.rounds)
     curves = {name: ttq.curve(job.best_at, weights, secs,
                               final=(job.seconds, sum(job.trials), job.best))
