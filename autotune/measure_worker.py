@@ -94,6 +94,15 @@ class IsolationPlugin(_PluginBase):  # type: ignore[misc,valid-type]
             self.timer = WorkerPool(1, self.env)
         return self.timer
 
+    def warm_timer(self) -> None:
+        """Start the timing process if it is not running and no candidate holds it, without
+        waiting: its start-up (importing tdsl) overlaps a build instead of following it."""
+        if self.time_lock.acquire(blocking=False):
+            try:
+                self.time_pool().start()
+            finally:
+                self.time_lock.release()
+
     def note(self, event: str, tag: str) -> None:
         self.events.append((time.time(), event, tag))
 
@@ -148,20 +157,22 @@ def _deaths(counter: "list[str] | None") -> int:
         if not isinstance(mark, dict):
             return 0
         died = int(mark.get("died", 0)) + (mark.get("stage") == "time")
-        client.set_metadata(counter, {"died": died, "stage": "wait"})
+        if mark.get("stage") != "wait":
+            client.set_metadata(counter, {"died": died, "stage": "wait"})
         return died
     except Exception:   # noqa: BLE001 - counting is best effort; the run goes on
         return 0
 
 
-def _mark_timing(counter: "list[str] | None", died: int) -> None:
-    """Say in the scheduler's metadata that this candidate is being timed: a worker that
-    dies from now on is charged to it (``_deaths``)."""
+def _mark(counter: "list[str] | None", died: int, stage: str) -> None:
+    """Say in the scheduler's metadata which stage this candidate is at: a worker that
+    dies during ``"time"`` is charged to it (``_deaths``); one that dies after (``"timed"``:
+    its result not yet fetched, so Dask runs it again) is not."""
     if not counter:
         return
     try:
         from distributed import get_client
-        get_client().set_metadata(counter, {"died": died, "stage": "time"})
+        get_client().set_metadata(counter, {"died": died, "stage": stage})
     except Exception:   # noqa: BLE001 - counting is best effort; the run goes on
         pass
 
@@ -199,6 +210,7 @@ def measure_isolated(payload: bytes, key: str, sizes: Any, target: str, trace: s
     tag = "/".join(counter[-2:]) if counter else f"{os.getpid()}:{time.time()}"
     with tempfile.TemporaryDirectory(prefix="tdsl-remote-") as d:
         with plugin.build_lock:
+            plugin.warm_timer()
             log["build"] = [time.time(), 0.0]
             b = plugin.build_pool().map(
                 measure_jobs.build_job,
@@ -240,13 +252,14 @@ def _time(plugin: IsolationPlugin, log: dict, tag: str, counter: "list[str] | No
     log["contended"] = not got
     try:
         plugin.note("leased", tag)
-        _mark_timing(counter, died)
+        _mark(counter, died, "time")
         r = pool.map(measure_jobs.run_job, [job[:7] + (opts,) + job[8:]],
                      opts.get("timeout", 10.0))[0]
     finally:
         log["time"][1] = time.time()
         lease.release()
     plugin.note("timed", tag)
+    _mark(counter, died, "timed")
     return r
 
 
