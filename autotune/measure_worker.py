@@ -33,12 +33,13 @@ import socket
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import measure_jobs
 from .lease import HostLease, host_lease_path
 from .measure import cpu_threads
-from .workers import JobOutcome, WorkerPool
+from .workers import JobOutcome, JobResult, WorkerPool
 
 #: Name of the worker plugin holding each Dask worker's isolated processes.
 PLUGIN_NAME = "tdsl-isolation"
@@ -207,7 +208,8 @@ def measure_isolated(payload: bytes, key: str, sizes: Any, target: str, trace: s
         return ("lost", JobOutcome.CRASHED.value,
                 f"the Dask workers timing this candidate died {died} times", 0.0, [], log)
     plugin = _plugin(env)
-    tag = "/".join(counter[-2:]) if counter else f"{os.getpid()}:{time.time()}"
+    cand = _Candidate(payload, key, sizes, target, trace, config, name,
+                      "/".join(counter[-2:]) if counter else f"{os.getpid()}:{time.time()}")
     with tempfile.TemporaryDirectory(prefix="tdsl-remote-") as d:
         with plugin.build_lock:
             plugin.warm_timer()
@@ -217,48 +219,62 @@ def measure_isolated(payload: bytes, key: str, sizes: Any, target: str, trace: s
                 [(payload, key, trace, target, os.path.join(d, "k.so"), name)],
                 build_timeout)[0]
             log["build"][1] = time.time()
-            plugin.note("built", tag)
+            plugin.note("built", cand.tag)
             if b.outcome is not JobOutcome.OK or b.value[1] is not None:
                 return ("build", b.outcome.value, b.value, b.seconds, [], log)
             _secede()
             plugin.time_lock.acquire()      # before the build process is handed on
         try:
             log["queued"] = time.time() - log["build"][1]
-            r = _time(plugin, log, tag, counter, died, lease_wait,
-                      (payload, key, sizes, target, b.value[0], trace, config, opts, best_cost,
-                       None, name), reference_timeout)
+            opts = dict(opts)
+            if opts.get("check"):
+                opts["ref_path"] = _reference(plugin, cand, opts.get("seed", 0),
+                                              reference_timeout)
+                opts["check"] = opts["ref_path"] is not None
+            r = _time(plugin, cand, log, b.value[0], opts, best_cost, lease_wait,
+                      counter, died)
         finally:
             plugin.time_lock.release()
         return ("run", r.outcome.value, r.value, r.seconds + b.seconds, b.value[3], log)
 
 
-def _time(plugin: IsolationPlugin, log: dict, tag: str, counter: "list[str] | None", died: int,
-          lease_wait: float, job: tuple, reference_timeout: float) -> Any:
-    """Time a built candidate (``job``: ``run_job``'s arguments) in the worker's timing
-    process (held by the caller), its reference made resident first, under the lease."""
-    payload, key, sizes, target, name = job[0], job[1], job[2], job[3], job[10]
-    pool = plugin.time_pool()
-    opts = dict(job[7])
-    if opts.get("check"):
-        opts["ref_path"] = _reference(plugin, pool, payload, key, sizes, target, name,
-                                      opts.get("seed", 0), reference_timeout)
-        opts["check"] = opts["ref_path"] is not None
+@dataclass(frozen=True)
+class _Candidate:
+    """What a worker knows of the candidate it measures; ``tag`` names it in events."""
+
+    payload: bytes
+    key: str
+    sizes: Any
+    target: str
+    trace: str
+    config: dict
+    name: str
+    tag: str
+
+
+def _time(plugin: IsolationPlugin, cand: _Candidate, log: dict, artifact: "str | None",
+          opts: dict, best_cost: float, lease_wait: float, counter: "list[str] | None",
+          died: int) -> JobResult:
+    """Time the built candidate ``cand`` (its library ``artifact``) in the worker's timing
+    process (held by the caller) under the machine's lease; its stages go to ``log``."""
     lease = HostLease()
     asked = time.time()
     got = lease.acquire(lease_wait)
     log["time"] = [time.time(), 0.0]
     log["waited"] = log["time"][0] - asked
-    log["threads"] = _threads(target, plugin.env)
+    log["threads"] = _threads(cand.target, plugin.env)
     log["contended"] = not got
     try:
-        plugin.note("leased", tag)
+        plugin.note("leased", cand.tag)
         _mark(counter, died, "time")
-        r = pool.map(measure_jobs.run_job, [job[:7] + (opts,) + job[8:]],
-                     opts.get("timeout", 10.0))[0]
+        r = plugin.time_pool().map(
+            measure_jobs.run_job,
+            [(cand.payload, cand.key, cand.sizes, cand.target, artifact, cand.trace,
+              cand.config, opts, best_cost, None, cand.name)], opts.get("timeout", 10.0))[0]
     finally:
         log["time"][1] = time.time()
         lease.release()
-    plugin.note("timed", tag)
+    plugin.note("timed", cand.tag)
     _mark(counter, died, "timed")
     return r
 
@@ -290,16 +306,19 @@ def _log() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "lease": host_lease_path()}
 
 
-def _reference(plugin: IsolationPlugin, pool: WorkerPool, payload: bytes, key: str, sizes: Any,
-               target: str, name: str, seed: int, timeout: float) -> "str | None":
+def _reference(plugin: IsolationPlugin, cand: _Candidate, seed: int, timeout: float
+               ) -> "str | None":
     """The task's reference outputs, computed (or loaded) once per worker in its timing
-    process and cached on disk; their path, or None when that failed (then unchecked)."""
+    process (held by the caller) and cached on disk; their path, or None when that failed
+    (then unchecked)."""
+    key, target = cand.key, cand.target
     if (key, target, seed) in plugin.references:
         return plugin.references[(key, target, seed)]
     folder = os.environ.get("TDSL_REFERENCE_DIR") or \
         os.path.join(tempfile.gettempdir(), f"tdsl-reference-{os.getuid()}")
     path = os.path.join(folder, measure_jobs.reference_key(key, target, seed) + ".npz")
-    r = pool.map(measure_jobs.reference_job,
-                 [(payload, key, sizes, target, name, seed, path, None)], timeout)[0]
+    r = plugin.time_pool().map(
+        measure_jobs.reference_job,
+        [(cand.payload, key, cand.sizes, target, cand.name, seed, path, None)], timeout)[0]
     plugin.references[(key, target, seed)] = path if r.outcome is JobOutcome.OK else None
     return plugin.references[(key, target, seed)]
