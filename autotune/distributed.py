@@ -24,7 +24,8 @@ Builds spread over the workers; timings take turns on each machine.  A worker
 builds its candidate without waiting for anyone (compiling is the expensive part on
 a CPU), then times it holding its machine's timing lease (``HostLease``: an exclusive
 ``flock`` on a file in the machine's temp folder, so the workers of one machine --
-a ``LocalCluster``'s, or several ``dask worker`` processes -- never time at once).
+a ``LocalCluster``'s, or several ``dask worker`` processes -- never time at once; they
+have it first come first served).
 While a candidate waits for the lease or is timed, it leaves the worker's thread pool
 and its worker builds the next candidate in its build process: builds overlap timings
 on each worker as well as across workers (one candidate built ahead per worker).  The
