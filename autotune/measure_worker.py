@@ -220,6 +220,8 @@ def measure_isolated(payload: bytes, key: str, sizes: Any, target: str, trace: s
                 build_timeout)[0]
             log["build"][1] = time.time()
             plugin.note("built", cand.tag)
+            if b.outcome in (JobOutcome.CRASHED, JobOutcome.TIMEOUT):
+                plugin.build_pool().start()     # its replacement starts up meanwhile
             if b.outcome is not JobOutcome.OK or b.value[1] is not None:
                 return ("build", b.outcome.value, b.value, b.seconds, [], log)
             _secede()
@@ -274,6 +276,8 @@ def _time(plugin: IsolationPlugin, cand: _Candidate, log: dict, artifact: "str |
     finally:
         log["time"][1] = time.time()
         lease.release()
+    if r.outcome in (JobOutcome.CRASHED, JobOutcome.TIMEOUT):
+        plugin.time_pool().start()              # its replacement starts up meanwhile
     plugin.note("timed", cand.tag)
     _mark(counter, died, "timed")
     return r
