@@ -1,6 +1,9 @@
-"""The timing lease: tuners sharing a database (and so a machine) never time at once.
+"""Timing leases: one timing at a time on a machine.
 
-A lease is a row of the database's ``leases`` table (name, owner, expiry).  Tuners
+Two kinds.  ``TimingLease``: tuners sharing a database (and so a machine) never time at
+once.  ``HostLease``: the Dask workers of one machine never time at once (a file lock).
+
+A ``TimingLease`` is a row of the database's ``leases`` table (name, owner, expiry).  Tuners
 on one machine share its name (``timing:<host>``): a tuner holds it around each
 measurement (``TimingLease.hold``), a thread renews it every ``ttl / 3`` seconds
 while held, and it is released after.  A holder that dies stops renewing, so its
@@ -13,7 +16,10 @@ time it holds the lease (``Tuner._retime_contended``).
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import socket
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -100,3 +106,92 @@ class TimingLease:
 
     def close(self) -> None:
         self._db.close()
+
+
+def host_lease_path() -> str:
+    """The file whose lock is this machine's timing lease for Dask workers
+    (``$TDSL_TIMING_LOCK``, else ``tdsl-timing-<uid>.lock`` in the temp folder)."""
+    return os.environ.get("TDSL_TIMING_LOCK") or \
+        os.path.join(tempfile.gettempdir(), f"tdsl-timing-{os.getuid()}.lock")
+
+
+#: Seconds after which a waiter for a ``HostLease`` that stopped renewing its place in the
+#: queue (touching its file at every try) is passed over: a process that died waiting.
+QUEUE_STALE_S = 5.0
+
+
+class HostLease:
+    """One machine's timing lease for Dask workers: an exclusive ``flock`` on ``path``.
+    The operating system drops the lock of a process that dies, so a dead worker never
+    keeps it; each acquisition opens the file anew, so two threads of one process exclude
+    each other as two processes do.
+
+    ``acquire(wait)`` tries every ``poll`` seconds for ``wait`` seconds and says whether it
+    got it, first come first served: a waiter puts a file named by its arrival time in the
+    folder ``path + ".queue"`` and tries the lock only when no earlier waiter is queued
+    (one whose file was touched within ``QUEUE_STALE_S`` seconds).  Without the queue a
+    worker with its next candidate built and waiting took the lease again the moment it
+    released it, and the other workers' candidates waited (for as long as ``lease_wait``,
+    then were timed contended)."""
+
+    def __init__(self, path: "str | None" = None, poll: float = 0.02):
+        self.path = path or host_lease_path()
+        self.poll = poll
+        self._fd: "int | None" = None
+
+    def acquire(self, wait: float) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        queue = self.path + ".queue"
+        os.makedirs(queue, exist_ok=True)
+        me = f"{time.time_ns():020d}-{os.getpid()}-{threading.get_ident()}"
+        mine = os.path.join(queue, me)
+        open(mine, "w").close()
+        deadline = time.monotonic() + wait
+        delay = self.poll
+        try:
+            while True:
+                if not _earlier_waiters(queue, me):
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        self._fd = fd
+                        return True
+                    except BlockingIOError:
+                        pass
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 1.5, 0.05)
+                os.utime(mine)                       # still waiting: keep this place
+        finally:
+            _remove(mine)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _earlier_waiters(queue: str, me: str) -> bool:
+    """Whether a waiter that came before ``me`` is still waiting in ``queue`` (files of
+    waiters that stopped touching theirs for ``QUEUE_STALE_S`` seconds are removed)."""
+    now = time.time()
+    for name in sorted(os.listdir(queue)):
+        if name >= me:
+            return False
+        path = os.path.join(queue, name)
+        try:
+            if now - os.stat(path).st_mtime <= QUEUE_STALE_S:
+                return True
+        except FileNotFoundError:
+            continue                                  # it got the lease or gave up
+        _remove(path)
+    return False
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

@@ -11,7 +11,8 @@ disk, or recomputed); ``reference_job`` makes them resident once per
 task (before any candidate, under its own timeout) and writes the outputs to an
 on-disk cache, from which a replacement process (after a crash) or a resumed job
 loads them instead of recomputing.  A Dask worker runs the same jobs in its own
-isolated process (``distributed.measure_isolated``), reference step included.
+isolated processes (``measure_worker.measure_isolated``: builds in one, the reference step
+and timings in the other).
 """
 from __future__ import annotations
 

@@ -3,7 +3,9 @@
 that runs them: ``segv`` (killed by SIGSEGV, like a kernel writing through a null
 pointer), ``hang`` (never returns; first writes its pid to ``hang.pid`` in
 ``$TDSL_TEST_SABOTAGE_DIR``), ``kill-worker-once`` (kills the Dask worker the first
-time, then runs normally), ``kill-worker`` (kills the Dask worker every time)."""
+time, then runs normally), ``kill-worker`` (kills the Dask worker every time);
+``segv-build`` (given the candidate's trace instead of its config): its build process is
+killed by SIGSEGV."""
 import json
 import os
 import signal
@@ -13,6 +15,8 @@ from tdsl.autotune import measure_jobs
 
 _orig = getattr(measure_jobs, "_orig_run_job", measure_jobs.run_job)
 measure_jobs._orig_run_job = _orig
+_orig_build = getattr(measure_jobs, "_orig_build_job", measure_jobs.build_job)
+measure_jobs._orig_build_job = _orig_build
 
 
 def _plan(config):
@@ -45,4 +49,11 @@ def run_job(payload, key, sizes, target, artifact, trace, config, opts, best_cos
                  name)
 
 
+def build_job(payload, key, trace, target, path, name):
+    if _plan(trace) == "segv-build":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return _orig_build(payload, key, trace, target, path, name)
+
+
 measure_jobs.run_job = run_job
+measure_jobs.build_job = build_job

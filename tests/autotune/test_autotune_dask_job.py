@@ -189,6 +189,65 @@ def test_timing_waits_for_the_machine_lease(cluster):
     assert contended[0].valid and any("contended" in n for n in contended[0].notes)
 
 
+def test_a_worker_builds_its_next_candidate_while_one_waits_for_the_lease(cluster):
+    """Builds overlap timings on a worker: while its candidate waits for the machine's
+    timing lease (held here), the worker's thread and build process are free and its next
+    candidate is built.  Asserted on the events and timestamps the workers record, never
+    on a speed; once the lease is released, every candidate is timed, one at a time."""
+    from tdsl.autotune.distributed import DaskRunner, HostLease, worker_events
+    client, lock = cluster
+    task = _tasks()[0]
+    cands = []
+    for p in task.space.iter_points():
+        c = task.candidate(p)
+        if c.valid:
+            cands.append(c)
+        if len(cands) == 4:
+            break
+    inputs = [MeasureInput(task, c.config, c.trace, c.prog_hash) for c in cands]
+    held = HostLease(lock)
+    runner = DaskRunner(client, timeout=15.0, repeat=2, min_repeat_ms=1.0)
+    out: list = []
+    assert held.acquire(0)
+    start = time.time()
+    try:
+        th = threading.Thread(target=lambda: out.append(runner.measure_batch(inputs)))
+        th.start()
+        # 4 candidates on 2 workers: one worker has two; with its first waiting for the
+        # lease, its second is built all the same (before: its thread waited with it)
+        deadline = time.monotonic() + 45.0
+        while True:
+            events = {w: [e for e in ev if e[0] >= start]
+                      for w, ev in client.run(worker_events).items()}
+            built = {w: sum(e[1] == "built" for e in ev) for w, ev in events.items()}
+            if max(built.values()) >= 2:
+                break
+            assert time.monotonic() < deadline, \
+                f"no worker built a second candidate while its first waited: {events}"
+            time.sleep(0.1)
+        assert not any(e[1] in ("leased", "timed") for ev in events.values() for e in ev), \
+            f"a candidate was timed while the machine's lease was held: {events}"
+    finally:
+        released = time.time()
+        held.release()
+    th.join(60)
+    assert not th.is_alive()
+    assert [r.error_no.name for r in out[0]] == ["NO_ERROR"] * len(inputs)
+    # the workers' own timestamps: on one worker, two builds ended before the lease was
+    # released, so before that worker timed either of them
+    by_worker: dict = {}
+    for e in runner.log:
+        by_worker.setdefault(e["pid"], []).append(e)
+    assert max(sum(e["build"][1] < released <= e["time"][0] for e in es)
+               for es in by_worker.values()) >= 2, runner.log
+    # the lease discipline: timed after the release, one at a time, none contended
+    spans = sorted(tuple(e["time"]) for e in runner.log)
+    assert len(spans) == len(inputs) and spans[0][0] >= released
+    for (_, end), (begin, _) in zip(spans, spans[1:]):
+        assert begin >= end, "two timings of one machine overlapped"
+    assert not any(e["contended"] for e in runner.log)
+
+
 def test_client_bad_inputs_are_tuning_errors(tmp_path):
     tasks = _tasks()[:1]
     with pytest.raises(TuningError, match="distributed.Client or a scheduler address"):

@@ -131,3 +131,42 @@ def test_no_lease_for_memory_databases_or_remote_runners(tmp_path):
     assert isinstance(_timing_lease(True, on_disk, remote), TimingLease)
     assert isinstance(_timing_lease(None, on_disk, fast_option()), TimingLease)
     assert _timing_lease(False, on_disk, fast_option()) is None
+
+
+def test_the_machine_lease_of_dask_workers_goes_first_come_first_served(tmp_path):
+    """``HostLease``: a worker that releases the lease and asks again at once (its next
+    candidate already built) queues behind the worker that was waiting, instead of taking it
+    back before that one's next try (which starved the other workers' candidates)."""
+    import threading
+    from tdsl.autotune.lease import HostLease
+    path = str(tmp_path / "timing.lock")
+    holder = HostLease(path)
+    assert holder.acquire(0)
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(HostLease(path).acquire(30.0)))
+    waiter.start()
+    queue = path + ".queue"
+    deadline = time.monotonic() + 30.0
+    while not os.listdir(queue):                  # the waiter is queued
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    holder.release()
+    assert not holder.acquire(0), "the releasing holder took the lease back from a waiter"
+    waiter.join(30.0)
+    assert got == [True]
+    assert os.listdir(queue) == []                # each waiter leaves the queue
+
+
+def test_a_dead_waiter_does_not_block_the_machine_lease(tmp_path):
+    """A waiter that died in the queue (its file no longer touched) is passed over."""
+    from tdsl.autotune.lease import QUEUE_STALE_S, HostLease
+    path = str(tmp_path / "timing.lock")
+    os.makedirs(path + ".queue")
+    dead = os.path.join(path + ".queue", f"{0:020d}-1-1")
+    open(dead, "w").close()
+    old = time.time() - 10 * QUEUE_STALE_S
+    os.utime(dead, (old, old))
+    lease = HostLease(path)
+    assert lease.acquire(0)
+    lease.release()
+    assert not os.path.exists(dead)
