@@ -105,6 +105,12 @@ __device__ __forceinline__ void tdsl_tc_ldsm_x4_t(unsigned (&r)[4], unsigned sm,
 #endif"""
 
 CHUNK = r"""
+// the B operand of a GEMM whose B tile is copied from global memory (no gather lambda)
+template <typename T> struct tdsl_tc_no_gather {
+  __device__ __forceinline__ T operator()(long long, long long) const { return T{}; } };
+template <typename F> struct tdsl_tc_gathers { static constexpr bool value = true; };
+template <typename T> struct tdsl_tc_gathers<tdsl_tc_no_gather<T>> {
+  static constexpr bool value = false; };
 // one 16-byte chunk (8 elements) of a tile: first/last: its first/last element is inside
 // the matrix; ok(e): element e is
 template <typename T, typename PS, typename PG, typename F>
@@ -118,10 +124,16 @@ __device__ __forceinline__ void tdsl_tc_chunk(PS sm, int soff, PG g, long long g
 KERNEL = r"""
 template <bool BF16, bool BROW, int BM, int BN, int WM, int WN, int ST, typename T,
           typename PA, typename PB, typename PS, typename FA, typename FB, typename FC,
-          typename FE>
+          typename FE, typename FG = tdsl_tc_no_gather<T>>
 __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows, long long K,
-                                             FA a_off, FB b_off, FC col_ok, FE epilogue) {
-  // BN threads; BN / 32 warps in a (BM / WM) x (BN / WN) grid, each WM x WN outputs
+                                             FA a_off, FB b_off, FC col_ok, FE epilogue,
+                                             FG b_val = FG()) {
+  // BN threads; BN / 32 warps in a (BM / WM) x (BN / WN) grid, each WM x WN outputs.
+  // GB (a b_val lambda given): B's tile (row layout) is gathered element by element,
+  // b_val(k, col) its value at k and the block-local column (zero fill outside): thread
+  // tid fills column tid of every k row, so a warp reads 32 consecutive columns
+  constexpr bool GB = tdsl_tc_gathers<FG>::value;
+  static_assert(!GB || BROW, "a gathered B tile has the row layout");
   constexpr int BK = 32, KS = BK / 16, A_ELEMS = BM * BK, STAGE = A_ELEMS + BK * BN;
   constexpr int PA_N = BM * 4 / BN, CB = BN / 8, MT = WM / 16, NT = WN / 8, NP = WN / 16;
   constexpr int NB = BROW ? (NP < 4 ? NP : 4) : KS, LAST = (ST - 1) * STAGE;
@@ -133,15 +145,16 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   const long long a0 = a_off(0, 0), sa = a_off(1, 0) - a0;      // A: row stride
   const long long b0 = b_off(0, 0);
   const long long sb = BROW ? b_off(1, 0) - b0 : b_off(0, 1) - b0;  // B: k or column stride
-  const bool vec = sa % 8 == 0 && sb % 8 == 0 &&
+  const bool vec = sa % 8 == 0 && (GB || sb % 8 == 0) &&
                    ((unsigned long long)(A + a0) & 15) == 0 &&
-                   ((unsigned long long)(B + b0) & 15) == 0;
+                   (GB || ((unsigned long long)(B + b0) & 15) == 0);
   // this thread's chunks: A rows (tid >> 2) + BN / 4 p, chunk tid & 3; B likewise (column
   // layout) or k rows tid / CB + 8 p, chunk tid % CB (row layout).  Their swizzle does not
   // depend on p (BN / 4 and 8 are multiples of the swizzle period), so chunk p of a stage
   // is at the thread's offset sa_w / sb_w plus a constant.
   const int bc = BROW ? (tid % CB) * 8 : 0;
-  const bool b_first = BROW ? col_ok(bc) : true, b_last = BROW ? col_ok(bc + 7) : true;
+  const bool b_first = BROW && !GB ? col_ok(bc) : true;
+  const bool b_last = BROW && !GB ? col_ok(bc + 7) : true;
   bool fast = vec && b_first && b_last;
 #pragma unroll
   for (int p = 0; p < PA_N; ++p) fast = fast && (tid >> 2) + BN / 4 * p < rows;
@@ -160,12 +173,26 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   PA ga = A + (a0 + r0 * sa + c0 * 8);
   PB gb = BROW ? B + (b0 + (tid / CB) * sb + bc) : B + (b0 + r0 * sb + c0 * 8);
   const long long ra = BN / 4 * sa, rb = BROW ? 8 * sb : BN / 4 * sb;
-  auto load_fast = [&](int st) {
+  // the gathered B tile: row r of column tid at r BN + (tid ^ 8 (r % 8)) (the row layout's
+  // swizzle: chunk tid / 8 at chunk tid / 8 ^ r % 8); zero past K and the columns
+  const bool g_in = GB && col_ok(tid);
+  auto gather = [&](int st, int kt) {
+    const long long k0 = (long long)kt * BK;
+#pragma unroll
+    for (int r = 0; r < BK; ++r)
+      tdsl_tc_st(smp, st + A_ELEMS + r * BN + (tid ^ ((r & 7) << 3)),
+                 g_in && k0 + r < K ? (T)b_val(k0 + r, tid) : T{});
+  };
+  auto load_fast = [&](int st, int kt) {
 #pragma unroll
     for (int p = 0; p < PA_N; ++p) tdsl_tc_cp16(sm, st + sa_w + p * (BN / 4 * 32), ga + p * ra);
+    if (GB) {
+      gather(st, kt);
+    } else {
 #pragma unroll
-    for (int p = 0; p < 4; ++p)
-      tdsl_tc_cp16(sm, st + sb_w + p * (BROW ? 8 * BN : BN / 4 * 32), gb + p * rb);
+      for (int p = 0; p < 4; ++p)
+        tdsl_tc_cp16(sm, st + sb_w + p * (BROW ? 8 * BN : BN / 4 * 32), gb + p * rb);
+    }
     ga = ga + BK;
     gb = gb + (BROW ? BK * sb : BK);
   };
@@ -177,6 +204,10 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
       const bool in = r < rows;
       tdsl_tc_chunk<T>(smp, st + sa_w + p * (BN / 4 * 32), A, a0 + r * sa + kc, vec,
                        in && kc < K, in && kc + 7 < K, [&](int e) { return in && kc + e < K; });
+    }
+    if (GB) {
+      gather(st, kt);
+      return;
     }
     for (int p = 0; p < 4; ++p) {
       if (BROW) {
@@ -194,7 +225,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
     }
   };
   auto load = [&](int st, int kt) {
-    if (kt < KFAST) load_fast(st); else load_any(st, kt);
+    if (kt < KFAST) load_fast(st, kt); else load_any(st, kt);
   };
   // per-thread ldmatrix offsets within a stage, the swizzle folded in: A fragment (mt, kk)
   // at a_ld[kk] + 512 mt; B (np, kk) at b_ld[np % 4] + 16 BN kk + 64 (np / 4) (row layout)

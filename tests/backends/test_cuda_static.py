@@ -276,7 +276,7 @@ def test_a_tensor_core_kernel_is_not_judged_by_the_ir_nest_it_replaces():
 CEILINGS = {"matmul": (1, 1.0), "matmul_fp16": (1, 1.0), "dense": (1, 1.0),
             "batch_matmul": (1, 1.0), "conv2d": (1, 2.0), "conv2d_s2": (1, 2.0),
             "matmul_tail": (1, 1.0), "matmul_odd": (1, 1.875), "dense_small_m": (1, 1.0),
-            "conv2d_tail": (1, 2.0), "conv2d_late": (1, 2.0), "softmax": (1, 1.0),
+            "conv2d_tail": (1, 2.0), "conv2d_late": (1, 2.0), "conv2d_fp16": (1, 2.0), "softmax": (1, 1.0),
             "layernorm": (1, 1.0), "attention": (1, 1.0), "attention_fp16_mask": (1, 1.0),
             "elementwise": (1, 1.0)}
 
