@@ -316,6 +316,20 @@ def _replace_acc(e: Any, acc: Any, value: Var) -> Any:
                      else None)
 
 
+def _render_gather(r: Any, plan: TcPlan, sub: dict, v_k: Var, v_c: Var, ctype: str) -> None:
+    """The lambda ``tc_b_val(k, col)``: the gathered B's value.  k and the column are
+    ``int`` in their ranges (``[0, K)``, the tile's columns), so the div/mod of fused loops
+    by constants render as 32-bit ``/`` and ``%`` of non-negative values where their
+    operands are (not the floor helpers on 64 bits)."""
+    from tdsl.tensor import Range
+    zero = Const(0, "int64")
+    with r.ana.bind(v_k, Range(zero, plan.k.extent)), \
+            r.ana.bind(v_c, Range(zero, Const(plan.cfg.bn, "int64"))), \
+            r.names.scoped(v_k, "tc_k") as nk, r.names.scoped(v_c, "tc_col") as nc:
+        r.emit(f"auto tc_b_val = [&](int {nk}, int {nc}) -> {ctype} "
+               f"{{ return {r.expr(substitute(plan.gather, sub))}; }};")
+
+
 def render(r: Any, plan: TcPlan) -> None:
     """Emit the microkernel call for ``plan`` in place of its loop (``r``: KernelRenderer)."""
     r.helpers.add("tc_gemm")
@@ -346,9 +360,7 @@ def render(r: Any, plan: TcPlan) -> None:
             r.emit(f"auto tc_b_off = [&](long long {nk}, long long {nc}) -> long long "
                    f"{{ return {r.expr(b_off)}; }};")
         if plan.gather is not None:
-            with r.names.scoped(v_k, "tc_k") as nk, r.names.scoped(v_c, "tc_col") as nc:
-                r.emit(f"auto tc_b_val = [&](long long {nk}, long long {nc}) -> {ctype} "
-                       f"{{ return {r.expr(substitute(plan.gather, sub))}; }};")
+            _render_gather(r, plan, sub, v_k, v_c, ctype)
         with r.names.scoped(v_c, "tc_col") as nc:
             ok = "true" if cond is None else r.expr(cond)
             r.emit(f"auto tc_col_ok = [&](long long {nc}) -> bool {{ return {ok}; }};")

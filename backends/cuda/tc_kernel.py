@@ -176,9 +176,16 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   // the gathered B tile: row r of column tid at r BN + (tid ^ 8 (r % 8)) (the row layout's
   // swizzle: chunk tid / 8 at chunk tid / 8 ^ r % 8); zero past K and the columns
   const bool g_in = GB && col_ok(tid);
-  auto gather = [&](int st, int kt) {
+  auto gather_whole = [&](int st, int kt) {    // a k tile inside K: constant offsets
     const long long k0 = (long long)kt * BK;
 #pragma unroll
+    for (int r = 0; r < BK; ++r)
+      tdsl_tc_st(smp, st + A_ELEMS + r * BN + (tid ^ ((r & 7) << 3)),
+                 g_in ? (T)b_val(k0 + r, tid) : T{});
+  };
+  auto gather_any = [&](int st, int kt) {
+    const long long k0 = (long long)kt * BK;
+#pragma unroll 8            // the swizzle's period (fully unrolled, ptxas spilled at a k tail)
     for (int r = 0; r < BK; ++r)
       tdsl_tc_st(smp, st + A_ELEMS + r * BN + (tid ^ ((r & 7) << 3)),
                  g_in && k0 + r < K ? (T)b_val(k0 + r, tid) : T{});
@@ -187,7 +194,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
 #pragma unroll
     for (int p = 0; p < PA_N; ++p) tdsl_tc_cp16(sm, st + sa_w + p * (BN / 4 * 32), ga + p * ra);
     if (GB) {
-      gather(st, kt);
+      gather_whole(st, kt);
     } else {
 #pragma unroll
       for (int p = 0; p < 4; ++p)
@@ -206,7 +213,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
                        in && kc < K, in && kc + 7 < K, [&](int e) { return in && kc + e < K; });
     }
     if (GB) {
-      gather(st, kt);
+      gather_any(st, kt);
       return;
     }
     for (int p = 0; p < 4; ++p) {
