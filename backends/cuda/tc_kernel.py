@@ -173,23 +173,31 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   PA ga = A + (a0 + r0 * sa + c0 * 8);
   PB gb = BROW ? B + (b0 + (tid / CB) * sb + bc) : B + (b0 + r0 * sb + c0 * 8);
   const long long ra = BN / 4 * sa, rb = BROW ? 8 * sb : BN / 4 * sb;
-  // the gathered B tile: row r of column tid at r BN + (tid ^ 8 (r % 8)) (the row layout's
-  // swizzle: chunk tid / 8 at chunk tid / 8 ^ r % 8); zero past K and the columns
-  const bool g_in = GB && col_ok(tid);
-  auto gather_whole = [&](int st, int kt) {    // a k tile inside K: constant offsets
+  // the gathered B tile: warp w fills k rows w GR .. w GR + GR - 1, lane l columns l + 32 j
+  // of each (a warp reads 32 consecutive columns; the k row is the warp's, so b_val's
+  // arithmetic on k is shared by the lane's BN / 32 columns); element (r, c) at
+  // r BN + (c ^ 8 (r % 8)) (the row layout's swizzle: chunk c / 8 at chunk c / 8 ^ r % 8);
+  // zero past K and the columns
+  constexpr int GR = GB ? BK * 32 / BN : 1, GC = BN / 32;
+  bool g_in[GC];
+#pragma unroll
+  for (int j = 0; j < GC; ++j) g_in[j] = GB && col_ok(lane + 32 * j);
+  auto gather_tile = [&](int st, int kt, bool whole) {
     const long long k0 = (long long)kt * BK;
 #pragma unroll
-    for (int r = 0; r < BK; ++r)
-      tdsl_tc_st(smp, st + A_ELEMS + r * BN + (tid ^ ((r & 7) << 3)),
-                 g_in ? (T)b_val(k0 + r, tid) : T{});
+    for (int i = 0; i < GR; ++i) {
+      const int r = warp * GR + i;
+      const bool in = whole || k0 + r < K;
+#pragma unroll
+      for (int j = 0; j < GC; ++j) {
+        const int c = lane + 32 * j;
+        tdsl_tc_st(smp, st + A_ELEMS + r * BN + (c ^ ((r & 7) << 3)),
+                   in && g_in[j] ? (T)b_val(k0 + r, c) : T{});
+      }
+    }
   };
-  auto gather_any = [&](int st, int kt) {
-    const long long k0 = (long long)kt * BK;
-#pragma unroll 8            // the swizzle's period (fully unrolled, ptxas spilled at a k tail)
-    for (int r = 0; r < BK; ++r)
-      tdsl_tc_st(smp, st + A_ELEMS + r * BN + (tid ^ ((r & 7) << 3)),
-                 g_in && k0 + r < K ? (T)b_val(k0 + r, tid) : T{});
-  };
+  auto gather_whole = [&](int st, int kt) { gather_tile(st, kt, true); };
+  auto gather_any = [&](int st, int kt) { gather_tile(st, kt, false); };
   auto load_fast = [&](int st, int kt) {
 #pragma unroll
     for (int p = 0; p < PA_N; ++p) tdsl_tc_cp16(sm, st + sa_w + p * (BN / 4 * 32), ga + p * ra);
