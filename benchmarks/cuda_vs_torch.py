@@ -7,8 +7,9 @@ Cases (``cases()``): matmul fp32 (TF32 off on both sides), fp16 and bf16 (tdsl a
 and stores fp32; PyTorch's half-precision matmul accumulates fp32 and stores the input
 dtype) at 1024, 2048, 4096 and 8192; the 3x3 convolutions of ResNet-50's four stages
 (batch 1), and at 64x56x56 batch 8, stride 2 (-> 128 channels) and a 1x1 (256 -> 1024 at
-14x14), and fp16 3x3 ones (tensor cores; fp32 accumulation and output, cuDNN in fp16); softmax and layernorm of 4096 x 1024; attention (1 x 12 heads x 1024 x 64, not
-causal and causal).  Each case is checked first (against PyTorch in fp32 from the same
+14x14), and fp16 3x3 ones (tensor cores; fp32 accumulation and output, cuDNN in fp16);
+softmax and layernorm of 4096 x 1024; attention (1 x 12 heads x 1024 x 64, not causal and
+causal).  Each case is checked first (against PyTorch in fp32 from the same
 inputs); the contenders are then timed interleaved (CUDA events around a loop of launches:
 tdsl's time_evaluator replays a captured CUDA graph) and the medians compared.  Prints one
 row per case as it finishes (time per call, tdsl / PyTorch, tdsl TFLOP/s) and a last line

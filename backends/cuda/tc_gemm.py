@@ -26,6 +26,16 @@ kernel checks 16-byte alignment of both operands and their row strides once; whe
 fails (e.g. K = 100 halves: 200-byte rows) the tiles are filled element by element with
 plain loads (same ldmatrix/mma path), and chunks that straddle a tail are filled that
 way too; chunks wholly outside the matrix are zero-filled in shared memory.
+
+A second pragma on the row loop, ``tdsl_tc_gather_b`` (the fp16/bf16 conv2d default,
+``ops/schedules/cuda_tc_conv.py``), makes B a gather: any fp16/bf16 expression of k and
+the column (the implicit im2col of a padded NCHW input: a load under the padding guard,
+its indices div/mod of the fused reduction and pixel loops by constants).  It is rendered
+as the lambda ``tc_b_val(k, col)`` (``int`` arguments in their ranges, so that arithmetic
+is 32-bit ``/`` and ``%`` of non-negative values) and the kernel fills B's row-layout tile
+element by element with it (``tc_kernel.py``); A must then be a load whose flat offset, the
+fused loops' div/mod merged back (``vectorize.merge_div_mod``), steps by 1 along k and by a
+constant along the row (OIHW weights: ``o * C KH KW + k``).
 """
 from __future__ import annotations
 

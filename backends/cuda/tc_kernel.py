@@ -42,6 +42,17 @@ chunk passes; the row-layout B swizzle needs BN >= 64).  Below, the default shap
   one wholly outside is zeroed in shared memory; anything else is filled element by
   element (plain loads, zero outside).  K need not be a multiple of 32 or of 8.
 
+* Gathered B (a ``b_val(k, col)`` lambda as the last argument: the tensor-core conv2d's
+  implicit im2col, ``tc_gemm.py``): B's tile keeps the row layout and its swizzle but is
+  filled element by element with plain loads and stores, warp w taking k rows
+  ``w * GR .. w * GR + GR - 1`` (GR = 8 for BN = 128) and lane l columns ``l + 32 j``: a
+  warp reads 32 consecutive columns (pixels: coalesced where they are consecutive in the
+  input), and the lambda's arithmetic on k (the tap's channel, row and column) is done once
+  per row for the lane's BN / 32 columns.  Whole k tiles are filled unrolled (constant shared
+  offsets), the k tail with a ``k < K`` guard; columns outside ``col_ok`` are zero.  A keeps
+  its 16-byte ``cp.async`` copies.  Without the lambda (``tdsl_tc_no_gather``, the matmul
+  path) this code is compiled out: the GEMM kernel is unchanged.
+
 Device-only pieces are under ``#ifndef TDSL_EMULATION``; the emulator's ``emu_tc.h``
 defines the same primitives with the documented fragment semantics.
 """

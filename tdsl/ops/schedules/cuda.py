@@ -4,8 +4,9 @@ matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tile
 (``cuda_gemm.py``); fp16/bf16 products with fp32 accumulation the tensor-core microkernel
 on sm_80+ (``cuda_tc.py``), fp16 ones WMMA tiles before; an NCHW conv2d is an
 implicit GEMM with shared-memory tiles (``cuda_conv.py``), on the tensor-core microkernel
-for fp16/bf16 operands with fp32 accumulation on sm_80+ (``cuda_tc_conv.py``).  Elementwise stages run
-4 consecutive outputs per thread as a vector loop (float4 where aligned).  Other root
+for fp16/bf16 operands with fp32 accumulation on sm_80+ (``cuda_tc_conv.py``).
+Elementwise stages run 4 consecutive outputs per thread as a vector loop (float4 where
+aligned).  Other root
 stages' output loops are fused and split into blocks of threads (``blockIdx.x`` x
 ``threadIdx.x``); a reduction along rows (and softmax, the norms) is reduced across a
 warp or block per row (``cuda_reduction.py``), others serially per thread.  An anchor
