@@ -31,11 +31,11 @@ def _rand(g, shape, dt):
     return (g.random(shape) - .5).astype(_np_dtype(dt))
 
 
-def _reference(d, w, stride, pad, bias=None):
+def _reference(d, w, stride, pad, bias=None, dilation=1):
     t = torch.nn.functional.conv2d(torch.tensor(d.astype("float32")),
                                    torch.tensor(w.astype("float32")),
                                    None if bias is None else torch.tensor(bias),
-                                   stride=stride, padding=pad)
+                                   stride=stride, padding=pad, dilation=dilation)
     return t.numpy()
 
 
@@ -43,8 +43,10 @@ def _conv(n, c, h, w, o, k, stride, pad, dt, target="cuda", **kw):
     D = td.placeholder((n, c, h, w), dt, name="D")
     W = td.placeholder((o, c, k, k), dt, name="W")
     extra = [td.placeholder((o,), "float32", name="bias")] if kw.get("bias") else []
-    C = ops.conv2d(D, W, stride=stride, padding=pad, bias=extra[0] if extra else None,
-                   activation=kw.get("activation"), out_dtype="float32")
+    x = ops.relu(D) if kw.get("relu_input") else D
+    C = ops.conv2d(x, W, stride=stride, padding=pad, bias=extra[0] if extra else None,
+                   activation=kw.get("activation"), dilation=kw.get("dilation", 1),
+                   out_dtype="float32")
     if kw.get("cast"):
         C = ops.cast(C, dt)
     args = [D, W, *extra, C]
@@ -84,6 +86,19 @@ def test_conv_matches_torch_with_symbolic_batch(c, h, w, o, k, stride, pad, dt):
 
 
 @needs_gxx
+def test_dilation_and_relu_input_in_the_gather():
+    """Dilation 2 (the taps 2 apart) and a ReLU of the input inlined into the gather."""
+    f, _ = _conv(2, 4, 11, 10, 8, 3, 1, 2, "float16", dilation=2, relu_input=True)
+    _check_tc(f.get_source())
+    g = np.random.default_rng(13)
+    d, wt = _rand(g, (2, 4, 11, 10), "float16"), _rand(g, (8, 4, 3, 3), "float16")
+    ref = _reference(np.maximum(d, 0), wt, 1, 2, dilation=2)
+    out = np.full(ref.shape, np.nan, "float32")
+    f.emulate(d, wt, out)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@needs_gxx
 def test_bias_relu_and_cast_epilogue():
     """Bias and ReLU on the accumulator registers, then the cast to the input's dtype."""
     f, _ = _conv(2, 6, 10, 10, 12, 3, 1, 1, "float16", bias=True, activation="relu",
@@ -102,16 +117,19 @@ def test_bias_relu_and_cast_epilogue():
 
 
 def test_other_convs_keep_the_simt_schedule():
-    """fp32, fp16 accumulation, groups, HWIO weights and sm < 80 keep today's default."""
-    def src(dt="float16", target="cuda", groups=1, out_dtype="float32", kl=None):
+    """fp32, fp16 accumulation, groups, HWIO weights, weights computed by an expression
+    (inlined: A would not be a buffer) and sm < 80 keep today's default."""
+    def src(dt="float16", target="cuda", groups=1, out_dtype="float32", kl=None,
+            scaled=False):
         D = td.placeholder((1, 8, 10, 10), dt, name="D")
         shape = (3, 3, 8 // groups, 8) if kl == "HWIO" else (8, 8 // groups, 3, 3)
         W = td.placeholder(shape, dt, name="W")
-        C = ops.conv2d(D, W, padding=1, groups=groups, out_dtype=out_dtype, kernel_layout=kl)
+        w = ops.multiply(W, W) if scaled else W
+        C = ops.conv2d(D, w, padding=1, groups=groups, out_dtype=out_dtype, kernel_layout=kl)
         return td.build(ops.schedule(C, target), [D, W, C], target=target).get_source()
     assert "tc_b_val" in src()
     for s in (src("float32", out_dtype=None), src(out_dtype=None), src(groups=2),
-              src(kl="HWIO"), src(target="cuda -arch=sm_75")):
+              src(kl="HWIO"), src(scaled=True), src(target="cuda -arch=sm_75")):
         assert "tdsl_tc_gemm" not in s
 
 

@@ -66,10 +66,12 @@ def eligible(s: Schedule, anchor: Stage, target: Any) -> bool:
             str(anchor.op.output(0).dtype) != "float32":
         return False
     data, pack = found
-    w = pack.op.input_tensors[0] if pack.op.input_tensors else None
+    w = pack.op.input_tensors[0] if len(pack.op.input_tensors) == 1 else None
     dt = str(data.dtype)
+    # the weights must be a buffer (A's tile is copied from memory): a placeholder or a
+    # stage of its own kernel, not an expression inlined into the packing
     return dt in DTYPES and str(pack.op.output(0).dtype) == dt and w is not None and \
-        str(w.dtype) == dt and not s[data].is_output
+        str(w.dtype) == dt and (s[w].is_placeholder or not is_inlined(s[w]))
 
 
 def schedule_tc_conv(s: Schedule, anchor: Stage, out: Stage, target: Any) -> set:
@@ -78,8 +80,8 @@ def schedule_tc_conv(s: Schedule, anchor: Stage, out: Stage, target: Any) -> set
     if not eligible(s, anchor, target) or _anchor_axes(s, out, anchor) != [0, 2, 3, 1]:
         return set()      # the epilogue must read the NHWC product at NCHW's (n, y, x, co)
     data, pack = _inputs(s, anchor)
-    for st in (s[data], pack):
-        if not st.is_placeholder and not is_inlined(st):
+    for st in (s[data], pack):     # the padding and the packing: part of the gather / A
+        if stage_kind(st) in (OpKind.PAD, OpKind.PACK) and not is_inlined(st):
             st.compute_inline()
     n, co, y, x = out.op.axis
     pix = out.fuse(y, x)
