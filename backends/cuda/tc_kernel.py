@@ -195,7 +195,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   for (int j = 0; j < GC; ++j) g_in[j] = GB && col_ok(lane + 32 * j);
   auto gather_tile = [&](int st, int kt, bool whole) {
     const long long k0 = (long long)kt * BK;
-#pragma unroll
+#pragma unroll 8            // the swizzle's period: constant offsets, fewer registers live
     for (int i = 0; i < GR; ++i) {
       const int r = warp * GR + i;
       const bool in = whole || k0 + r < K;

@@ -75,6 +75,7 @@ def test_conv_matches_torch_with_symbolic_batch(c, h, w, o, k, stride, pad, dt):
     N = td.var("N")
     f, _ = _conv(N, c, h, w, o, k, stride, pad, dt)
     _check_tc(f.get_source())
+    assert ", 64, 128, 32, 64, 4," in f.get_source()     # a symbolic batch: the 4-warp tile
     g = np.random.default_rng(c * 100 + o)
     wt = _rand(g, (o, c, k, k), dt)
     for n in (1, 3):
@@ -90,6 +91,7 @@ def test_dilation_and_relu_input_in_the_gather():
     """Dilation 2 (the taps 2 apart) and a ReLU of the input inlined into the gather."""
     f, _ = _conv(2, 4, 11, 10, 8, 3, 1, 2, "float16", dilation=2, relu_input=True)
     _check_tc(f.get_source())
+    assert ", 64, 64, 32, 64, 4," in f.get_source()      # 2 blocks: the 2-warp tile
     g = np.random.default_rng(13)
     d, wt = _rand(g, (2, 4, 11, 10), "float16"), _rand(g, (8, 4, 3, 3), "float16")
     ref = _reference(np.maximum(d, 0), wt, 1, 2, dilation=2)
@@ -114,6 +116,14 @@ def test_bias_relu_and_cast_epilogue():
     ref = np.maximum(_reference(d, wt, 1, 1, b), 0).astype("float16")
     np.testing.assert_allclose(out.astype("float32"), ref.astype("float32"), rtol=2e-3,
                                atol=2e-3)
+
+
+def test_tile_choice_fills_the_gpu():
+    from tdsl.ops.schedules.cuda_tc_conv import CONFIG, SMALL, choose
+    assert choose(1, 64, 56, 56) == SMALL          # 25 blocks of 64 x 128 -> 49 of 64 x 64
+    assert choose(8, 64, 56, 56) == CONFIG         # 200 blocks
+    assert choose(None, 64, 56, 56) == CONFIG      # a symbolic batch: planned as a large one
+    assert SMALL.error() is None and CONFIG.error() is None
 
 
 def test_other_convs_keep_the_simt_schedule():

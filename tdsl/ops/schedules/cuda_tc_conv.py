@@ -16,7 +16,8 @@ mma fragments are loaded from.  The epilogue (the NCHW store, bias, activation, 
 on the accumulator registers.
 
 The tile is 64 channels x 128 pixels (4 warps of 32 x 64): ResNet layers have 64 to 512
-output channels, and the gather's loads add registers to the 128-row tile's 232+.
+output channels, and the gather's loads add registers to the 128-row tile's 232+.  Where
+that grid would leave most SMs idle (batch 1, sizes known), 64 x 64 (2 warps): ``choose``.
 Anything else (groups, HWIO weights, fp32, fp16 accumulation, sm < 80) keeps the SIMT
 implicit GEMM (``cuda_conv.py``).
 """
@@ -32,8 +33,13 @@ from .cuda_tc import DTYPES, PRAGMA, _anchor_axes
 from .graph import is_inlined, stage_kind
 from .tc_config import TcConfig
 
-#: The block tile (64 output channels x 128 pixels, 4 warps of 32 x 64).
+#: The block tile (64 output channels x 128 pixels, 4 warps of 32 x 64) ...
 CONFIG = TcConfig(64, 128, 32, 64, 4)
+#: ... or 64 x 64 (2 warps) where that leaves the grid under ``FILL_BLOCKS`` blocks
+#: (batch-1 ResNet layers: 25 blocks at 64 x 56^2); a symbolic batch takes ``CONFIG``.
+SMALL = TcConfig(64, 64, 32, 64, 4)
+#: Blocks a launch should have to use the GPU's SMs (an H100 has 132).
+FILL_BLOCKS = 128
 GATHER_PRAGMA = "tdsl_tc_gather_b"
 
 
@@ -74,6 +80,22 @@ def eligible(s: Schedule, anchor: Stage, target: Any) -> bool:
         str(w.dtype) == dt and (s[w].is_placeholder or not is_inlined(s[w]))
 
 
+def _const(e: Any) -> "int | None":
+    v = getattr(e, "value", None)
+    return int(v) if isinstance(v, int) else None
+
+
+def choose(n: "int | None", co: "int | None", oh: "int | None",
+           ow: "int | None") -> TcConfig:
+    """The block tile: ``CONFIG``, or ``SMALL`` where every size is known and ``CONFIG``'s
+    grid has fewer than ``FILL_BLOCKS`` blocks (a batch-1 layer's blocks each run the
+    whole k loop serially: twice the blocks, half the time, while SMs are idle)."""
+    if None in (n, co, oh, ow):
+        return CONFIG
+    blocks = n * -(-co // CONFIG.bm) * -(-(oh * ow) // CONFIG.bn)
+    return SMALL if blocks < FILL_BLOCKS else CONFIG
+
+
 def schedule_tc_conv(s: Schedule, anchor: Stage, out: Stage, target: Any) -> set:
     """The module docstring's loop nest for ``anchor`` computed in ``out``'s kernel; the
     stages done (none where ``eligible`` says no)."""
@@ -84,9 +106,10 @@ def schedule_tc_conv(s: Schedule, anchor: Stage, out: Stage, target: Any) -> set
         if stage_kind(st) in (OpKind.PAD, OpKind.PACK) and not is_inlined(st):
             st.compute_inline()
     n, co, y, x = out.op.axis
+    cfg = choose(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
     pix = out.fuse(y, x)
-    bi, ii = out.split(co, factor=CONFIG.bm)
-    bj, jj = out.split(pix, factor=CONFIG.bn)
+    bi, ii = out.split(co, factor=cfg.bm)
+    bj, jj = out.split(pix, factor=cfg.bn)
     out.reorder(n, bi, bj, jj, ii)
     out.bind(n, thread_axis("blockIdx.z"))
     out.bind(bi, thread_axis("blockIdx.y"))
@@ -95,6 +118,6 @@ def schedule_tc_conv(s: Schedule, anchor: Stage, out: Stage, target: Any) -> set
     anchor.set_scope("local")
     anchor.compute_at(out, ii)
     anchor.fuse(*anchor.op.reduce_axis)
-    out.pragma(ii, PRAGMA, CONFIG.key())
+    out.pragma(ii, PRAGMA, cfg.key())
     out.pragma(ii, GATHER_PRAGMA, 1)
     return {anchor, out, pack}
