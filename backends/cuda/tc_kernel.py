@@ -119,9 +119,8 @@ CHUNK = r"""
 // the B operand of a GEMM whose B tile is copied from global memory (no gather lambda)
 template <typename T> struct tdsl_tc_no_gather {
   __device__ __forceinline__ T operator()(long long, long long) const { return T{}; } };
-template <typename F> struct tdsl_tc_gathers { static constexpr bool value = true; };
-template <typename T> struct tdsl_tc_gathers<tdsl_tc_no_gather<T>> {
-  static constexpr bool value = false; };
+template <typename F> struct tdsl_tc_gathers { enum { value = 1 }; };
+template <typename T> struct tdsl_tc_gathers<tdsl_tc_no_gather<T>> { enum { value = 0 }; };
 // one 16-byte chunk (8 elements) of a tile: first/last: its first/last element is inside
 // the matrix; ok(e): element e is
 template <typename T, typename PS, typename PG, typename F>
@@ -143,7 +142,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   // GB (a b_val lambda given): B's tile (row layout) is gathered element by element,
   // b_val(k, col) its value at k and the block-local column (zero fill outside): thread
   // tid fills column tid of every k row, so a warp reads 32 consecutive columns
-  constexpr bool GB = tdsl_tc_gathers<FG>::value;
+  constexpr bool GB = tdsl_tc_gathers<FG>::value != 0;
   static_assert(!GB || BROW, "a gathered B tile has the row layout");
   constexpr int BK = 32, KS = BK / 16, A_ELEMS = BM * BK, STAGE = A_ELEMS + BK * BN;
   constexpr int PA_N = BM * 4 / BN, CB = BN / 8, MT = WM / 16, NT = WN / 8, NP = WN / 16;
