@@ -140,8 +140,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
                                              FG b_val = FG()) {
   // BN threads; BN / 32 warps in a (BM / WM) x (BN / WN) grid, each WM x WN outputs.
   // GB (a b_val lambda given): B's tile (row layout) is gathered element by element,
-  // b_val(k, col) its value at k and the block-local column (zero fill outside): thread
-  // tid fills column tid of every k row, so a warp reads 32 consecutive columns
+  // b_val(k, col) its value at k and the block-local column (gather_tile below)
   constexpr bool GB = tdsl_tc_gathers<FG>::value != 0;
   static_assert(!GB || BROW, "a gathered B tile has the row layout");
   constexpr int BK = 32, KS = BK / 16, A_ELEMS = BM * BK, STAGE = A_ELEMS + BK * BN;
@@ -206,13 +205,11 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
       }
     }
   };
-  auto gather_whole = [&](int st, int kt) { gather_tile(st, kt, true); };
-  auto gather_any = [&](int st, int kt) { gather_tile(st, kt, false); };
   auto load_fast = [&](int st, int kt) {
 #pragma unroll
     for (int p = 0; p < PA_N; ++p) tdsl_tc_cp16(sm, st + sa_w + p * (BN / 4 * 32), ga + p * ra);
     if (GB) {
-      gather_whole(st, kt);
+      gather_tile(st, kt, true);      // a whole k tile: no k guard
     } else {
 #pragma unroll
       for (int p = 0; p < 4; ++p)
@@ -231,7 +228,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
                        in && kc < K, in && kc + 7 < K, [&](int e) { return in && kc + e < K; });
     }
     if (GB) {
-      gather_any(st, kt);
+      gather_tile(st, kt, false);
       return;
     }
     for (int p = 0; p < 4; ++p) {

@@ -128,18 +128,19 @@ def test_tile_choice_fills_the_gpu():
 
 def test_other_convs_keep_the_simt_schedule():
     """fp32, fp16 accumulation, groups, HWIO weights, weights computed by an expression
-    (inlined: A would not be a buffer) and sm < 80 keep today's default."""
+    (inlined: A would not be a buffer), a one-deep reduction (1 channel, 1x1: no k loop)
+    and sm < 80 keep today's default."""
     def src(dt="float16", target="cuda", groups=1, out_dtype="float32", kl=None,
-            scaled=False):
-        D = td.placeholder((1, 8, 10, 10), dt, name="D")
-        shape = (3, 3, 8 // groups, 8) if kl == "HWIO" else (8, 8 // groups, 3, 3)
+            scaled=False, c=8, k=3):
+        D = td.placeholder((1, c, 10, 10), dt, name="D")
+        shape = (k, k, c // groups, 8) if kl == "HWIO" else (8, c // groups, k, k)
         W = td.placeholder(shape, dt, name="W")
         w = ops.multiply(W, W) if scaled else W
-        C = ops.conv2d(D, w, padding=1, groups=groups, out_dtype=out_dtype, kernel_layout=kl)
+        C = ops.conv2d(D, w, padding=k // 2, groups=groups, out_dtype=out_dtype, kernel_layout=kl)
         return td.build(ops.schedule(C, target), [D, W, C], target=target).get_source()
     assert "tc_b_val" in src()
     for s in (src("float32", out_dtype=None), src(out_dtype=None), src(groups=2),
-              src(kl="HWIO"), src(scaled=True), src(target="cuda -arch=sm_75")):
+              src(kl="HWIO"), src(scaled=True), src(c=1, k=1), src(target="cuda -arch=sm_75")):
         assert "tdsl_tc_gemm" not in s
 
 

@@ -76,13 +76,31 @@ def eligible(s: Schedule, anchor: Stage, target: Any) -> bool:
     dt = str(data.dtype)
     # the weights must be a buffer (A's tile is copied from memory): a placeholder or a
     # stage of its own kernel, not an expression inlined into the packing
-    return dt in DTYPES and str(pack.op.output(0).dtype) == dt and w is not None and \
-        str(w.dtype) == dt and (s[w].is_placeholder or not is_inlined(s[w]))
+    if not (dt in DTYPES and str(pack.op.output(0).dtype) == dt and w is not None and
+            str(w.dtype) == dt and (s[w].is_placeholder or not is_inlined(s[w]))):
+        return False
+    # k's loop must exist (one of extent 1 is lowered away), and the gather's k arithmetic
+    # is 32-bit: the image's (padded) input and the weights under 2^31 elements
+    k = _prod([r.dom.extent for r in anchor.op.reduce_axis])
+    image = _prod(list(data.shape[1:]))
+    weights = _prod(list(w.shape))
+    return None not in (k, image, weights) and k > 1 and max(image, weights) < 2 ** 31
 
 
 def _const(e: Any) -> "int | None":
     v = getattr(e, "value", None)
     return int(v) if isinstance(v, int) else None
+
+
+def _prod(extents: list) -> "int | None":
+    """The product of constant extents, None if one is not constant."""
+    out = 1
+    for e in extents:
+        c = _const(e)
+        if c is None:
+            return None
+        out *= c
+    return out
 
 
 def choose(n: "int | None", co: "int | None", oh: "int | None",
