@@ -10,16 +10,17 @@ into tiles of ``bn`` columns (``threadIdx.x``), its channels into tiles of ``bm`
 serial loop marked ``pragma tdsl_tc_gemm``), the three reduction loops fused into one k loop,
 the padding and the weights' packing inlined, and marks the row loop ``pragma
 tdsl_tc_gather_b``: the backend (``tc_gemm.py``) then fills B's tile element by element from
-the body's own expression of (k, column) (the padding guard included), each thread one
-column of the tile (a warp reads consecutive pixels), into the same swizzled shared tile the
-mma fragments are loaded from.  The epilogue (the NCHW store, bias, activation, cast) runs
+the body's own expression of (k, column) (the padding guard included; a warp fills whole k
+rows, its lanes reading consecutive pixels) into the same swizzled shared tile the mma
+fragments are loaded from.  The epilogue (the NCHW store, bias, activation, cast) runs
 on the accumulator registers.
 
 The tile is 64 channels x 128 pixels (4 warps of 32 x 64): ResNet layers have 64 to 512
 output channels, and the gather's loads add registers to the 128-row tile's 232+.  Where
 that grid would leave most SMs idle (batch 1, sizes known), 64 x 64 (2 warps): ``choose``.
-Anything else (groups, HWIO weights, fp32, fp16 accumulation, sm < 80) keeps the SIMT
-implicit GEMM (``cuda_conv.py``).
+Anything else (groups, HWIO or computed weights, fp32, fp16 accumulation, a one-deep
+reduction, sizes past 32-bit index arithmetic, sm < 80) keeps the SIMT implicit GEMM
+(``cuda_conv.py``).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
 
 from ..tags import OpKind
-from .cuda_tc import DTYPES, PRAGMA, _anchor_axes
+from .cuda_tc import DTYPES, PRAGMA
+from .cuda_tc import _anchor_axes as anchor_axes
 from .graph import is_inlined, stage_kind
 from .tc_config import TcConfig
 
@@ -117,7 +119,7 @@ def choose(n: "int | None", co: "int | None", oh: "int | None",
 def schedule_tc_conv(s: Schedule, anchor: Stage, out: Stage, target: Any) -> set:
     """The module docstring's loop nest for ``anchor`` computed in ``out``'s kernel; the
     stages done (none where ``eligible`` says no)."""
-    if not eligible(s, anchor, target) or _anchor_axes(s, out, anchor) != [0, 2, 3, 1]:
+    if not eligible(s, anchor, target) or anchor_axes(s, out, anchor) != [0, 2, 3, 1]:
         return set()      # the epilogue must read the NHWC product at NCHW's (n, y, x, co)
     data, pack = _inputs(s, anchor)
     for st in (s[data], pack):     # the padding and the packing: part of the gather / A
