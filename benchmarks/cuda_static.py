@@ -114,6 +114,11 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
         K = td.placeholder((512, 512, 3, 3), name="K")
         return [D, K], ops.conv2d(D, K, padding=1)
 
+    def conv2d_fp16():          # a ResNet layer on tensor cores: an implicit GEMM, B gathered
+        D = td.placeholder((1, 64, 56, 56), "float16", name="D")
+        K = td.placeholder((64, 64, 3, 3), "float16", name="K")
+        return [D, K], ops.conv2d(D, K, padding=1, out_dtype="float32")
+
     def softmax():
         X = td.placeholder((4096, 1024), name="X")
         return [X], ops.softmax(X)
@@ -140,6 +145,7 @@ def _workloads() -> dict[str, Callable[[], tuple[list, Any]]]:
             "batch_matmul": batch_matmul, "conv2d": conv2d,
             "conv2d_s2": conv2d_s2, "matmul_tail": matmul_tail, "matmul_odd": matmul_odd,
             "dense_small_m": dense_small_m, "conv2d_tail": conv2d_tail, "conv2d_late": conv2d_late,
+            "conv2d_fp16": conv2d_fp16,
             "softmax": softmax, "layernorm": layernorm, "attention": attention,
             "attention_fp16_mask": attention_fp16_mask, "elementwise": elementwise}
 

@@ -7,8 +7,9 @@ Cases (``cases()``): matmul fp32 (TF32 off on both sides), fp16 and bf16 (tdsl a
 and stores fp32; PyTorch's half-precision matmul accumulates fp32 and stores the input
 dtype) at 1024, 2048, 4096 and 8192; the 3x3 convolutions of ResNet-50's four stages
 (batch 1), and at 64x56x56 batch 8, stride 2 (-> 128 channels) and a 1x1 (256 -> 1024 at
-14x14); softmax and layernorm of 4096 x 1024; attention (1 x 12 heads x 1024 x 64, not
-causal and causal).  Each case is checked first (against PyTorch in fp32 from the same
+14x14), and fp16 3x3 ones (tensor cores; fp32 accumulation and output, cuDNN in fp16);
+softmax and layernorm of 4096 x 1024; attention (1 x 12 heads x 1024 x 64, not causal and
+causal).  Each case is checked first (against PyTorch in fp32 from the same
 inputs); the contenders are then timed interleaved (CUDA events around a loop of launches:
 tdsl's time_evaluator replays a captured CUDA graph) and the medians compared.  Prints one
 row per case as it finishes (time per call, tdsl / PyTorch, tdsl TFLOP/s) and a last line
@@ -58,18 +59,24 @@ def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callab
                 lambda x, y: x.float() @ y.float(), tol, 2 * n ** 3)
 
     def case_conv(c: int, hw: int, n: int = 1, co: "int | None" = None, ks: int = 3,
-                  stride: int = 1):
+                  stride: int = 1, dtype: str = "float32"):
+        # fp16: tdsl's tensor-core implicit GEMM (fp32 accumulation and output) against
+        # cuDNN in fp16 (timed) and in fp32 on the same inputs (checked)
         co = co or c
         pad = ks // 2
-        D = td.placeholder((n, c, hw, hw), name="D")
-        K = td.placeholder((co, c, ks, ks), name="K")
-        d = torch.randn(n, c, hw, hw, device=dev)
-        k = torch.randn(co, c, ks, ks, device=dev)
+        D = td.placeholder((n, c, hw, hw), dtype, name="D")
+        K = td.placeholder((co, c, ks, ks), dtype, name="K")
+        tdt = getattr(torch, dtype)
+        d = torch.randn(n, c, hw, hw, device=dev).to(tdt)
+        k = torch.randn(co, c, ks, ks, device=dev).to(tdt)
         conv = torch.nn.functional.conv2d
         fn = lambda d, k: conv(d, k, stride=stride, padding=pad)  # noqa: E731
+        ref = lambda d, k: conv(d.float(), k.float(), stride=stride, padding=pad)  # noqa: E731
         ohw = (hw + 2 * pad - ks) // stride + 1
-        return ([D, K], ops.conv2d(D, K, stride=stride, padding=pad), [d, k], [d, k], fn, fn,
-                1e-3, 2 * n * co * c * ks * ks * ohw * ohw)
+        half = dtype != "float32"
+        C = ops.conv2d(D, K, stride=stride, padding=pad, out_dtype="float32" if half else None)
+        return ([D, K], C, [d, k], [d, k], fn, ref, 1e-2 if half else 1e-3,
+                2 * n * co * c * ks * ks * ohw * ohw)
 
     def case_softmax():
         X = td.placeholder((4096, 1024), name="X")
@@ -109,6 +116,10 @@ def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callab
     out["conv2d 8x64x56x56 3x3"] = lambda: case_conv(64, 56, n=8)
     out["conv2d 64x56x56 3x3 s2 ->128"] = lambda: case_conv(64, 56, co=128, stride=2)
     out["conv2d 256x14x14 1x1 ->1024"] = lambda: case_conv(256, 14, co=1024, ks=1)
+    # fp16 on tensor cores (the implicit GEMM of ops/schedules/cuda_tc_conv.py)
+    out["conv2d 64x56x56 3x3 fp16"] = lambda: case_conv(64, 56, dtype="float16")
+    out["conv2d 8x64x56x56 3x3 fp16"] = lambda: case_conv(64, 56, n=8, dtype="float16")
+    out["conv2d 256x14x14 3x3 fp16"] = lambda: case_conv(256, 14, dtype="float16")
     out["softmax 4096x1024"] = case_softmax
     out["layernorm 4096x1024"] = case_layernorm
     out["attention 12x1024x64"] = lambda: case_attention(False)

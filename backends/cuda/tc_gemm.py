@@ -26,6 +26,16 @@ kernel checks 16-byte alignment of both operands and their row strides once; whe
 fails (e.g. K = 100 halves: 200-byte rows) the tiles are filled element by element with
 plain loads (same ldmatrix/mma path), and chunks that straddle a tail are filled that
 way too; chunks wholly outside the matrix are zero-filled in shared memory.
+
+A second pragma on the row loop, ``tdsl_tc_gather_b`` (the fp16/bf16 conv2d default,
+``ops/schedules/cuda_tc_conv.py``), makes B a gather: any fp16/bf16 expression of k and
+the column (the implicit im2col of a padded NCHW input: a load under the padding guard,
+its indices div/mod of the fused reduction and pixel loops by constants).  It is rendered
+as the lambda ``tc_b_val(k, col)`` (``int`` arguments in their ranges, so that arithmetic
+is 32-bit ``/`` and ``%`` of non-negative values) and the kernel fills B's row-layout tile
+element by element with it (``tc_kernel.py``); A must then be a load whose flat offset, the
+fused loops' div/mod merged back (``vectorize.merge_div_mod``), steps by 1 along k and by a
+constant along the row (OIHW weights: ``o * C KH KW + k``).
 """
 from __future__ import annotations
 
@@ -41,6 +51,8 @@ from tdsl.visitor import free_vars, substitute, transform
 from tdsl.ops.schedules.tc_config import TcConfig, parse
 
 PRAGMA = "pragma_tdsl_tc_gemm"
+#: A second pragma on the same loop: B is gathered element-wise (``TcPlan.gather``).
+GATHER_PRAGMA = "pragma_tdsl_tc_gather_b"
 _DTYPES = {"float16": "tdsl_half", "bfloat16": "tdsl_bf16"}
 
 
@@ -59,6 +71,11 @@ class TcPlan:
     acc: Any                  # the accumulator buffer (local)
     dtype: str                # "float16" | "bfloat16"
     cfg: TcConfig             # the tile shape (the pragma's value)
+    #: B as a gather (pragma ``tdsl_tc_gather_b``): any fp16/bf16 expression of k and the
+    #: column (an implicit im2col: a padded input's guarded load), filled element-wise into
+    #: the row-layout B tile; ``b`` is then that expression and A's offset is checked
+    #: (and rendered) as its flat offset with fused loops' div/mod merged back
+    gather: Optional[Expr] = None
 
     @property
     def smem_bytes(self) -> int:
@@ -188,10 +205,12 @@ def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
     if not (isinstance(val, Add) and isinstance(val.a, BufferLoad) and val.a.buffer is acc
             and isinstance(val.b, Mul)):
         raise _fail(kernel, "must accumulate acc = acc + float(A) * float(B)")
+    k, row, col = kloop.var, loop.var, tx.var
+    if GATHER_PRAGMA in loop.annotations:
+        return _gather_plan(kernel, loop, tx.var, kloop, val.b, leaves, at, conds, acc, cfg)
     x, y = _operand(val.b.a), _operand(val.b.b)
     if x is None or y is None or str(x.dtype) != str(y.dtype):
         raise _fail(kernel, "must multiply two float16 or two bfloat16 loads")
-    k, row, col = kloop.var, loop.var, tx.var
     a, b = (x, y) if _uses(x.indices, row) else (y, x)
     if _uses(a.indices, col) or _uses(b.indices, row) or not _uses(a.indices, row) or \
             not _uses(b.indices, col):
@@ -210,6 +229,15 @@ def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
             raise _fail(kernel, f"reads '{load.buffer.name}' at {list(load.indices)!r}, not affine "
                                 f"in the row, column and k (the kernel steps its addresses by "
                                 f"constant strides)")
+    epilogue = _rest(kernel, leaves, at, conds, acc, row, k)
+    return TcPlan(loop, tx.var, kloop, a, b, b_row, list(conds), epilogue, acc, str(a.dtype),
+                  cfg)
+
+
+def _rest(kernel: str, leaves: list, at: int, conds: list, acc: Any, row: Var,
+          k: Var) -> list:
+    """The epilogue (the leaves after the k loop), after checking the accumulation guards
+    (the column only) and that the leaves before the k loop only zero the accumulator."""
     for c in conds:
         if _uses(c, row) or _uses(c, k):
             raise _fail(kernel, f"has an accumulation guard that depends on the row or k: {c!r}")
@@ -221,8 +249,55 @@ def find_plan(root: Stmt, kernel: str) -> Optional[TcPlan]:
     for _, s in epilogue:
         if not isinstance(s, BufferStore) or _uses(s, k):
             raise _fail(kernel, "must end with stores after the k loop")
-    return TcPlan(loop, tx.var, kloop, a, b, b_row, list(conds), epilogue, acc, str(a.dtype),
-                  cfg)
+    return epilogue
+
+
+def _gather_plan(kernel: str, loop: For, col: Var, kloop: For, prod: Mul, leaves: list,
+                 at: int, conds: list, acc: Any, cfg: TcConfig) -> TcPlan:
+    """The plan of a body whose B is a gather (``TcPlan.gather``): A a load whose flat
+    offset, fused loops' div/mod merged back, steps by 1 along k and by a constant along
+    the row; B any fp16/bf16 expression of k and the column, not of the row."""
+    row, k = loop.var, kloop.var
+    x, y = _strip(prod.a), _strip(prod.b)
+    if x is None or y is None or str(x.dtype) != str(y.dtype):
+        raise _fail(kernel, "must multiply two float16 or two bfloat16 values")
+    a, b = (x, y) if _uses(x, row) else (y, x)
+    if not isinstance(a, BufferLoad) or _uses(a, col) or _uses(b, row) or \
+            not _uses(b, col) or not _uses(b, k):
+        raise _fail(kernel, "must read A (a load) by row and k, gather B by k and column")
+    off = a_offset(a)
+    from tdsl.arith import Analyzer
+    ana = Analyzer()
+    dk = ana.simplify(substitute(off, {k: k + Const(1, k.dtype)}) - off)
+    dr = ana.simplify(substitute(off, {row: row + Const(1, row.dtype)}) - off)
+    if not (isinstance(dk, Const) and dk.value == 1) or _uses(dr, row) or _uses(dr, k):
+        raise _fail(kernel, f"reads '{a.buffer.name}' at {list(a.indices)!r}, not contiguous "
+                            f"along k with a constant row stride")
+    epilogue = _rest(kernel, leaves, at, conds, acc, row, k)
+    return TcPlan(loop, col, kloop, a, a, True, list(conds), epilogue, acc, str(a.dtype), cfg,
+                  gather=b)
+
+
+def _strip(e: Expr) -> "Optional[Expr]":
+    """An fp16/bf16 operand under its float32 cast, None for anything else."""
+    if isinstance(e, Cast) and str(e.dtype) == "float32":
+        e = e.value
+    return e if str(e.dtype) in _DTYPES else None
+
+
+def a_offset(a: BufferLoad) -> Expr:
+    """The flat element offset of load ``a``, the div/mod of fused loops merged back (the
+    weights' ``[o, k // 9, k // 3 % 3, k % 3]`` is ``o * 9 C + k``)."""
+    from tdsl.arith import Analyzer
+
+    from .vectorize import merge_div_mod
+    ana = Analyzer()
+    total: Any = None
+    for ix, stride in zip(a.indices, a.buffer.effective_strides()):
+        ix = ix if str(ix.dtype) == "int64" else Cast(ix, "int64")
+        term = ix if isinstance(stride, Const) and stride.value == 1 else ix * stride
+        total = term if total is None else total + term
+    return merge_div_mod(ana.simplify(total), ana)
 
 
 def _affine(indices: Any, vs: tuple) -> bool:
@@ -251,6 +326,20 @@ def _replace_acc(e: Any, acc: Any, value: Var) -> Any:
                      else None)
 
 
+def _render_gather(r: Any, plan: TcPlan, sub: dict, v_k: Var, v_c: Var, ctype: str) -> None:
+    """The lambda ``tc_b_val(k, col)``: the gathered B's value.  k and the column are
+    ``int`` in their ranges (``[0, K)``, the tile's columns), so the div/mod of fused loops
+    by constants render as 32-bit ``/`` and ``%`` of non-negative values where their
+    operands are (not the floor helpers on 64 bits)."""
+    from tdsl.tensor import Range
+    zero = Const(0, "int64")
+    with r.ana.bind(v_k, Range(zero, plan.k.extent)), \
+            r.ana.bind(v_c, Range(zero, Const(plan.cfg.bn, "int64"))), \
+            r.names.scoped(v_k, "tc_k") as nk, r.names.scoped(v_c, "tc_col") as nc:
+        r.emit(f"auto tc_b_val = [&](int {nk}, int {nc}) -> {ctype} "
+               f"{{ return {r.expr(substitute(plan.gather, sub))}; }};")
+
+
 def render(r: Any, plan: TcPlan) -> None:
     """Emit the microkernel call for ``plan`` in place of its loop (``r``: KernelRenderer)."""
     r.helpers.add("tc_gemm")
@@ -260,8 +349,12 @@ def render(r: Any, plan: TcPlan) -> None:
     v_r, v_c, v_k = (Var(n, "int64") for n in ("tc_row", "tc_col", "tc_k"))
     v_acc = Var("tc_v", "float32")
     sub = {plan.loop.var: v_r, plan.tx: v_c, plan.k.var: v_k}
-    a_off = r.flat_offset(plan.a.buffer, tuple(substitute(i, sub) for i in plan.a.indices))
-    b_off = r.flat_offset(plan.b.buffer, tuple(substitute(i, sub) for i in plan.b.indices))
+    if plan.gather is None:
+        a_off = r.flat_offset(plan.a.buffer, tuple(substitute(i, sub) for i in plan.a.indices))
+        b_off = r.flat_offset(plan.b.buffer, tuple(substitute(i, sub) for i in plan.b.indices))
+    else:
+        a_off = substitute(a_offset(plan.a), sub)
+        b_off = Const(0, "int64")
     cond: Any = None
     for c in plan.col_conds:
         c = substitute(c, sub)
@@ -276,6 +369,8 @@ def render(r: Any, plan: TcPlan) -> None:
         with r.names.scoped(v_k, "tc_k") as nk, r.names.scoped(v_c, "tc_col") as nc:
             r.emit(f"auto tc_b_off = [&](long long {nk}, long long {nc}) -> long long "
                    f"{{ return {r.expr(b_off)}; }};")
+        if plan.gather is not None:
+            _render_gather(r, plan, sub, v_k, v_c, ctype)
         with r.names.scoped(v_c, "tc_col") as nc:
             ok = "true" if cond is None else r.expr(cond)
             r.emit(f"auto tc_col_ok = [&](long long {nc}) -> bool {{ return {ok}; }};")
@@ -297,5 +392,9 @@ def render(r: Any, plan: TcPlan) -> None:
         brow = "true" if plan.b_row else "false"
         c = plan.cfg
         shape = f"{c.bm}, {c.bn}, {c.wm}, {c.wn}, {c.stages}"
-        r.emit(f"tdsl_tc_gemm<{bf16}, {brow}, {shape}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, "
-               f"tc_rows, tc_K, tc_a_off, tc_b_off, tc_col_ok, tc_epilogue);")
+        if plan.gather is None:
+            r.emit(f"tdsl_tc_gemm<{bf16}, {brow}, {shape}, {ctype}>({a_ptr}, {b_ptr}, tc_smem, "
+                   f"tc_rows, tc_K, tc_a_off, tc_b_off, tc_col_ok, tc_epilogue);")
+        else:    # B's pointer is not read (the gather lambda reads the input)
+            r.emit(f"tdsl_tc_gemm<{bf16}, true, {shape}, {ctype}>({a_ptr}, {a_ptr}, tc_smem, "
+                   f"tc_rows, tc_K, tc_a_off, tc_b_off, tc_col_ok, tc_epilogue, tc_b_val);")

@@ -42,6 +42,17 @@ chunk passes; the row-layout B swizzle needs BN >= 64).  Below, the default shap
   one wholly outside is zeroed in shared memory; anything else is filled element by
   element (plain loads, zero outside).  K need not be a multiple of 32 or of 8.
 
+* Gathered B (a ``b_val(k, col)`` lambda as the last argument: the tensor-core conv2d's
+  implicit im2col, ``tc_gemm.py``): B's tile keeps the row layout and its swizzle but is
+  filled element by element with plain loads and stores, warp w taking k rows
+  ``w * GR .. w * GR + GR - 1`` (GR = 8 for BN = 128) and lane l columns ``l + 32 j``: a
+  warp reads 32 consecutive columns (pixels: coalesced where they are consecutive in the
+  input), and the lambda's arithmetic on k (the tap's channel, row and column) is done once
+  per row for the lane's BN / 32 columns.  Whole k tiles are filled unrolled (constant shared
+  offsets), the k tail with a ``k < K`` guard; columns outside ``col_ok`` are zero.  A keeps
+  its 16-byte ``cp.async`` copies.  Without the lambda (``tdsl_tc_no_gather``, the matmul
+  path) this code is compiled out: the GEMM kernel is unchanged.
+
 Device-only pieces are under ``#ifndef TDSL_EMULATION``; the emulator's ``emu_tc.h``
 defines the same primitives with the documented fragment semantics.
 """
@@ -105,6 +116,11 @@ __device__ __forceinline__ void tdsl_tc_ldsm_x4_t(unsigned (&r)[4], unsigned sm,
 #endif"""
 
 CHUNK = r"""
+// the B operand of a GEMM whose B tile is copied from global memory (no gather lambda)
+template <typename T> struct tdsl_tc_no_gather {
+  __device__ __forceinline__ T operator()(long long, long long) const { return T{}; } };
+template <typename F> struct tdsl_tc_gathers { enum { value = 1 }; };
+template <typename T> struct tdsl_tc_gathers<tdsl_tc_no_gather<T>> { enum { value = 0 }; };
 // one 16-byte chunk (8 elements) of a tile: first/last: its first/last element is inside
 // the matrix; ok(e): element e is
 template <typename T, typename PS, typename PG, typename F>
@@ -118,10 +134,15 @@ __device__ __forceinline__ void tdsl_tc_chunk(PS sm, int soff, PG g, long long g
 KERNEL = r"""
 template <bool BF16, bool BROW, int BM, int BN, int WM, int WN, int ST, typename T,
           typename PA, typename PB, typename PS, typename FA, typename FB, typename FC,
-          typename FE>
+          typename FE, typename FG = tdsl_tc_no_gather<T>>
 __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows, long long K,
-                                             FA a_off, FB b_off, FC col_ok, FE epilogue) {
-  // BN threads; BN / 32 warps in a (BM / WM) x (BN / WN) grid, each WM x WN outputs
+                                             FA a_off, FB b_off, FC col_ok, FE epilogue,
+                                             FG b_val = FG()) {
+  // BN threads; BN / 32 warps in a (BM / WM) x (BN / WN) grid, each WM x WN outputs.
+  // GB (a b_val lambda given): B's tile (row layout) is gathered element by element,
+  // b_val(k, col) its value at k and the block-local column (gather_tile below)
+  constexpr bool GB = tdsl_tc_gathers<FG>::value != 0;
+  static_assert(!GB || BROW, "a gathered B tile has the row layout");
   constexpr int BK = 32, KS = BK / 16, A_ELEMS = BM * BK, STAGE = A_ELEMS + BK * BN;
   constexpr int PA_N = BM * 4 / BN, CB = BN / 8, MT = WM / 16, NT = WN / 8, NP = WN / 16;
   constexpr int NB = BROW ? (NP < 4 ? NP : 4) : KS, LAST = (ST - 1) * STAGE;
@@ -133,15 +154,16 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   const long long a0 = a_off(0, 0), sa = a_off(1, 0) - a0;      // A: row stride
   const long long b0 = b_off(0, 0);
   const long long sb = BROW ? b_off(1, 0) - b0 : b_off(0, 1) - b0;  // B: k or column stride
-  const bool vec = sa % 8 == 0 && sb % 8 == 0 &&
+  const bool vec = sa % 8 == 0 && (GB || sb % 8 == 0) &&
                    ((unsigned long long)(A + a0) & 15) == 0 &&
-                   ((unsigned long long)(B + b0) & 15) == 0;
+                   (GB || ((unsigned long long)(B + b0) & 15) == 0);
   // this thread's chunks: A rows (tid >> 2) + BN / 4 p, chunk tid & 3; B likewise (column
   // layout) or k rows tid / CB + 8 p, chunk tid % CB (row layout).  Their swizzle does not
   // depend on p (BN / 4 and 8 are multiples of the swizzle period), so chunk p of a stage
   // is at the thread's offset sa_w / sb_w plus a constant.
   const int bc = BROW ? (tid % CB) * 8 : 0;
-  const bool b_first = BROW ? col_ok(bc) : true, b_last = BROW ? col_ok(bc + 7) : true;
+  const bool b_first = BROW && !GB ? col_ok(bc) : true;
+  const bool b_last = BROW && !GB ? col_ok(bc + 7) : true;
   bool fast = vec && b_first && b_last;
 #pragma unroll
   for (int p = 0; p < PA_N; ++p) fast = fast && (tid >> 2) + BN / 4 * p < rows;
@@ -160,12 +182,39 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
   PA ga = A + (a0 + r0 * sa + c0 * 8);
   PB gb = BROW ? B + (b0 + (tid / CB) * sb + bc) : B + (b0 + r0 * sb + c0 * 8);
   const long long ra = BN / 4 * sa, rb = BROW ? 8 * sb : BN / 4 * sb;
-  auto load_fast = [&](int st) {
+  // the gathered B tile: warp w fills k rows w GR .. w GR + GR - 1, lane l columns l + 32 j
+  // of each (a warp reads 32 consecutive columns; the k row is the warp's, so b_val's
+  // arithmetic on k is shared by the lane's BN / 32 columns); element (r, c) at
+  // r BN + (c ^ 8 (r % 8)) (the row layout's swizzle: chunk c / 8 at chunk c / 8 ^ r % 8);
+  // zero past K and the columns
+  constexpr int GR = GB ? BK * 32 / BN : 1, GC = BN / 32;
+  bool g_in[GC];
+#pragma unroll
+  for (int j = 0; j < GC; ++j) g_in[j] = GB && col_ok(lane + 32 * j);
+  auto gather_tile = [&](int st, int kt, bool whole) {
+    const long long k0 = (long long)kt * BK;
+#pragma unroll 8            // the swizzle's period: constant offsets, fewer registers live
+    for (int i = 0; i < GR; ++i) {
+      const int r = warp * GR + i;
+      const bool in = whole || k0 + r < K;
+#pragma unroll
+      for (int j = 0; j < GC; ++j) {
+        const int c = lane + 32 * j;
+        tdsl_tc_st(smp, st + A_ELEMS + r * BN + (c ^ ((r & 7) << 3)),
+                   in && g_in[j] ? (T)b_val(k0 + r, c) : T{});
+      }
+    }
+  };
+  auto load_fast = [&](int st, int kt) {
 #pragma unroll
     for (int p = 0; p < PA_N; ++p) tdsl_tc_cp16(sm, st + sa_w + p * (BN / 4 * 32), ga + p * ra);
+    if (GB) {
+      gather_tile(st, kt, true);      // a whole k tile: no k guard
+    } else {
 #pragma unroll
-    for (int p = 0; p < 4; ++p)
-      tdsl_tc_cp16(sm, st + sb_w + p * (BROW ? 8 * BN : BN / 4 * 32), gb + p * rb);
+      for (int p = 0; p < 4; ++p)
+        tdsl_tc_cp16(sm, st + sb_w + p * (BROW ? 8 * BN : BN / 4 * 32), gb + p * rb);
+    }
     ga = ga + BK;
     gb = gb + (BROW ? BK * sb : BK);
   };
@@ -177,6 +226,10 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
       const bool in = r < rows;
       tdsl_tc_chunk<T>(smp, st + sa_w + p * (BN / 4 * 32), A, a0 + r * sa + kc, vec,
                        in && kc < K, in && kc + 7 < K, [&](int e) { return in && kc + e < K; });
+    }
+    if (GB) {
+      gather_tile(st, kt, false);
+      return;
     }
     for (int p = 0; p < 4; ++p) {
       if (BROW) {
@@ -194,7 +247,7 @@ __device__ __forceinline__ void tdsl_tc_gemm(PA A, PB B, PS smp, long long rows,
     }
   };
   auto load = [&](int st, int kt) {
-    if (kt < KFAST) load_fast(st); else load_any(st, kt);
+    if (kt < KFAST) load_fast(st, kt); else load_any(st, kt);
   };
   // per-thread ldmatrix offsets within a stage, the swizzle folded in: A fragment (mt, kk)
   // at a_ld[kk] + 512 mt; B (np, kk) at b_ld[np % 4] + 16 BN kk + 64 (np / 4) (row layout)

@@ -271,16 +271,16 @@ def test_a_tensor_core_kernel_is_not_judged_by_the_ir_nest_it_replaces():
 #: a thread one contiguous channel range, so neighbouring lanes cannot share a sector).
 #: Attention (causal, 32 queries a block) reads Q along its rows into a
 #: shared tile, writes its output 16 bytes a lane along rows, and its score / probability
-#: tiles are padded (no bank conflict).  The tensor-core kernels (matmul_fp16,
+#: tiles are padded (no bank conflict).  The tensor-core kernels (matmul_fp16, conv2d_fp16,
 #: attention_fp16_mask) are C++ templates the IR walk does not see: their bank column is
 #: counted by emulating a small instance (ldmatrix and cp.async phases, test_cuda_tc_banks.py:
 #: 1 where g++ runs, else 0) and their global requests are not walked (0.0).
 CEILINGS = {"matmul": (1, 1.0), "matmul_fp16": (1, 1.0), "dense": (1, 1.0),
             "batch_matmul": (1, 1.0), "conv2d": (1, 2.0), "conv2d_s2": (1, 2.0),
             "matmul_tail": (1, 1.0), "matmul_odd": (1, 1.875), "dense_small_m": (1, 1.0),
-            "conv2d_tail": (1, 2.0), "conv2d_late": (1, 2.0), "softmax": (1, 1.0),
-            "layernorm": (1, 1.0), "attention": (1, 1.0), "attention_fp16_mask": (1, 1.0),
-            "elementwise": (1, 1.0)}
+            "conv2d_tail": (1, 2.0), "conv2d_late": (1, 2.0), "conv2d_fp16": (1, 1.0),
+            "softmax": (1, 1.0), "layernorm": (1, 1.0), "attention": (1, 1.0),
+            "attention_fp16_mask": (1, 1.0), "elementwise": (1, 1.0)}
 
 
 @pytest.fixture(scope="module")

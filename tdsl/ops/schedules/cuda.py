@@ -3,8 +3,10 @@
 matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tiles
 (``cuda_gemm.py``); fp16/bf16 products with fp32 accumulation the tensor-core microkernel
 on sm_80+ (``cuda_tc.py``), fp16 ones WMMA tiles before; an NCHW conv2d is an
-implicit GEMM with shared-memory tiles (``cuda_conv.py``).  Elementwise stages run
-4 consecutive outputs per thread as a vector loop (float4 where aligned).  Other root
+implicit GEMM with shared-memory tiles (``cuda_conv.py``), on the tensor-core microkernel
+for fp16/bf16 operands with fp32 accumulation on sm_80+ (``cuda_tc_conv.py``).
+Elementwise stages run 4 consecutive outputs per thread as a vector loop (float4 where
+aligned).  Other root
 stages' output loops are fused and split into blocks of threads (``blockIdx.x`` x
 ``threadIdx.x``); a reduction along rows (and softmax, the norms) is reduced across a
 warp or block per row (``cuda_reduction.py``), others serially per thread.  An anchor
@@ -22,7 +24,7 @@ from tdsl.target import Target
 from tdsl.tensor import IterVar, thread_axis
 
 from ..tags import OpKind, Pattern
-from . import cuda_conv, cuda_gemm, cuda_reduction
+from . import cuda_conv, cuda_gemm, cuda_reduction, cuda_tc_conv
 from .cuda_attention import schedule_attention
 from .graph import fusable_anchor, is_inlined, stage_kind, stage_pattern
 
@@ -78,7 +80,8 @@ def apply(s: Schedule, target: Target) -> None:
                 continue
         conv = cuda_conv.conv_anchor(s, st, bodies)   # NCHW conv2d: implicit GEMM tiles
         if conv is not None and conv[0] not in done:
-            got = cuda_conv.schedule_conv(s, *conv)
+            got = cuda_tc_conv.schedule_tc_conv(s, *conv, target) or \
+                cuda_conv.schedule_conv(s, *conv)
             if got:
                 done |= got
                 continue
