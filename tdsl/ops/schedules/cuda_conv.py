@@ -205,14 +205,15 @@ def _vector_rows(s: Schedule, data: "Stage | object") -> bool:
     return width is not None and width % VEC == 0
 
 
-def _row_pitch(cols: int, pad: int, ph: int, align: int, square: tuple, sw: int) -> int:
+def _row_pitch(cols: int, pad: int, ph: int, align: int, square: "tuple | None",
+               sw: int) -> int:
     """Words per row of the shared input tile: ``cols`` (the columns the pixel tile reads;
-    for the 8 x 8 tile where its two row groups would read a bank twice, padded to
+    for the 8 x 8 tile where its two row groups would read a bank twice, widened to
     ``square``'s ``k*m + r``), or where the rows are fetched as float4 (``_fetch_rows``)
     those widened to whole runs of ``align`` columns of the input row (the tile starts
     ``-pad % align`` columns early; ``_row_span``)."""
     if not align:
-        if ph != PIX_SQUARE[0] or _bank_free(square[0], cols, sw):
+        if ph != PIX_SQUARE[0] or square is None or _bank_free(square[0], cols, sw):
             return cols
         m, r = square[1:]
     else:
@@ -221,15 +222,15 @@ def _row_pitch(cols: int, pad: int, ph: int, align: int, square: tuple, sw: int)
     return (cols - r + m - 1) // m * m + r
 
 
-def _row_span(ph: int, align: int, square: tuple) -> tuple[int, int]:
+def _row_span(ph: int, align: int, square: "tuple | None") -> tuple[int, int]:
     """(m, r): the float4-fetched rows are ``k*m + r`` words: a multiple of ``align``, or
     for the 8 x 8 pixel tile ``square``'s (``_square_rows``), so its two row groups read
     distinct banks while the rows stay contiguous (conflict-free float4 stores: a padded
     pitch would put a quarter warp's vectors on the same banks)."""
-    return square[1:] if ph == PIX_SQUARE[0] else (align, 0)
+    return square[1:] if ph == PIX_SQUARE[0] and square else (align, 0)
 
 
-def _bank_free(group_step: int, pitch: int, sw: int = 1) -> bool:
+def _bank_free(group_step: int, pitch: int, sw: int) -> bool:
     """True where a warp's read of the 8 x 8 tile's input (two groups of 8 lanes on 8
     columns ``sw`` words apart, the groups ``group_step`` rows of ``pitch`` words apart; the
     two thread rows of a warp read the same words) hits 16 distinct banks."""
@@ -237,17 +238,36 @@ def _bank_free(group_step: int, pitch: int, sw: int = 1) -> bool:
     return len(banks) == 16
 
 
-def _square_rows(sh: int, sw: int) -> tuple[int, int, int]:
-    """``(input rows between the 8 x 8 tile's two row groups, m, r)``: the groups are the
-    tile's rows 0-3 and 4-7 (``4 * sh`` input rows apart), or where no row pitch a multiple
-    of 4 words (16-byte aligned rows) makes that conflict-free (stride 2: 8 rows apart, the
-    two groups' even banks coincide) the even and odd rows (``sh`` apart); pitches of
-    ``k*m + r`` words then put the groups on distinct banks (stride 1: 4 past a multiple of
-    8, the groups 16 banks apart; stride 2: 8 past a multiple of 16)."""
-    for rows, (m, r) in ((4 * sh, (2 * VEC, VEC)), (sh, (4 * VEC, 2 * VEC))):
-        if all(_bank_free(rows, k * m + r, sw) for k in range(32)):
-            return rows, m, r
-    return 4 * sh, 2 * VEC, VEC
+def _square_rows(sh: int, sw: int) -> "tuple[int, int, int] | None":
+    """``(input rows between the 8 x 8 tile's two row groups, m, r)``: rows 0-3 and 4-7 of
+    the tile share a warp (16 lanes: 2 groups x 8 columns), conflict-free where the row
+    pitch is ``k*m + r`` words (stride 1: 4 past a multiple of 8, the groups 16 banks
+    apart).  None where no 16-byte aligned pitch does that (stride 2: the groups, 8 input
+    rows apart, read the same even banks): the groups then go to different warps
+    (``_bind_threads``)."""
+    m, r = 2 * VEC, VEC
+    if all(_bank_free(4 * sh, k * m + r, sw) for k in range(32)):
+        return 4 * sh, m, r
+    return None
+
+
+def _bind_threads(out: Stage, ty: object, yg: object, xt: object, ph: int,
+                  square: "tuple | None") -> object:
+    """Bind the tile's thread loops (``ty``: channel groups, ``yg``: row groups, ``xt``:
+    columns) and return the ``threadIdx.x`` loop: ``(yg, xt)`` x ``ty``, a warp two channel
+    groups of both row groups; or for the 8 x 8 tile where its row groups would conflict
+    (``_square_rows`` None) ``(ty % 2, xt)`` x ``(yg, ty / 2)``: a warp four channel groups
+    (4 weight float4s, 32 bytes apart) of one row group (8 input words, broadcast)."""
+    if ph == PIX_SQUARE[0] and square is None:
+        ty_hi, ty_lo = out.split(ty, factor=2)
+        out.reorder(yg, ty_hi, ty_lo, xt)
+        out.bind(out.fuse(yg, ty_hi), thread_axis("threadIdx.y"))
+        tx = out.fuse(ty_lo, xt)
+    else:
+        out.bind(ty, thread_axis("threadIdx.y"))
+        tx = out.fuse(yg, xt)
+    out.bind(tx, thread_axis("threadIdx.x"))
+    return tx
 
 
 def _fetch_rows(st: Stage, at: Stage, where: object, ty_threads: int, pad: int,
@@ -351,8 +371,7 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     if slices > 1:
         return _schedule_split_k(s, anchor, out, slices)
     n, co, y, x = out.op.axis
-    stride = anchor.op.attrs["stride"]
-    tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(out, n, co, y, x, stride)
+    tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(out, n, co, y, x)
     out.reorder(n, cob, yb, xb, ty, yg, xt, coi, yi)
     out.bind(out.fuse(n, cob), thread_axis("blockIdx.z"))
     out.bind(yb, thread_axis("blockIdx.y"))
@@ -361,14 +380,12 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     return _tile(s, anchor, out, ty, yg, xt, coi, rc_ax, tys, ph)
 
 
-def _split_tiles(st: Stage, n: object, co: object, y: object, x: object, stride: tuple,
+def _split_tiles(st: Stage, n: object, co: object, y: object, x: object,
                  per_thread: int = CO_THREAD) -> tuple:
     """The output tiling shared by the plain and split-K schedules: threads along the output
     channels (``tys``), ``CO_THREAD`` channels and ``PIX_THREAD`` consecutive pixels of a
     column per thread, a ``ph x pw`` pixel tile per block (``_pixel_tile``; a thread per
-    column and group of rows, the columns innermost; the 8 x 8 tile's groups are its rows
-    0-3 and 4-7, or its even and odd rows: ``_square_rows`` of the convolution's
-    ``stride``, each thread's pixels then 2 rows apart).  ``co`` is the channels' axis, or
+    column and group of rows, the columns innermost).  ``co`` is the channels' axis, or
     their blocks' (``per_thread`` of them a thread).  Returns ``tys, ph, (cob, ty, coi),
     (yb, yg, yi), (xb, xt)``."""
     extents = [_const(ax.dom.extent) for ax in (n, co, y, x)]
@@ -377,10 +394,7 @@ def _split_tiles(st: Stage, n: object, co: object, y: object, x: object, stride:
     cob, cor = st.split(co, factor=tys * per_thread)
     ty, coi = st.split(cor, factor=per_thread)
     yb, yr = st.split(y, factor=ph)
-    if ph == PIX_SQUARE[0] and _square_rows(*stride)[0] == stride[0]:
-        yi, yg = st.split(yr, factor=ph // PIX_THREAD)
-    else:
-        yg, yi = st.split(yr, factor=PIX_THREAD)
+    yg, yi = st.split(yr, factor=PIX_THREAD)
     xb, xt = st.split(x, factor=pw)
     return tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt)
 
@@ -400,7 +414,6 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> se
     rc_ax = anchor.op.reduce_axis[0]
     ko, _ = anchor.split(rc_ax, nparts=slices)
     blocked = _const(anchor.op.axis[3].dom.extent) % VEC == 0
-    stride = anchor.op.attrs["stride"]
     block = {"block_axis": 3, "block_lanes": VEC, "block_at": 1} if blocked else {}
     part = s.rfactor(anchor.op.output(0), ko, factor_axis=0, **block)
     rf = s[part]
@@ -408,11 +421,10 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> se
     if blocked:
         ks, n, c4, y, x, cvi = rf.op.axis
         tys, ph, (cob, ty, cvo), (yb, yg, yi), (xb, xt) = \
-            _split_tiles(rf, n, c4, y, x, stride, CO_THREAD // VEC)
+            _split_tiles(rf, n, c4, y, x, CO_THREAD // VEC)
     else:
         ks, n, y, x, co = rf.op.axis
-        tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = \
-            _split_tiles(rf, n, co, y, x, stride)
+        tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(rf, n, co, y, x)
         cvo, cvi = rf.split(coi, factor=VEC)
     rf.reorder(ks, n, cob, yb, xb, ty, yg, xt, yi, cvo, cvi)
     rf.bind(rf.fuse(ks, n, cob), thread_axis("blockIdx.z"))
@@ -468,9 +480,7 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, ty: object, yg: object, xt: ob
                            _row_pitch(span, pad, ph, a, square, sw), co_tile), a)
              for a in aligns]
     whole, rc, align = max(plans, key=lambda p: (p[0], p[1]))
-    out.bind(ty, thread_axis("threadIdx.y"))
-    tx = out.fuse(yg, xt)
-    out.bind(tx, thread_axis("threadIdx.x"))
+    tx = _bind_threads(out, ty, yg, xt, ph, square)
     out.unroll(unrolled)
 
     anchor.set_scope("local")
