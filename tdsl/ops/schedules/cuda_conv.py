@@ -50,7 +50,17 @@ Every size but the batch must be constant (a symbolic batch only counts blocks).
 
 Where the grid has fewer than ``SPLIT_BELOW`` threads (batch-1 ResNet layers: 1 to 7
 thousand), the input channels are split into K slices (``split_k``): partial sums in one
-kernel, their in-order sum and the epilogue in a second (deterministic, no atomics).
+kernel, their in-order sum and the epilogue in a second (deterministic, no atomics).  The
+partials are ``(slices, N, CO/4, OH, OW, 4)`` where 4 divides the channels (``rfactor``'s
+blocked layout): a warp's float4 stores, lanes along a row of pixels, are whole 32-byte
+sectors (in NHWC a thread's 8 channels of a pixel are one sector, stored by two requests
+that each touch half of it), and the sum kernel reads them along the same rows.
+
+A warp holds 16 lanes of the block's threads along the pixels and two channel groups: for
+the 8 x 8 tile both row groups (rows 0-3 and 4-7), reading input rows ``4 * stride`` apart
+that the row pitch (4 past a multiple of 8 words) puts on distinct banks at stride 1; at
+stride 2 (8 rows apart) no 16-byte aligned pitch does, so there a warp holds one row group
+and four channel groups (``_bind_threads``).
 """
 from __future__ import annotations
 
