@@ -345,17 +345,22 @@ def test_sass_listing_is_split_per_function_and_read(tmp_path, monkeypatch):
 def test_small_tile_defaults_are_conflict_free_and_coalesced(arch):
     """The 64- and 32-wide block tiles of the matmul family (2 and 1 columns a thread),
     dense's W tile fetched along K, and conv2d's 8 x 8 and 4 x 16 pixel tiles: no bank
-    conflict, no spill, no request at twice the sectors it needs."""
+    conflict, no spill, no request at twice the sectors it needs (but the 1x1 conv's
+    NCHW stores of 14-pixel rows: 8 lanes' 32 bytes start mid-sector)."""
     from tdsl import ops
     A, B = td.placeholder((96, 64), name="A"), td.placeholder((64, 160), name="B")
     X, W = td.placeholder((200, 48), name="X"), td.placeholder((72, 48), name="W")
     D = td.placeholder((2, 16, 14, 20), name="D")
     K = td.placeholder((32, 16, 3, 3), name="K")
+    # a 1x1 kernel on 14-wide rows (scalar fetch): rows of 8 words, the 8 x 8 tile's row
+    # groups (4 rows apart) on the same banks unless they are in different warps
+    D1, K1 = td.placeholder((1, 12, 10, 14), name="D1"), td.placeholder((20, 12, 1, 1), name="K1")
     for ins, out in (([A, B], ops.matmul(A, B)), ([X, W], ops.dense(X, W)),
-                     ([D, K], ops.conv2d(D, K, padding=1))):
+                     ([D, K], ops.conv2d(D, K, padding=1)), ([D1, K1], ops.conv2d(D1, K1))):
         f = td.build(ops.schedule(out, "cuda"), [*ins, out], target=f"cuda -arch={arch}")
         for ks in analyze(f):
-            assert ks.bank_ways <= 1 and ks.sector_ratio < 2.0, (out.name, ks.findings)
+            assert ks.bank_ways <= 1, (out.name, ks.findings)
+            assert ks.sector_ratio < 2.0 or ins[0] is D1, (out.name, ks.findings)
             assert ks.spill_bytes == 0, (out.name, ks.findings)
 
 

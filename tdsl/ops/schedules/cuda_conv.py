@@ -187,17 +187,11 @@ def _co_threads(n: Optional[int], co: int, oh: int, ow: int) -> int:
     return 4
 
 
-def _fetch(st: Stage, at: Stage, where: object, ty_threads: int,
-           pitch: "tuple[int, int] | None" = None) -> None:
+def _fetch(st: Stage, at: Stage, where: object, ty_threads: int) -> None:
     """``st`` computed at ``where`` of ``at`` into shared memory, its elements spread over
-    the block's threads (consecutive threads, consecutive elements), double buffered.
-    Where ``pitch`` is ``(m, r)`` its rows are widened to ``k*m + r`` words (the region,
-    not a padded stride: consecutive lanes keep storing consecutive words, conflict-free,
-    where a gap at each row's end would put a warp's first and last words on one bank)."""
+    the block's threads (consecutive threads, consecutive elements), double buffered."""
     st.set_scope("shared")
     st.compute_at(at, where)
-    if pitch is not None:
-        st.align_region(st.op.axis[-1], 1, 0, *pitch)
     fused = st.fuse(*st.op.axis)
     rest, tx = st.split(fused, factor=THREADS)
     _, ty = st.split(rest, factor=ty_threads)
@@ -215,21 +209,15 @@ def _vector_rows(s: Schedule, data: "Stage | object") -> bool:
     return width is not None and width % VEC == 0
 
 
-def _row_pitch(cols: int, pad: int, ph: int, align: int, square: "tuple | None",
-               sw: int) -> int:
-    """Words per row of the shared input tile: ``cols`` (the columns the pixel tile reads;
-    for the 8 x 8 tile where its two row groups would read a bank twice, widened to
-    ``square``'s ``k*m + r``), or where the rows are fetched as float4 (``_fetch_rows``)
-    those widened to whole runs of ``align`` columns of the input row (the tile starts
-    ``-pad % align`` columns early; ``_row_span``)."""
+def _row_pitch(cols: int, pad: int, ph: int, align: int, square: "tuple | None") -> int:
+    """Words per row of the shared input tile: ``cols`` (the columns the pixel tile reads),
+    or where the rows are fetched as float4 (``_fetch_rows``) those widened to whole runs
+    of ``align`` columns of the input row (the tile starts ``-pad % align`` columns early;
+    ``_row_span``)."""
     if not align:
-        if ph != PIX_SQUARE[0] or square is None or _bank_free(square[0], cols, sw):
-            return cols
-        m, r = square[1:]
-    else:
-        m, r = _row_span(ph, align, square)
-        cols += -pad % align
-    return (cols - r + m - 1) // m * m + r
+        return cols
+    m, r = _row_span(ph, align, square)
+    return (cols + -pad % align - r + m - 1) // m * m + r
 
 
 def _row_span(ph: int, align: int, square: "tuple | None") -> tuple[int, int]:
@@ -254,7 +242,8 @@ def _square_rows(sh: int, sw: int) -> "tuple[int, int, int] | None":
     pitch is ``k*m + r`` words (stride 1: 4 past a multiple of 8, the groups 16 banks
     apart).  None where no 16-byte aligned pitch does that (stride 2: the groups, 8 input
     rows apart, read the same even banks): the groups then go to different warps
-    (``_bind_threads``)."""
+    (``_bind_threads``), as they do where the scalar fetch's own pitch (the window's
+    columns) would put them on the same banks (a 1x1 kernel's 8 words)."""
     m, r = 2 * VEC, VEC
     if all(_bank_free(4 * sh, k * m + r, sw) for k in range(32)):
         return 4 * sh, m, r
@@ -487,9 +476,11 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, ty: object, yg: object, xt: ob
     aligns = (HALO_ALIGN, VEC) if _vector_rows(s, data) else (0,)
     square = _square_rows(sh, sw)
     plans = [(*_plan_chunk(ci, kh, kw, (ph - 1) * sh, dh,
-                           _row_pitch(span, pad, ph, a, square, sw), co_tile), a)
+                           _row_pitch(span, pad, ph, a, square), co_tile), a)
              for a in aligns]
     whole, rc, align = max(plans, key=lambda p: (p[0], p[1]))
+    if not align and square and not _bank_free(square[0], span, sw):
+        square = None                       # the scalar rows' pitch: a row group a warp
     tx = _bind_threads(out, ty, yg, xt, ph, square)
     out.unroll(unrolled)
 
@@ -516,8 +507,7 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, ty: object, yg: object, xt: ob
     if align:
         _fetch_rows(d_sh, anchor, chunk, tys, pad, ph, align, square)
     else:
-        padded = _row_pitch(span, pad, ph, 0, square, sw) != span
-        _fetch(d_sh, anchor, chunk, tys, square[1:] if padded else None)
+        _fetch(d_sh, anchor, chunk, tys)
     taps = rc * (kh * kw if whole else kw)
     # float4 weight runs: a chunk is whole 8-tap runs of each channel's contiguous
     # (ci, kh, kw) taps, which start 32-byte aligned
