@@ -42,6 +42,55 @@ def check_rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int):
     return st, axis
 
 
+def check_block(st: Any, axis: Any, lanes: Any, at: Any) -> "tuple[int, int, int] | None":
+    """``rfactor``'s blocked layout ``(axis, lanes, at)`` (None: the stage's own layout),
+    checked: all three ints or none, ``axis`` a data axis whose constant extent ``lanes``
+    divides, ``at`` a position among the other data axes."""
+    given = [v for v in (axis, lanes, at) if v is not None]
+    if not given:
+        return None
+    if len(given) < 3 or any(not isinstance(v, int) or isinstance(v, bool) for v in given):
+        raise ScheduleError("rfactor", st.name, f"block_axis, block_lanes and block_at must be "
+                            f"given together as ints, got {axis!r}, {lanes!r}, {at!r}")
+    n = len(st.op.axis)
+    if not 0 <= axis < n or not 0 <= at < n or lanes < 1:
+        raise ScheduleError("rfactor", st.name, f"block_axis and block_at must be in [0, {n}) "
+                            f"and block_lanes >= 1, got {axis}, {at}, {lanes}")
+    ext = st.op.axis[axis].dom.extent
+    ext = ext.value if isinstance(ext, Const) else None
+    if not isinstance(ext, int) or ext % lanes:
+        raise ScheduleError("rfactor", st.name, f"a blocked layout needs a constant extent of axis "
+                            f"'{st.op.axis[axis].name}' that {lanes} lanes divide, got "
+                            f"{st.op.axis[axis].dom.extent}")
+    return axis, lanes, at
+
+
+def _blocked_axes(op: ComputeOp, block: "tuple[int, int, int] | None", vmap: dict) -> list:
+    """The partial results' data axes: copies of ``op``'s, or with ``block`` the blocked
+    axis split (outer at its place, inner last; ``vmap`` maps it to ``outer*lanes+inner``)."""
+    new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), iv.name, IterKind.DATA_PAR)
+                for iv in op.axis]
+    vmap.update({iv.var: n.var for iv, n in zip(op.axis, new_axis)})
+    if block is None:
+        return new_axis
+    i, lanes, at = block
+    src = op.axis[i]
+    outer = IterVar(Range(0, src.dom.extent.value // lanes), f"{src.name}.o", IterKind.DATA_PAR)
+    inner = IterVar(Range(0, lanes), f"{src.name}.i", IterKind.DATA_PAR)
+    vmap[src.var] = outer.var * lanes + inner.var
+    rest = new_axis[:i] + new_axis[i + 1:]
+    return rest[:at] + [outer] + rest[at:] + [inner]
+
+
+def _blocked_index(idx: list, block: "tuple[int, int, int] | None") -> list:
+    """The merge's index of the partial results for the stage's index ``idx``."""
+    if block is None:
+        return idx
+    i, lanes, at = block
+    rest = idx[:i] + idx[i + 1:]
+    return rest[:at] + [idx[i] // lanes] + rest[at:] + [idx[i] % lanes]
+
+
 def touched_by(rels: list, axis: IterVar) -> set:
     """Every loop a split or fuse relates to ``axis`` (its ancestors, their other parts,
     the loops derived from them): the reduction loops whose values ``axis`` takes part in."""
@@ -85,7 +134,8 @@ def factored_reduce_axes(st: Any, touched: set, axis: IterVar, ext: dict,
     return axes, kept, copy_of, in_order
 
 
-def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) -> Any:
+def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0,
+            block: "tuple[int, int, int] | None" = None) -> Any:
     from tdsl.arith import Analyzer
     st, axis = check_rfactor(sch, tensor, axis, factor_axis)
     op: ComputeOp = st.op
@@ -109,8 +159,7 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
     leaf_vals[axis] = fac.var
     vals = pass_up(trels, leaf_vals, ext)
     vmap = {r.var: ana.simplify(r.dom.min + vals[r]) for r in reduce_roots if r not in kept}
-    new_axis = [IterVar(Range(iv.dom.min, iv.dom.extent), iv.name, IterKind.DATA_PAR) for iv in op.axis]
-    vmap.update({iv.var: n.var for iv, n in zip(op.axis, new_axis)})
+    new_axis = _blocked_axes(op, block, vmap)
     cond = None
     for _, p in split_predicates(trels, vals, ext, ana):
         cond = p if cond is None else cond & p
@@ -130,7 +179,7 @@ def rfactor(sch: "Schedule", tensor: Tensor, axis: Any, factor_axis: int = 0) ->
     cf = ComputeOp(name, op.tag, op.attrs, cf_axis, body, names)
     sch.insert_stage(cf, st)
     rv = IterVar(Range(0, ext[axis]), f"{axis.name}.v", IterKind.REDUCE)
-    idx = [iv.var for iv in op.axis]
+    idx = _blocked_index([iv.var for iv in op.axis], block)
     idx = idx[:factor_axis] + [rv.var] + idx[factor_axis:]
     src = tuple(t(*idx) for t in cf.outputs)
     comb = op.body[0].combiner.unordered()

@@ -231,14 +231,24 @@ class Schedule:
         step = self.trace.step("cache_write", st, (), {"scope": scope})
         return self.run_step(step, lambda: cache.cache_write(self, tensor, scope))
 
-    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Any:
-        """Split a reduction: partial results over ``axis`` first, then their reduction."""
+    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0,
+                block_axis: "int | None" = None, block_lanes: "int | None" = None,
+                block_at: "int | None" = None) -> Any:
+        """Split a reduction: partial results over ``axis`` first, then their reduction.
+
+        ``block_axis``, ``block_lanes``, ``block_at``: the partial results in a blocked
+        layout (like NCHW4c): the stage's data axis ``block_axis`` split by ``block_lanes``,
+        the inner part the innermost axis, the outer part at position ``block_at`` of the
+        other data axes (before ``factor_axis`` is placed)."""
         from . import rfactor as rf
         st = self._tensor_stage("rfactor", tensor)
         if not isinstance(factor_axis, int) or isinstance(factor_axis, bool):
             raise ScheduleError("rfactor", st.name, f"factor_axis must be an int, got {factor_axis!r}")
-        step = self.trace.step("rfactor", st, [axis], {"factor_axis": factor_axis})
-        return self.run_step(step, lambda: rf.rfactor(self, tensor, axis, factor_axis))
+        block = rf.check_block(st, block_axis, block_lanes, block_at)
+        kw = {"factor_axis": factor_axis, "block_axis": block_axis, "block_lanes": block_lanes,
+              "block_at": block_at}
+        step = self.trace.step("rfactor", st, [axis], kw)
+        return self.run_step(step, lambda: rf.rfactor(self, tensor, axis, factor_axis, block))
 
     def specialize(self, cond: Any, other: "Schedule") -> None:
         """Run ``other``'s loop nest instead of this one when ``cond`` holds at call time.

@@ -255,7 +255,8 @@ def apply_step(sch: "Schedule", step: Step, intrinsics: Mapping[str, Any]) -> No
         outs = list(stage.op.outputs)
         sch.cache_write(outs if len(outs) > 1 else outs[0], kw["scope"])
     elif p == "rfactor":
-        sch.rfactor(stage.op.outputs[0], loops[0], kw.get("factor_axis", 0))
+        sch.rfactor(stage.op.outputs[0], loops[0], kw.get("factor_axis", 0),
+                    kw.get("block_axis"), kw.get("block_lanes"), kw.get("block_at"))
     elif p == "bind":
         stage.bind(loops[0], thread_axis(kw["thread"]))
     elif p == "compute_at":

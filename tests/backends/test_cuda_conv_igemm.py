@@ -79,6 +79,10 @@ def _data(shape, co, ksize, bias, seed):
     ((1, 64, 9, 9), 40, 3, 1, 1, True, 2),      # split-K: 4 slices of 16 channels
     ((1, 30, 11, 18), 33, 3, 2, 1, False, 2),   # stride 2, 18 wide, 33 channels; 2 slices
     ((2, 24, 8, 8), 16, 3, 2, 1, True, 1),      # stride 2, K = 216: too shallow to split
+    # split-K partials (slices, N, CO/4, OH, OW, 4): 36 channels (a thread's second float4
+    # past the end), 4 x 16 tiles with a 4-column tail, 8 slices
+    ((1, 128, 14, 20), 36, 3, 1, 1, True, 2),
+    ((1, 32, 30, 30), 64, 3, 2, 1, False, 2),   # stride 2, 8 x 8: a row group a warp
 ])
 def test_implicit_gemm_matches_torch(shape, co, ksize, stride, pad, bias, kernels):
     args = _args(shape, co, ksize, stride, pad, bias)
@@ -191,6 +195,25 @@ def test_float4_fetches_with_a_symbolic_batch():
     for nb in (1, 3):
         d, k, _ = _data((nb, 16, 10, 16), 16, 3, False, 7 + nb)
         ref = _ref(d, k, 1, 1)
+        out = np.full(ref.shape, np.nan, "float32")
+        f.emulate(d, k, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)
+
+
+@needs_gxx
+def test_stride_2_square_tiles_with_a_symbolic_batch():
+    """Stride 2 with outputs under 16 wide: each warp holds one row group of the 8 x 8 tile
+    and four channel groups (conflict-free reads), the rows fetched as float4 (20 wide);
+    one build runs at batch 1 and 3 (2 x 2 tiles, a 2-pixel tail each way)."""
+    n = td.var("n")
+    D = td.placeholder((n, 8, 20, 20), name="D")
+    K = td.placeholder((16, 8, 3, 3), name="K")
+    C = ops.conv2d(D, K, stride=2, padding=1)
+    f = td.build(ops.schedule(C, "cuda"), [D, K, C], target="cuda -arch=sm_80")
+    assert re.search(r"tdsl_vload<float4>\(D \+", f.get_source())
+    for nb in (1, 3):
+        d, k, _ = _data((nb, 8, 20, 20), 16, 3, False, 5 + nb)
+        ref = _ref(d, k, 2, 1)
         out = np.full(ref.shape, np.nan, "float32")
         f.emulate(d, k, out)
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)

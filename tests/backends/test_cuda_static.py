@@ -262,13 +262,15 @@ def test_a_tensor_core_kernel_is_not_judged_by_the_ir_nest_it_replaces():
 #: (bank ways, sectors / fewest) no kernel of the workload's default may exceed: today's
 #: figures on sm_90.  The matmul family and conv2d are conflict free and, but for the
 #: inputs' own misalignment, coalesced: matmul_odd's rows of 517 and 1021 floats (1.875),
-#: the split-K sum's 49-pixel planes (1.5); conv2d's input patches are fetched from whole
+#: conv2d_late's split-K sum storing NCHW planes of 49 pixels (1.5: a warp's 32 pixels
+#: span two planes, 196 bytes apart); conv2d's input patches are fetched from whole
 #: sectors (float4 rows from the padded start rounded down: 1.0; they were 2.25, 18-float
-#: rows a float before a 64-byte line), but for conv2d_tail's 30-float rows (scalar, 1.75);
-#: conv2d's split-K partial sums (2.0: a thread's 8 consecutive channels of a
-#: pixel are one 32-byte sector of the NHWC partials, stored as two float4 requests that
-#: each touch half of it: twice the requests, the same whole sectors; bound inference gives
-#: a thread one contiguous channel range, so neighbouring lanes cannot share a sector).
+#: rows a float before a 64-byte line), but for conv2d_tail's 30-float rows (scalar, 1.75)
+#: and conv2d_late's 7-float rows (scalar, 1.333).  conv2d's split-K partial sums are
+#: whole sectors (1.0): they were 2.0 in NHWC, where a thread's 8 channels of a pixel are
+#: one sector stored as two float4 requests that each touch half of it; they are now
+#: (slices, N, CO/4, OH, OW, 4) (rfactor's blocked layout), a lane's float4 next to its
+#: neighbour pixel's.
 #: Attention (causal, 32 queries a block) reads Q along its rows into a
 #: shared tile, writes its output 16 bytes a lane along rows, and its score / probability
 #: tiles are padded (no bank conflict).  The tensor-core kernels (matmul_fp16, conv2d_fp16,
@@ -276,9 +278,9 @@ def test_a_tensor_core_kernel_is_not_judged_by_the_ir_nest_it_replaces():
 #: counted by emulating a small instance (ldmatrix and cp.async phases, test_cuda_tc_banks.py:
 #: 1 where g++ runs, else 0) and their global requests are not walked (0.0).
 CEILINGS = {"matmul": (1, 1.0), "matmul_fp16": (1, 1.0), "dense": (1, 1.0),
-            "batch_matmul": (1, 1.0), "conv2d": (1, 2.0), "conv2d_s2": (1, 2.0),
+            "batch_matmul": (1, 1.0), "conv2d": (1, 1.0), "conv2d_s2": (1, 1.0),
             "matmul_tail": (1, 1.0), "matmul_odd": (1, 1.875), "dense_small_m": (1, 1.0),
-            "conv2d_tail": (1, 2.0), "conv2d_late": (1, 2.0), "conv2d_fp16": (1, 1.0),
+            "conv2d_tail": (1, 1.75), "conv2d_late": (1, 1.5), "conv2d_fp16": (1, 1.0),
             "softmax": (1, 1.0), "layernorm": (1, 1.0), "attention": (1, 1.0),
             "attention_fp16_mask": (1, 1.0), "elementwise": (1, 1.0)}
 
@@ -345,15 +347,70 @@ def test_sass_listing_is_split_per_function_and_read(tmp_path, monkeypatch):
 def test_small_tile_defaults_are_conflict_free_and_coalesced(arch):
     """The 64- and 32-wide block tiles of the matmul family (2 and 1 columns a thread),
     dense's W tile fetched along K, and conv2d's 8 x 8 and 4 x 16 pixel tiles: no bank
-    conflict, no spill, no request at twice the sectors it needs."""
+    conflict, no spill, no request at twice the sectors it needs (but the 1x1 conv's
+    NCHW stores of 14-pixel rows: 8 lanes' 32 bytes start mid-sector)."""
     from tdsl import ops
     A, B = td.placeholder((96, 64), name="A"), td.placeholder((64, 160), name="B")
     X, W = td.placeholder((200, 48), name="X"), td.placeholder((72, 48), name="W")
     D = td.placeholder((2, 16, 14, 20), name="D")
     K = td.placeholder((32, 16, 3, 3), name="K")
+    # a 1x1 kernel on 14-wide rows (scalar fetch): rows of 8 words, the 8 x 8 tile's row
+    # groups (4 rows apart) on the same banks unless they are in different warps
+    D1, K1 = td.placeholder((1, 12, 10, 14), name="D1"), td.placeholder((20, 12, 1, 1), name="K1")
     for ins, out in (([A, B], ops.matmul(A, B)), ([X, W], ops.dense(X, W)),
-                     ([D, K], ops.conv2d(D, K, padding=1))):
+                     ([D, K], ops.conv2d(D, K, padding=1)), ([D1, K1], ops.conv2d(D1, K1))):
         f = td.build(ops.schedule(out, "cuda"), [*ins, out], target=f"cuda -arch={arch}")
         for ks in analyze(f):
-            assert ks.bank_ways <= 1 and ks.sector_ratio < 2.0, (out.name, ks.findings)
+            assert ks.bank_ways <= 1, (out.name, ks.findings)
+            assert ks.sector_ratio < 2.0 or ins[0] is D1, (out.name, ks.findings)
             assert ks.spill_bytes == 0, (out.name, ks.findings)
+
+
+def _conv(shape, co, stride, arch="sm_90"):
+    from tdsl import ops
+    D = td.placeholder(shape, name="D")
+    K = td.placeholder((co, shape[1], 3, 3), name="K")
+    out = ops.conv2d(D, K, stride=stride, padding=1)
+    return td.build(ops.schedule(out, "cuda"), [D, K, out], target=f"cuda -arch={arch}")
+
+
+def _partials_requests(f):
+    """(kernel, label, sectors, fewest) of every warp request to the global partial sums."""
+    return [(k.name, x.label, *sectors(q)) for k in f.kernels for x in warp_accesses(k)
+            if x.buffer.name.startswith("T_conv2d_nhwc.rf") and x.buffer.scope.value == "global"
+            for q in x.requests]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("shape,co,stride", [((1, 256, 14, 14), 256, 1),
+                                             ((1, 64, 56, 56), 128, 2),
+                                             ((1, 128, 14, 20), 36, 1)])
+def test_conv_split_k_partials_are_whole_sector_stores(shape, co, stride):
+    """conv2d's split-K partial sums (issue 26): where 4 divides the channels they are
+    (slices, N, CO/4, OH, OW, 4), so each warp store request of kernel 1 and each load of
+    kernel 2 touches the fewest 32-byte sectors (rows of an even number of pixels: 7-pixel
+    rows start mid-sector, conv2d_late's ceiling); with 510 channels (NHWC partials, not
+    16-byte aligned: scalar stores) the same check sees twice the sectors or more."""
+    f = _conv(shape, co, stride)
+    assert len(f.kernels) == 2
+    got = _partials_requests(f)
+    assert {r[0] for r in got} == {k.name for k in f.kernels}    # stored, then loaded
+    assert [r for r in got if r[2] != r[3]] == []
+    nhwc = _partials_requests(_conv(shape, 510, stride))
+    assert nhwc and all(r[2] >= 2 * r[3] for r in nhwc if r[0] == f.kernels[0].name)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("shape,co", [((1, 64, 28, 28), 128),    # float4 rows, split-K
+                                      ((8, 64, 28, 28), 128),    # float4 rows
+                                      ((2, 16, 14, 14), 32),     # scalar rows
+                                      ((1, 32, 30, 30), 64)])    # scalar rows, split-K
+def test_stride_2_square_tile_reads_are_conflict_free(arch, shape, co):
+    """The 8 x 8 pixel tile at stride 2 (outputs under 16 wide): a warp holding both its
+    row groups (tile rows 0-3 and 4-7, input rows 8 apart) read the same even banks
+    whatever the 16-byte aligned pitch (2-way); each warp now holds one row group and four
+    channel groups (8 input words broadcast, 4 weight float4s)."""
+    f = _conv(shape, co, 2, arch)
+    main = analyze(f, arch)[0]
+    assert main.bank_ways == 1, [str(x) for x in main.findings]

@@ -149,3 +149,39 @@ def test_rfactor_of_the_only_reduce_axis_cannot_be_inlined_but_computes_at_root(
     b[:] = np.nan
     td.build(s, [A, W, B], target="llvm")(a, w, b)
     np.testing.assert_allclose(b, a @ w, rtol=1e-5)
+
+
+def test_rfactor_blocked_layout_matches_numpy():
+    """``block_axis``/``block_lanes``/``block_at``: the partial results of a (rows x cols)
+    sum over k stored as (k slices, cols / 4, rows, 4) (the axis split, its inner part
+    last, its outer part moved first); the merge reads them back: same sums."""
+    A = td.placeholder((5, 8, 13), name="A")
+    k = td.reduce_axis((0, 13), name="k")
+    S = td.compute((5, 8), lambda r, c: td.sum(A[r, c, k], axis=k), name="S")
+    s = td.create_schedule(S.op)
+    ko, _ = s[S].split(k, nparts=3)
+    SF = s.rfactor(S, ko, factor_axis=0, block_axis=1, block_lanes=4, block_at=0)
+    assert [int(d.value) for d in SF.shape] == [3, 2, 5, 4]
+    assert [a.name for a in s[SF].op.axis][1:] == ["c.o", "r", "c.i"]
+    f = td.lower(s, [A, S])
+    a = random_array(np.random.default_rng(5), (5, 8, 13))
+    out = np.full((5, 8), np.nan, "float32")
+    run(f, a, out)
+    np.testing.assert_allclose(out, a.astype(np.float64).sum(2), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw,why", [
+    ({"block_axis": 1, "block_lanes": 3, "block_at": 0}, "3 lanes divide"),
+    ({"block_axis": 1, "block_lanes": 4}, "given together"),
+    ({"block_axis": 2, "block_lanes": 4, "block_at": 0}, "must be in"),
+    ({"block_axis": 1, "block_lanes": 4, "block_at": True}, "given together as ints"),
+])
+def test_rfactor_blocked_layout_refuses_bad_arguments(kw, why):
+    A = td.placeholder((5, 8, 13), name="A")
+    k = td.reduce_axis((0, 13), name="k")
+    S = td.compute((5, 8), lambda r, c: td.sum(A[r, c, k], axis=k), name="S")
+    s = td.create_schedule(S.op)
+    ko, _ = s[S].split(k, nparts=3)
+    with pytest.raises(td.ScheduleError, match=why):
+        s.rfactor(S, ko, **kw)
+    assert len(s.stages) == 2                # nothing changed

@@ -292,3 +292,17 @@ def test_failing_primitive_leaves_schedule_and_trace_unchanged():
     assert C.op is wl.main["C"].op and not C.iter_attrs
     C.tile(i, j, 4, 2)                       # and the schedule still works
     replay_same(s, [wl.main["C"].op], wl.args)
+
+
+def test_trace_rfactor_blocked_layout():
+    """rfactor's blocked layout (block_axis, block_lanes, block_at) is recorded and
+    replayed: the same partial-result stage and IR."""
+    A = td.placeholder((6, 8, 12), name="A")
+    k = td.reduce_axis((0, 12), name="k")
+    S = td.compute((6, 8), lambda r, c: td.sum(A[r, c, k], axis=k), name="S")
+    s = td.create_schedule(S.op)
+    ko, _ = s[S].split(k, nparts=2)
+    SF = s.rfactor(S, ko, block_axis=1, block_lanes=4, block_at=0)
+    s[SF].vectorize(s[SF].op.axis[-1])
+    fresh = replay_same(s, [S.op], [A, S])
+    assert [int(d.value) for d in fresh.stages[1].op.output(0).shape] == [2, 2, 6, 4]

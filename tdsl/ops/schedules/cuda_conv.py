@@ -50,7 +50,17 @@ Every size but the batch must be constant (a symbolic batch only counts blocks).
 
 Where the grid has fewer than ``SPLIT_BELOW`` threads (batch-1 ResNet layers: 1 to 7
 thousand), the input channels are split into K slices (``split_k``): partial sums in one
-kernel, their in-order sum and the epilogue in a second (deterministic, no atomics).
+kernel, their in-order sum and the epilogue in a second (deterministic, no atomics).  The
+partials are ``(slices, N, CO/4, OH, OW, 4)`` where 4 divides the channels (``rfactor``'s
+blocked layout): a warp's float4 stores, lanes along a row of pixels, are whole 32-byte
+sectors (in NHWC a thread's 8 channels of a pixel are one sector, stored by two requests
+that each touch half of it), and the sum kernel reads them along the same rows.
+
+A warp holds 16 lanes of the block's threads along the pixels and two channel groups: for
+the 8 x 8 tile both row groups (rows 0-3 and 4-7), reading input rows ``4 * stride`` apart
+that the row pitch (4 past a multiple of 8 words) puts on distinct banks at stride 1; at
+stride 2 (8 rows apart) no 16-byte aligned pitch does, so there a warp holds one row group
+and four channel groups (``_bind_threads``).
 """
 from __future__ import annotations
 
@@ -199,27 +209,68 @@ def _vector_rows(s: Schedule, data: "Stage | object") -> bool:
     return width is not None and width % VEC == 0
 
 
-def _row_pitch(cols: int, pad: int, ph: int, align: int) -> int:
+def _row_pitch(cols: int, pad: int, ph: int, align: int, square: "tuple | None") -> int:
     """Words per row of the shared input tile: ``cols`` (the columns the pixel tile reads),
     or where the rows are fetched as float4 (``_fetch_rows``) those widened to whole runs
     of ``align`` columns of the input row (the tile starts ``-pad % align`` columns early;
     ``_row_span``)."""
     if not align:
         return cols
-    m, r = _row_span(ph, align)
+    m, r = _row_span(ph, align, square)
     return (cols + -pad % align - r + m - 1) // m * m + r
 
 
-def _row_span(ph: int, align: int) -> tuple[int, int]:
+def _row_span(ph: int, align: int, square: "tuple | None") -> tuple[int, int]:
     """(m, r): the float4-fetched rows are ``k*m + r`` words: a multiple of ``align``, or
-    for the 8 x 8 pixel tile 4 past a multiple of 8, so its two row groups (4 rows apart)
-    read distinct banks at stride 1 while the rows stay contiguous (conflict-free float4
-    stores: a padded pitch would put a quarter warp's vectors on the same banks)."""
-    return (2 * VEC, VEC) if ph == PIX_SQUARE[0] else (align, 0)
+    for the 8 x 8 pixel tile ``square``'s (``_square_rows``), so its two row groups read
+    distinct banks while the rows stay contiguous (conflict-free float4 stores: a padded
+    pitch would put a quarter warp's vectors on the same banks)."""
+    return square[1:] if ph == PIX_SQUARE[0] and square else (align, 0)
+
+
+def _bank_free(group_step: int, pitch: int, sw: int) -> bool:
+    """True where a warp's read of the 8 x 8 tile's input (two groups of 8 lanes on 8
+    columns ``sw`` words apart, the groups ``group_step`` rows of ``pitch`` words apart; the
+    two thread rows of a warp read the same words) hits 16 distinct banks."""
+    banks = {(g * group_step * pitch + c * sw) % 32 for g in (0, 1) for c in range(8)}
+    return len(banks) == 16
+
+
+def _square_rows(sh: int, sw: int) -> "tuple[int, int, int] | None":
+    """``(input rows between the 8 x 8 tile's two row groups, m, r)``: rows 0-3 and 4-7 of
+    the tile share a warp (16 lanes: 2 groups x 8 columns), conflict-free where the row
+    pitch is ``k*m + r`` words (stride 1: 4 past a multiple of 8, the groups 16 banks
+    apart).  None where no 16-byte aligned pitch does that (stride 2: the groups, 8 input
+    rows apart, read the same even banks): the groups then go to different warps
+    (``_bind_threads``), as they do where the scalar fetch's own pitch (the window's
+    columns) would put them on the same banks (a 1x1 kernel's 8 words)."""
+    m, r = 2 * VEC, VEC
+    if all(_bank_free(4 * sh, k * m + r, sw) for k in range(32)):
+        return 4 * sh, m, r
+    return None
+
+
+def _bind_threads(out: Stage, ty: object, yg: object, xt: object, ph: int,
+                  square: "tuple | None") -> object:
+    """Bind the tile's thread loops (``ty``: channel groups, ``yg``: row groups, ``xt``:
+    columns) and return the ``threadIdx.x`` loop: ``(yg, xt)`` x ``ty``, a warp two channel
+    groups of both row groups; or for the 8 x 8 tile where its row groups would conflict
+    (``_square_rows`` None) ``(ty % 2, xt)`` x ``(yg, ty / 2)``: a warp four channel groups
+    (4 weight float4s, 32 bytes apart) of one row group (8 input words, broadcast)."""
+    if ph == PIX_SQUARE[0] and square is None:
+        ty_hi, ty_lo = out.split(ty, factor=2)
+        out.reorder(yg, ty_hi, ty_lo, xt)
+        out.bind(out.fuse(yg, ty_hi), thread_axis("threadIdx.y"))
+        tx = out.fuse(ty_lo, xt)
+    else:
+        out.bind(ty, thread_axis("threadIdx.y"))
+        tx = out.fuse(yg, xt)
+    out.bind(tx, thread_axis("threadIdx.x"))
+    return tx
 
 
 def _fetch_rows(st: Stage, at: Stage, where: object, ty_threads: int, pad: int,
-                ph: int, align: int) -> None:
+                ph: int, align: int, square: tuple) -> None:
     """The input tile fetched as float4 (16-byte) copies along its rows: the region starts
     at the input column rounded down to a multiple of ``align`` (``align_region``; column
     ``x`` of the padded input is column ``x - pad`` of the input) and spans whole runs, so
@@ -231,7 +282,7 @@ def _fetch_rows(st: Stage, at: Stage, where: object, ty_threads: int, pad: int,
     st.set_scope("shared")
     st.compute_at(at, where)
     x = st.op.axis[-1]
-    st.align_region(x, align, pad % align, *_row_span(ph, align))
+    st.align_region(x, align, pad % align, *_row_span(ph, align, square))
     rest, vi = st.split(st.fuse(*st.op.axis), factor=VEC)
     rest, tx = st.split(rest, factor=THREADS)
     _, ty = st.split(rest, factor=ty_threads)
@@ -322,21 +373,25 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(out, n, co, y, x)
     out.reorder(n, cob, yb, xb, ty, yg, xt, coi, yi)
     out.bind(out.fuse(n, cob), thread_axis("blockIdx.z"))
+    out.bind(yb, thread_axis("blockIdx.y"))
+    out.bind(xb, thread_axis("blockIdx.x"))
     out.unroll(yi)                    # a warp stores rows of consecutive pixels: coalesced
-    return _tile(s, anchor, out, yb, xb, ty, yg, xt, coi, rc_ax, tys, ph)
+    return _tile(s, anchor, out, ty, yg, xt, coi, rc_ax, tys, ph)
 
 
-def _split_tiles(st: Stage, n: object, co: object, y: object, x: object) -> tuple:
+def _split_tiles(st: Stage, n: object, co: object, y: object, x: object,
+                 per_thread: int = CO_THREAD) -> tuple:
     """The output tiling shared by the plain and split-K schedules: threads along the output
     channels (``tys``), ``CO_THREAD`` channels and ``PIX_THREAD`` consecutive pixels of a
     column per thread, a ``ph x pw`` pixel tile per block (``_pixel_tile``; a thread per
-    column and group of rows, the columns innermost).  Returns ``tys, ph, (cob, ty, coi),
+    column and group of rows, the columns innermost).  ``co`` is the channels' axis, or
+    their blocks' (``per_thread`` of them a thread).  Returns ``tys, ph, (cob, ty, coi),
     (yb, yg, yi), (xb, xt)``."""
     extents = [_const(ax.dom.extent) for ax in (n, co, y, x)]
-    tys = _co_threads(*extents)
+    tys = _co_threads(extents[0], extents[1] * (CO_THREAD // per_thread), *extents[2:])
     ph, pw = _pixel_tile(extents[3])
-    cob, cor = st.split(co, factor=tys * CO_THREAD)
-    ty, coi = st.split(cor, factor=CO_THREAD)
+    cob, cor = st.split(co, factor=tys * per_thread)
+    ty, coi = st.split(cor, factor=per_thread)
     yb, yr = st.split(y, factor=ph)
     yg, yi = st.split(yr, factor=PIX_THREAD)
     xb, xt = st.split(x, factor=pw)
@@ -345,31 +400,53 @@ def _split_tiles(st: Stage, n: object, co: object, y: object, x: object) -> tupl
 
 def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> set:
     """Split-K: kernel 1 computes ``slices`` partial sums, each over ``ci / slices`` input
-    channels, into a global ``(slices, N, OH, OW, CO)`` array (``rfactor``; the slice is
-    a ``blockIdx.z`` dimension, the tiles are those of the plain schedule); kernel 2 sums
-    the slices in a fixed order per output (deterministic: no atomics) and runs the
-    epilogue."""
+    channels, into a global array (``rfactor``; the slice is a ``blockIdx.z`` dimension,
+    the tiles are those of the plain schedule); kernel 2 sums the slices in a fixed order
+    per output (deterministic: no atomics) and runs the epilogue.
+
+    The partials are ``(slices, N, CO/4, OH, OW, 4)`` (``rfactor``'s blocked layout) where
+    4 divides the channels: a thread's float4 of 4 channels of a pixel lies next to the
+    float4 of its neighbour lane's pixel, so a warp request (16 lanes along a row, two
+    thread rows) is whole 32-byte sectors; in NHWC (``(slices, N, OH, OW, CO)``, the other
+    channel counts) a thread's 8 channels of a pixel are one sector, stored as two float4
+    requests that each touch half of 32 sectors."""
     rc_ax = anchor.op.reduce_axis[0]
     ko, _ = anchor.split(rc_ax, nparts=slices)
-    part = s.rfactor(anchor.op.output(0), ko, factor_axis=0)
+    blocked = _const(anchor.op.axis[3].dom.extent) % VEC == 0
+    block = {"block_axis": 3, "block_lanes": VEC, "block_at": 1} if blocked else {}
+    part = s.rfactor(anchor.op.output(0), ko, factor_axis=0, **block)
     rf = s[part]
     acc = s[s.cache_write(part, "local")]
-    ks, n, y, x, co = rf.op.axis
-    tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(rf, n, co, y, x)
-    cvo, cvi = rf.split(coi, factor=VEC)
+    if blocked:
+        ks, n, c4, y, x, cvi = rf.op.axis
+        tys, ph, (cob, ty, cvo), (yb, yg, yi), (xb, xt) = \
+            _split_tiles(rf, n, c4, y, x, CO_THREAD // VEC)
+    else:
+        ks, n, y, x, co = rf.op.axis
+        tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(rf, n, co, y, x)
+        cvo, cvi = rf.split(coi, factor=VEC)
     rf.reorder(ks, n, cob, yb, xb, ty, yg, xt, yi, cvo, cvi)
     rf.bind(rf.fuse(ks, n, cob), thread_axis("blockIdx.z"))
+    rf.bind(yb, thread_axis("blockIdx.y"))
+    rf.bind(xb, thread_axis("blockIdx.x"))
     rf.unroll(cvo)
-    rf.vectorize(cvi)                 # NHWC partials: 4 consecutive channels, a float4 store
-    done = _tile(s, acc, rf, yb, xb, ty, yg, xt, yi, acc.op.reduce_axis[0], tys, ph)
+    rf.vectorize(cvi)                 # 4 consecutive channels of the partials: a float4 store
+    done = _tile(s, acc, rf, ty, yg, xt, yi, acc.op.reduce_axis[0], tys, ph)
     # kernel 2: per output, the slices summed in order, then the epilogue; a thread per
-    # pixel and 4 consecutive channels, two threads per 8 channels (a float4 each of the
-    # NHWC partials: whole sectors), the pixels across the lanes (NCHW stores: coalesced)
+    # pixel and 4 consecutive channels (a float4 of the partials), the pixels across the
+    # lanes: blocked partials are read along their rows (NHWC ones two threads per
+    # 8 channels: whole sectors), the NCHW output stored along its rows
     n, co, y, x = out.op.axis
-    coo, cr = out.split(co, factor=2 * VEC)
-    half, coi = out.split(cr, factor=VEC)
-    out.reorder(coo, n, y, x, half, coi)
-    bx, tx = out.split(out.fuse(coo, n, y, x, half), factor=REDUCE_THREADS)
+    if blocked:
+        c4, coi = out.split(co, factor=VEC)
+        out.reorder(n, c4, y, x, coi)
+        lanes = out.fuse(n, c4, y, x)
+    else:
+        coo, cr = out.split(co, factor=2 * VEC)
+        half, coi = out.split(cr, factor=VEC)
+        out.reorder(coo, n, y, x, half, coi)
+        lanes = out.fuse(coo, n, y, x, half)
+    bx, tx = out.split(lanes, factor=REDUCE_THREADS)
     out.bind(bx, thread_axis("blockIdx.x"))
     out.bind(tx, thread_axis("threadIdx.x"))
     out.unroll(coi)
@@ -381,9 +458,9 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> se
     return done | {anchor, out, rf, acc}
 
 
-def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: object,
-          yg: object, xt: object, unrolled: object, rc_ax: object, tys: int, ph: int) -> set:
-    """Bind ``out``'s tile loops (``unrolled``: the per-thread loop that is not the vector
+def _tile(s: Schedule, anchor: Stage, out: Stage, ty: object, yg: object, xt: object,
+          unrolled: object, rc_ax: object, tys: int, ph: int) -> set:
+    """Bind ``out``'s thread loops (``unrolled``: the per-thread loop that is not the vector
     one), compute ``anchor`` (the accumulators) per thread, and fetch its operands into
     shared memory per reduction chunk; the stages done."""
     data, pack = _input_stages(s, anchor)
@@ -397,14 +474,14 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: ob
     # the input rows' alignment (0: scalar fetch): a whole sector where the wider rows
     # leave the chunk as deep, else 16 bytes
     aligns = (HALO_ALIGN, VEC) if _vector_rows(s, data) else (0,)
-    plans = [(*_plan_chunk(ci, kh, kw, (ph - 1) * sh, dh, _row_pitch(span, pad, ph, a),
-                           co_tile), a) for a in aligns]
+    square = _square_rows(sh, sw)
+    plans = [(*_plan_chunk(ci, kh, kw, (ph - 1) * sh, dh,
+                           _row_pitch(span, pad, ph, a, square), co_tile), a)
+             for a in aligns]
     whole, rc, align = max(plans, key=lambda p: (p[0], p[1]))
-    out.bind(yb, thread_axis("blockIdx.y"))
-    out.bind(xb, thread_axis("blockIdx.x"))
-    out.bind(ty, thread_axis("threadIdx.y"))
-    tx = out.fuse(yg, xt)
-    out.bind(tx, thread_axis("threadIdx.x"))
+    if not align and square and not _bank_free(square[0], span, sw):
+        square = None                       # the scalar rows' pitch: a row group a warp
+    tx = _bind_threads(out, ty, yg, xt, ph, square)
     out.unroll(unrolled)
 
     anchor.set_scope("local")
@@ -428,7 +505,7 @@ def _tile(s: Schedule, anchor: Stage, out: Stage, yb: object, xb: object, ty: ob
     else:
         d_sh = s[s.cache_read(data, "shared", [anchor])]
     if align:
-        _fetch_rows(d_sh, anchor, chunk, tys, pad, ph, align)
+        _fetch_rows(d_sh, anchor, chunk, tys, pad, ph, align, square)
     else:
         _fetch(d_sh, anchor, chunk, tys)
     taps = rc * (kh * kw if whole else kw)
