@@ -158,12 +158,18 @@ def _tc_instances() -> dict[str, Callable[[], tuple[list, Any]]]:
         B = td.placeholder((128, 256), "float16", name="B")
         return [A, B], ops.matmul(A, B, out_dtype="float32")
 
+    def conv2d_fp16():
+        D = td.placeholder((1, 16, 20, 20), "float16", name="D")
+        K = td.placeholder((24, 16, 3, 3), "float16", name="K")
+        return [D, K], ops.conv2d(D, K, padding=1, out_dtype="float32")
+
     def attention_fp16_mask():
         Q, K, V = (td.placeholder((1, 2, 128, 64), "float16", name=n) for n in "QKV")
         M = td.placeholder((1, 1, 128, 128), "bool", name="M")
         return [Q, K, V, M], ops.attention(Q, K, V, causal=True, mask=M)
 
-    return {"matmul_fp16": matmul_fp16, "attention_fp16_mask": attention_fp16_mask}
+    return {"matmul_fp16": matmul_fp16, "conv2d_fp16": conv2d_fp16,
+            "attention_fp16_mask": attention_fp16_mask}
 
 
 def emulated_bank_use(name: str, arch: str) -> "dict | None":

@@ -75,13 +75,14 @@ inline float bf16_bits_to_float(unsigned b) {
 // Judged from the addresses the kernel really computes, as backends/cuda/static/banks.py
 // judges the IR's: 32 banks of 4-byte words; a phase (8 lanes of 16 bytes, or one 8 x 16-byte
 // matrix of an ldmatrix) takes as many wavefronts as the most distinct words one bank holds.
-// The accesses the IR walk cannot see: ldmatrix (kinds 0, 1: .trans) and the 16-byte cp.async
-// tile fills (kind 2), whose lanes are grouped into warp requests by each lane's count of calls
-// at the call site (lanes of a warp issue a site's n-th call together).
+// The accesses the IR walk cannot see: ldmatrix (kinds 0, 1: .trans), the 16-byte cp.async
+// tile fills (kind 2) and the element-wise tile stores (kind 3: gathered tiles, tails), whose
+// lanes are grouped into warp requests by each lane's count of calls at the call site (lanes
+// of a warp issue a site's n-th call together).
 struct BankUse {
   unsigned long long phases = 0, wavefronts = 0, worst = 0;
 };
-inline constexpr int kBankKinds = 3;
+inline constexpr int kBankKinds = 4;
 inline BankUse bank_use[kBankKinds];
 
 inline int phase_ways(const long long* bytes, int n, int width) {
@@ -114,37 +115,42 @@ inline void count_phase(int kind, const long long* bytes, int n, int width) {
   if ((unsigned long long)ways > u.worst) u.worst = (unsigned long long)ways;
 }
 
-// 16-byte accesses of lanes issued one at a time, met into warp requests
+// accesses of lanes issued one at a time, met into warp requests
+struct OpenRequest {
+  int kind = 0, width = 0;
+  std::vector<long long> lanes;   // byte offsets, -1: no access (yet)
+};
 struct WarpRequests {
   uint64_t serial = 0;
   std::map<std::pair<const void*, int>, unsigned> calls;                 // (site, thread)
-  std::map<std::tuple<const void*, int, unsigned>, std::vector<long long>> open;  // (site, warp, n)
+  std::map<std::tuple<const void*, int, unsigned>, OpenRequest> open;    // (site, warp, n)
 };
 inline WarpRequests warp_requests;
 
-inline void close_request(int kind, std::vector<long long>& lanes) {
-  for (int q = 0; q < 32; q += 8) count_phase(kind, lanes.data() + q, 8, 16);
+// a warp request's phases: 128 bytes each (8 lanes of 16 bytes, 16 of 8, 32 of 4 or less)
+inline void close_request(const OpenRequest& q) {
+  const int per = q.width > 8 ? 8 : q.width > 4 ? 16 : 32;
+  for (int l = 0; l < 32; l += per) count_phase(q.kind, q.lanes.data() + l, per, q.width);
 }
 inline void flush_requests() {
-  for (auto& kv : warp_requests.open) close_request(2, kv.second);
+  for (auto& kv : warp_requests.open) close_request(kv.second);
   warp_requests.open.clear();
   warp_requests.calls.clear();
 }
-inline void post_request(const void* site, long long byte) {
+inline void post_request(int kind, const void* site, long long byte, int width) {
   if (warp_requests.serial != rt.block_serial) {
     flush_requests();
     warp_requests.serial = rt.block_serial;
   }
   const int me = rt.cur, warp = me / 32;
   const unsigned n = warp_requests.calls[{site, me}]++;
-  auto& lanes = warp_requests.open[{site, warp, n}];
-  if (lanes.empty()) lanes.assign(32, -1);
-  lanes[me & 31] = byte;
-  const int width = std::min(32, rt.nthreads - warp * 32);
+  OpenRequest& q = warp_requests.open[{site, warp, n}];
+  if (q.lanes.empty()) q = OpenRequest{kind, width, std::vector<long long>(32, -1)};
+  q.lanes[me & 31] = byte;
   int posted = 0;
-  for (long long b : lanes) posted += b >= 0;
-  if (posted == width) {
-    close_request(2, lanes);
+  for (long long b : q.lanes) posted += b >= 0;
+  if (posted == std::min(32, rt.nthreads - warp * 32)) {
+    close_request(q);
     warp_requests.open.erase({site, warp, n});
   }
 }
@@ -217,7 +223,7 @@ inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, uns
 template <typename T, typename S>
 __attribute__((noinline)) void tdsl_tc_cp16(const emu::SharedPtr<T>& sm, int off,
                                             const emu::Global<S>& src) {
-  emu::post_request(__builtin_return_address(0), (sm.off + off) * (long long)sizeof(T));
+  emu::post_request(2, __builtin_return_address(0), (sm.off + off) * (long long)sizeof(T), 16);
   tdsl_cp_async<16>(emu::SharedPtr<T>{sm.arr, sm.base, sm.off + off}, src);
 }
 template <typename T> inline emu::SharedPtr<T> tdsl_tc_sbase(const emu::SharedPtr<T>& sm) {
@@ -226,7 +232,10 @@ template <typename T> inline emu::SharedPtr<T> tdsl_tc_sbase(const emu::SharedPt
 template <typename T> inline void tdsl_tc_zero16(const emu::SharedPtr<T>& sm, int off) {
   for (int e = 0; e < 16 / (int)sizeof(T); ++e) sm.write(off + e, T{});
 }
-template <typename T> inline void tdsl_tc_st(const emu::SharedPtr<T>& sm, int off, T v) {
+template <typename T>
+__attribute__((noinline)) void tdsl_tc_st(const emu::SharedPtr<T>& sm, int off, T v) {
+  emu::post_request(3, __builtin_return_address(0), (sm.off + off) * (long long)sizeof(T),
+                    (int)sizeof(T));
   sm.write(off, v);
 }
 inline void tdsl_tc_commit() { emu::async_commit(); }

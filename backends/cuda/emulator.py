@@ -303,7 +303,7 @@ def run(plan: Any, kernels: Sequence[Any], source: str, params: Sequence[Buffer]
 
 # ---- reports ------------------------------------------------------------------------------------
 #: The shared accesses whose bank use the harness counts (emu_tc.h's ``bank_use`` kinds).
-BANK_KINDS = ("ldmatrix", "ldmatrix.trans", "cp.async.16")
+BANK_KINDS = ("ldmatrix", "ldmatrix.trans", "cp.async.16", "st.shared")
 
 
 @dataclass(frozen=True)

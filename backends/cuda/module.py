@@ -97,7 +97,8 @@ class CUDAModule(Module):
                          source: "str | None" = None) -> "dict[str, emulator.BankUse]":
         """Emulate the kernels on ``arrays`` (as ``emulate``, without race tracking) and return
         the shared-memory bank use of the tensor-core primitives' accesses -- ``ldmatrix``,
-        ``ldmatrix.trans`` and the 16-byte ``cp.async`` tile fills -- judged from the
+        ``ldmatrix.trans``, the 16-byte ``cp.async`` tile fills and the element-wise tile
+        stores (``st.shared``: gathered tiles, tails) -- judged from the
         addresses the kernels computed (the static report's IR walk cannot see into the
         tensor-core templates).  Kinds no kernel made are absent.  ``source``: as for
         ``emulate``."""

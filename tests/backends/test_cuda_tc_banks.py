@@ -4,7 +4,8 @@
 The static report's bank analysis walks the kernel IR; the tensor-core GEMM and attention
 kernels are C++ templates it cannot see into.  ``CUDAModule.emulate_bank_use`` counts, from
 the addresses the kernels compute, how many wavefronts each phase of their ldmatrix (8 rows
-of 16 bytes a matrix) and 16-byte cp.async tile fills (8 lanes a phase) takes.  The defaults
+of 16 bytes a matrix), 16-byte cp.async tile fills (8 lanes a phase) and element-wise tile
+stores (a gathered conv tile: 32 lanes a phase) takes.  The defaults
 must take one each; an unswizzled tile (planted) must be found.
 """
 from __future__ import annotations
@@ -112,12 +113,37 @@ def test_attention_fragment_loads_are_conflict_free():
 
 
 @needs_gxx
+@pytest.mark.parametrize("stride,pad", [(1, 1), (2, 0)])
+def test_conv_gathered_tile_stores_are_conflict_free(stride, pad):
+    """The fp16 implicit-GEMM conv fills B's tile element by element from its gather (a
+    warp a k row, a lane a column): those 2-byte stores, the weights' cp.async and the
+    fragment loads each take one wavefront a phase."""
+    import torch
+    X = td.placeholder((2, 16, 20, 20), "float16", name="X")
+    W = td.placeholder((24, 16, 3, 3), "float16", name="W")
+    out = ops.conv2d(X, W, stride=stride, padding=pad, out_dtype="float32")
+    f = td.build(ops.schedule(out, "cuda -arch=sm_90"), [X, W, out], target="cuda -arch=sm_90")
+    assert "tc_b_val" in f.get_source()
+    g = np.random.default_rng(stride)
+    x, w = ((g.random(s) - .5).astype(np.float16) for s in ((2, 16, 20, 20), (24, 16, 3, 3)))
+    o = np.full([int(s) for s in out.shape], np.nan, "float32")
+    use = f.emulate_bank_use(x, w, o)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x.astype("float32")),
+                                     torch.from_numpy(w.astype("float32")), stride=stride,
+                                     padding=pad).numpy()
+    np.testing.assert_allclose(o, ref, rtol=1e-4, atol=1e-4)
+    assert {"ldmatrix", "ldmatrix.trans", "cp.async.16", "st.shared"} <= set(use)
+    for kind, u in use.items():
+        assert u.worst == 1, (kind, u)
+
+
+@needs_gxx
 def test_static_report_counts_the_templates_banks():
     """benchmarks/cuda_static.py fills the tensor-core rows' bank column from the emulator
     (it was 0: no site the IR walk could see)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from cuda_static import emulated_bank_use
-    for name in ("matmul_fp16", "attention_fp16_mask"):
+    for name in ("matmul_fp16", "conv2d_fp16", "attention_fp16_mask"):
         use = emulated_bank_use(name, "sm_90")
         assert use and max(u.worst for u in use.values()) == 1, (name, use)
     assert emulated_bank_use("matmul", "sm_90") is None      # not a template kernel
