@@ -13,9 +13,9 @@ and of a dense layer land on one scale):
 * register traffic: vector loads and stores of the straight-line body per operation (the
   accumulators stay in registers across a reduction loop that does not move the store);
 * data movement per cache level (``LEVEL_BYTES``): the bytes that come from beyond the
-  level, from a footprint analysis: the outermost loop level whose footprint (all
-  accesses, in cache lines) fits in the level is loaded once per iteration of the loops
-  outside it;
+  level, from a footprint analysis (``level_traffic``): the lines of the loop just outside
+  the inner loops whose footprint (all accesses, in cache lines) fits in the level are
+  loaded once per iteration of the loops outside it;
 * an estimated cycle count: the slowest of those over the level bandwidths
   (``LEVEL_BYTES_PER_CYCLE``) and compute, plus the loop overhead, per operation; and which
   of them bounds it.
@@ -59,22 +59,31 @@ def _lines_bytes(extents: Sequence[int], strides: Sequence[int], nbytes: int) ->
     return float(lines * _LINE)
 
 
-def level_traffic(extents: Sequence[int], accesses: Sequence[tuple[Sequence[int], int]],
-                  capacity: int) -> float:
-    """Bytes a loop nest (``extents``, outermost first) loads from beyond a cache of
-    ``capacity`` bytes: with ``k`` the most inner loops whose footprint (all ``accesses``:
-    per-loop element strides, element bytes) fits, the footprint of those ``k`` loops once
-    per iteration of the loops outside them."""
+def footprints(extents: Sequence[int], accesses: Sequence[tuple[Sequence[int], int]]
+               ) -> list[float]:
+    """Bytes (cache lines) all ``accesses`` touch over the ``k`` innermost loops, k = 0..n."""
     n = len(extents)
-    fit_bytes = sum(_LINE for _ in accesses)     # k = 0: one line per access per iteration
-    fit_k = 0
-    for k in range(1, n + 1):
-        tot = sum(_lines_bytes(extents[n - k:], st[n - k:], nb) for st, nb in accesses)
-        if tot > capacity:
-            break
-        fit_bytes, fit_k = tot, k
-    outer = math.prod(extents[:n - fit_k])
-    return fit_bytes * outer
+    return [sum(_lines_bytes(extents[n - k:], st[n - k:], nb) for st, nb in accesses)
+            for k in range(n + 1)]
+
+
+def level_traffic(extents: Sequence[int], accesses: Sequence[tuple[Sequence[int], int]],
+                  capacity: int, fps: "Sequence[float] | None" = None) -> float:
+    """Bytes a loop nest (``extents``, outermost first) loads from beyond a cache of
+    ``capacity`` bytes.  With ``k`` the most inner loops whose footprint (all ``accesses``:
+    per-loop element strides, element bytes) fits, the loop just outside them reuses what
+    consecutive iterations share (a line the next column reads, data it does not move):
+    the distinct lines of those ``k + 1`` loops are loaded once per iteration of the loops
+    outside them (all of them once when the whole nest fits).  ``fps``: ``footprints`` of
+    the nest, when known."""
+    n = len(extents)
+    fps = footprints(extents, accesses) if fps is None else fps
+    k = 0
+    while k < n and fps[k + 1] <= capacity:
+        k += 1
+    if k == n:
+        return fps[n]
+    return fps[k + 1] * math.prod(extents[:n - k - 1])
 
 
 def store_estimate(extents: Sequence[int], vectorized: Sequence[bool], real: Sequence[bool],
@@ -103,7 +112,8 @@ def store_estimate(extents: Sequence[int], vectorized: Sequence[bool], real: Seq
     overhead = float(trips)
     regs = trips * body_vectors
     traffic = [regs * register_bytes]
-    traffic += [level_traffic(extents, accesses, cap) for cap in LEVEL_BYTES]
+    fps = footprints(extents, accesses)
+    traffic += [level_traffic(extents, accesses, cap, fps) for cap in LEVEL_BYTES]
     times = [compute] + [b / bw for b, bw in zip(traffic, LEVEL_BYTES_PER_CYCLE)]
     cycles = max(times) + overhead
     bound = max(range(len(times)), key=lambda i: times[i])

@@ -189,6 +189,7 @@ VARIANTS: dict[str, _Variant] = {
     "rank:pairwise qid": _Variant(lambda: XGBoostCostModel("rank")),
     "rank:ndcg qid": _Variant(lambda: XGBoostCostModel("rank-ndcg")),
     "reg-log (default)": _Variant(lambda: XGBoostCostModel("reg-log")),
+    "reg-log no prior": _Variant(lambda: XGBoostCostModel("reg-log", prior=False)),
     "reg drop-noisy": _Variant(lambda: XGBoostCostModel("reg"), max_spread=0.2),
     "rank drop-noisy": _Variant(lambda: XGBoostCostModel("rank"), max_spread=0.2),
     "reg depth4 120r": _Variant(lambda: XGBoostCostModel("reg", max_depth=4,

@@ -9,6 +9,7 @@ import pytest
 
 import tdsl as td
 from tdsl import autotune
+from tdsl.autotune import analytic
 from tdsl.autotune.cost_model import (OBJECTIVES, RandomModel, XGBoostCostModel, normalize,
                                       pairwise_accuracy, top_k_recall)
 from tdsl.autotune.dataset import cross_eval
@@ -76,13 +77,16 @@ def test_pack_and_unpack_round_trip():
 # ---- models on synthetic data ------------------------------------------------------------------
 def _synthetic(n, seed, groups=1):
     """Packed vectors of programs with 1-4 stores; a store's time is a known function of its
-    row and a program's throughput is 1 / (the sum of its stores' times)."""
+    row and a program's throughput is 1 / (the sum of its stores' times).  The analytic
+    estimate columns (derived from the others in a real row) are left at zero: no prior."""
     rng = np.random.default_rng(seed)
     X = np.zeros((n, MAX_STORES, STORE_LEN), np.float32)
     y = np.zeros(n)
+    width = STORE_LEN - analytic.STORE_EST_LEN - analytic.PROGRAM_EST_LEN
     for p in range(n):
         k = rng.integers(1, 5)
-        rows = rng.random((k, STORE_LEN)).astype(np.float32) * 4
+        rows = np.zeros((k, STORE_LEN), np.float32)
+        rows[:, :width] = rng.random((k, width)).astype(np.float32) * 4
         rows[:, 0] = 1.0
         t = np.sum(2.0 ** rows[:, 1] * (1 + rows[:, 2] > 2.5) + rows[:, 3])
         X[p, :k] = rows

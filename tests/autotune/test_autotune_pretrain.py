@@ -84,8 +84,7 @@ def test_fine_tuning_changes_the_predictions_on_the_jobs_records(tmp_path):
     assert not np.allclose(before, after)
     assert autotune.pairwise_accuracy(after, yj) > 0.7
     # the base is left as it was: another tuner starts from the same model
-    np.testing.assert_allclose(model.base.predict(__import__("xgboost").DMatrix(Xj)), before,
-                               rtol=1e-6)
+    np.testing.assert_allclose(pm.cost_model().predict(Xj), before, rtol=1e-6)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "bad booster", "not ours"])
