@@ -13,8 +13,8 @@ from tdsl.autotune import analytic
 from tdsl.autotune.cost_model import (OBJECTIVES, RandomModel, XGBoostCostModel, normalize,
                                       pairwise_accuracy, top_k_recall)
 from tdsl.autotune.dataset import cross_eval
-from tdsl.autotune.features import (FEATURE_LEN, FEATURE_VERSION, MAX_STORES, STORE_LEN,
-                                    extract_features, store_features, unpack)
+from tdsl.autotune.features import (ESTIMATE_COLUMN, FEATURE_LEN, FEATURE_VERSION, MAX_STORES,
+                                    STORE_LEN, extract_features, store_features, unpack)
 from tdsl.errors import TuningError
 
 from tests.autotune.autotune_ops import matmul, softmax
@@ -237,3 +237,28 @@ def test_default_objective_is_log_normalized_regression():
     X, y, g = _synthetic(60, 4, groups=2)
     assert pretrain.train(X, y, g, rounds=5).objective == "reg-log"
     assert pretrain.PretrainedModel.__dataclass_fields__["objective"].default == "reg-log"
+
+
+def _estimated(n, lo, hi, seed):
+    """Random packed vectors whose throughput follows the analytic estimate column (log2
+    cycles per operation, drawn in [lo, hi)) with 10 % noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 4, (n, FEATURE_LEN)).astype(np.float32)
+    X[:, ESTIMATE_COLUMN] = rng.uniform(lo, hi, n)
+    y = 2.0 ** -X[:, ESTIMATE_COLUMN] * (1 + 0.1 * rng.random(n))
+    return X, y
+
+
+def test_prior_ranks_past_the_estimates_seen_in_training():
+    # trained where the estimate spans [0, 2); asked about programs estimated at [3, 7): trees
+    # are constant past their last split, the prior (a base margin) still orders them
+    X, y = _estimated(200, 0.0, 2.0, 0)
+    Xt, yt = _estimated(80, 3.0, 7.0, 1)
+    g = np.repeat([0, 1], 100)
+    acc = {}
+    for prior in (True, False):
+        m = XGBoostCostModel("reg-log", prior=prior)
+        m.fit(X, y, g)
+        acc[prior] = pairwise_accuracy(m.predict(Xt), yt)
+    assert acc[True] > 0.9 and acc[False] < 0.7, acc
+    assert not XGBoostCostModel("reg", prior=True).uses_prior     # reg-log's only
