@@ -153,13 +153,16 @@ class XGBoostCostModel:
         return self.prior and self.objective == "reg-log"
 
     def _margin(self, X: np.ndarray, gid: "np.ndarray | None" = None,
-                label: "np.ndarray | None" = None) -> np.ndarray:
+                label: "np.ndarray | None" = None) -> "np.ndarray | None":
         """The prior's base margin: minus the log2 estimated cycles per operation; in
         training (``gid``, ``label``) less its mean per task plus the task's mean label, so
         each task's estimates start around its labels (XGBoost's own base score is unused
         when a margin is given).  A constant shift does not change a ranking: ``predict``
-        needs none."""
-        from .features import ESTIMATE_COLUMN
+        needs none.  None for vectors of another length than this version's (stored
+        features of an older version, in an evaluation): they carry no estimate."""
+        from .features import ESTIMATE_COLUMN, FEATURE_LEN
+        if not self.uses_prior or X.ndim != 2 or X.shape[1] != FEATURE_LEN:
+            return None
         m = -X[:, ESTIMATE_COLUMN].astype(np.float64)
         if gid is not None and label is not None and len(m):
             k = int(gid.max()) + 1
@@ -223,8 +226,9 @@ class XGBoostCostModel:
             dm = xgb.DMatrix(X, label=label, qid=gid)
         else:
             dm = xgb.DMatrix(X, label=label, weight=w)
-        if self.uses_prior:
-            dm.set_base_margin(self._margin(X, gid, label))
+        margin = self._margin(X, gid, label)
+        if margin is not None:
+            dm.set_base_margin(margin)
         if self.base is not None:       # fine-tune: more trees on top of the base's scores
             self._booster = xgb.train(self.params(), dm, num_boost_round=self.finetune_rounds,
                                       xgb_model=self.base)
@@ -244,8 +248,9 @@ class XGBoostCostModel:
             total = np.bincount(prog, weights=p, minlength=len(X))
             return -total if self.objective == "pack-sum" else total
         dm = xgb.DMatrix(X)
-        if self.uses_prior:
-            dm.set_base_margin(self._margin(X))
+        margin = self._margin(X)
+        if margin is not None:
+            dm.set_base_margin(margin)
         return booster.predict(dm)
 
 
