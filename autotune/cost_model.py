@@ -40,12 +40,15 @@ The script prints the comparison for every objective.
 The analytic prior (``prior``, on by default for ``reg-log``): the trees are fitted to
 the *residual* of the features' analytic estimate (``features.ESTIMATE_COLUMN``: the
 program's estimated cycles per operation, ``analytic``), given to XGBoost as a base margin
-(minus the log2 estimate; in training shifted per task to the mean of the task's
-labels).  The estimate transfers to an operator no record was measured of (it is a formula, not learned); the trees learn what it
-misses.  Held out by operator (``benchmarks/eval_cost_model_heldout.py``, 2391 records of
-54 tasks with recomputed FEATURE_VERSION 6 features): the estimate alone ranks 0.644 of
-pairs right, ``reg-log`` without the prior 0.641, with it 0.667 (FEATURE_VERSION 5 without:
-0.648).
+(minus the log2 estimate; in training shifted per task to the mean of the task's labels).
+The estimate transfers to an operator no record was measured of (it is a formula, not
+learned); the trees learn what it misses.  Held out by operator
+(``benchmarks/eval_cost_model_heldout.py --recompute``: 2391 records of 54 model tasks,
+features recomputed): the estimate alone ranks 0.642 of pairs
+right, ``reg-log`` on FEATURE_VERSION 6 0.661 without the prior and 0.673 with it
+(FEATURE_VERSION 5's stored features, same records: 0.648).  Trials to within 5% of the
+best (``benchmarks/eval_pretrained.py``) fall further with a pre-trained model than with
+FEATURE_VERSION 5 (see that script's docstring).
 
 ``benchmarks/eval_cost_model.py`` compares them on held-out records of several
 operators.  ``fit`` takes per-record ``weights`` (the tuner weights recent batches

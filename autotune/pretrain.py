@@ -14,6 +14,8 @@ on top of its scores).  The script measures random candidates (and the untuned p
 of ``pretrain_workloads.WORKLOADS`` with ``RandomTuner`` into a database, adds the records
 of any ``--db``, trains an ``XGBoostCostModel`` (``DEFAULT_OBJECTIVE``) on all of them
 (labels: throughput relative to the best of its task) and writes it to the user's cache folder.
+A workload's records stored with features of an older ``FEATURE_VERSION`` get this version's
+features from their programs, lowered again (``dataset``; nothing is timed again).
 
 The file (JSON: a header and the booster in base64 UBJSON, ~0.1-0.6 MB) is keyed by the
 CPU: its name and LLVM feature string and ``features.FEATURE_VERSION`` (``cpu_key``); a
