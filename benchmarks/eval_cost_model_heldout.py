@@ -20,9 +20,11 @@ search median and the re-measurement), how well one sample ranks the other.
 extractor from the record's program (no timing): the tasks are rebuilt from the models of
 ``tdsl.testing.models`` (batch 1 and 8; a record of any other task is left out) and each
 record's trace lowered again.  The lowered functions are pickled to ``--lowered`` (reused
-when it exists: a feature change then costs only the extraction).  ``--stored-only``
-keeps the records with stored features of this version only (the same records as a
-recompute, to compare an old version's stored features with a new one on one set).
+when it exists: a feature change then costs only the extraction).  ``--stored VERSION``
+reads the stored features of that (older) version, of the records a recompute uses: the
+old and the new features compared on one set of records.  On 2391 records of 54 model
+tasks (``reg-log (default)``): FEATURE_VERSION 5 (``--stored 5``) 0.648, FEATURE_VERSION 6
+(``--recompute``) 0.673 with the analytic prior, 0.661 without (``reg-log no prior``).
 """
 from __future__ import annotations
 

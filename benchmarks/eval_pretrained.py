@@ -28,8 +28,8 @@ records per workload by default), on a shared machine: the records' timings are 
 
 ``--stored VERSION``: the features stored with the records (of an older version) instead of
 this version's, recomputed from the records' programs (nothing is timed again): the old and
-the new features compared on the same records.  On 617 records of the 20 workloads (32
-each; 30 seeds): FEATURE_VERSION 5, trials to 5% 10.3 untrained / 7.9 pre-trained (1.30x),
+the new features compared on the same records.  On the ~600 valid records of the 20
+workloads (up to 32 each; 30 seeds): FEATURE_VERSION 5, trials to 5% 10.3 untrained / 7.9 pre-trained (1.30x),
 cold pairwise 0.724; FEATURE_VERSION 6 with the analytic prior, 9.6 / 6.0 (1.60x), 0.743.
 """
 from __future__ import annotations
