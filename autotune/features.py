@@ -22,6 +22,11 @@ a fixed-length vector (``STORE_LEN``) of the store and the loops around it:
   ``ACCESSES``): element size, scope, the stride along the innermost and the
   vectorized loop, and for each of the ``LEVELS`` innermost loop levels the bytes
   touched (cache lines x 64) and the reuse (iterations / distinct elements);
+* analytic estimates (FEATURE_VERSION 6, ``analytic``): per store, the working vector
+  lanes, loop overhead, register traffic and bytes from beyond L1 / L2 / the last level
+  per operation, the estimated cycles per operation and what bounds them; per program
+  (the same in every row), cycles per operation of the program and of its reduction
+  updates, the updates' and the slowest store's share of the cycles;
 * the program's allocations (count, bytes by scope, bytes allocated per run —
   an allocation inside a loop is made once per iteration), the bytes its copies into
   local buffers (packs, cache reads) write, per reduction update, and its code size
@@ -50,9 +55,10 @@ from tdsl.stmt import (Allocate, BufferStore, For, ForKind, IfThenElse, IntrinCa
                        PrimFunc, SeqStmt, StorageScope)
 from tdsl.visitor import post_order_visit, substitute
 
+from .analytic import PROGRAM_EST_LEN, STORE_EST_LEN, program_estimate, store_estimate
 from .irutil import OP_KINDS, count_ops, eval_int
 
-FEATURE_VERSION = 5
+FEATURE_VERSION = 6
 ACCESSES = 4
 LEVELS = 4
 MAX_STORES = 10
@@ -67,9 +73,13 @@ REGISTERS = 16
 _LOOP_LEN = 16
 _ALLOC_LEN = 10
 # v5 keeps v4's row length (LEVELS 6 -> 4 pays for the body and copy columns)
+# v6 appends the analytic estimates (``analytic``): the store's, then the program's
 STORE_LEN = 1 + len(OP_KINDS) + _LOOP_LEN + _KERNEL_LEN + _BODY_LEN + 2 * len(CACHES) + \
-    ACCESSES * _ACCESS_LEN + _ALLOC_LEN
+    ACCESSES * _ACCESS_LEN + _ALLOC_LEN + STORE_EST_LEN + PROGRAM_EST_LEN
 FEATURE_LEN = MAX_STORES * STORE_LEN
+#: the column of a packed vector holding the program's estimated cycles per operation (log2,
+#: ``analytic.program_estimate``'s first column, in the first row): the cost model's prior
+ESTIMATE_COLUMN = STORE_LEN - PROGRAM_EST_LEN
 
 
 def _log(x: float) -> float:
@@ -101,6 +111,8 @@ class _Extractor:
         self.loops: list[_Loop] = []
         self.lets: list[tuple[Var, Any]] = []
         self.stmts: list[tuple[float, bool, list[float]]] = []   # work, is update, row
+        self.estimates: list[list[float]] = []   # per store: analytic columns
+        self.costs: list[tuple[float, float, bool]] = []   # per store: cycles, ops, update
         self.allocs: list[tuple[int, StorageScope, int]] = []   # bytes, scope, times made
         self.copied = 0.0      # bytes the copies into local buffers (packs, caches) write
         self.updated = 0.0     # iterations of reduction updates
@@ -179,7 +191,8 @@ class _Extractor:
               float(st.buffer.scope is not StorageScope.GLOBAL)]
         nbytes = max(1, st.buffer.dtype.bits // 8)
         f += self.kernel(accesses, loops, nbytes)
-        f += self.body(accesses, loops, is_update, nbytes)
+        body, body_vectors = self.body(accesses, loops, is_update, nbytes)
+        f += body
         f += self.cache_fit(accesses, loops)
         for a in accesses[:ACCESSES]:
             f += a[1]
@@ -197,10 +210,19 @@ class _Extractor:
                 copies *= math.ceil(lp.extent * max(1, st.buffer.dtype.bits // 8) / REGISTER_BYTES)
         self.code += copies
         self.stmts.append((work, is_update, f))
+        est, cycles, est_work = store_estimate(
+            [lp.extent for lp in loops], [lp.kind is ForKind.VECTORIZED for lp in loops],
+            [lp.extent > 1 and lp.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED)
+             for lp in loops],
+            [(a[2], a[4]) for a in accesses], float(sum(ops.values())), nbytes, body_vectors,
+            REGISTER_BYTES)
+        self.estimates.append(est)
+        self.costs.append((cycles, est_work, is_update))
 
     def access(self, buf: Any, indices: Sequence[Any], is_store: bool, loops: list[_Loop]
-               ) -> tuple[float, list[float], list[int], list[int]]:
-        """(total bytes, features, per-loop stride, per-loop extent) of one access."""
+               ) -> tuple[float, list[float], list[int], list[int], int]:
+        """(total bytes, features, per-loop stride, per-loop extent, element bytes) of one
+        access."""
         env0 = self._base_env()
         strides = [max(1, eval_int(self._sub(x), env0, 1)) for x in buf.effective_strides()]
         idx = [self._sub(i) for i in indices]
@@ -229,7 +251,7 @@ class _Extractor:
             b, reuse = _footprint(sub, nbytes)
             feats += [_log(b), _log(reuse)]
         b_all, _ = _footprint(list(zip(loops, loop_strides)), nbytes)
-        return b_all, feats, loop_strides, [lp.extent for lp in loops]
+        return b_all, feats, loop_strides, [lp.extent for lp in loops], nbytes
 
     def kernel(self, accesses: list, loops: list[_Loop], nbytes: int) -> list[float]:
         """The register-level kernel: the loops inside the innermost reduction loop.
@@ -264,7 +286,7 @@ class _Extractor:
                                                  else 1), float(lanes % per_reg == 0 and lanes > 0)]
 
     def body(self, accesses: list, loops: list[_Loop], is_update: bool, nbytes: int
-             ) -> list[float]:
+             ) -> tuple[list[float], float]:
         """The straight-line body: what the innermost loop that stays a loop executes.
 
         Unrolled and vectorized loops (by a schedule or by ``auto_unroll_max_step``)
@@ -273,7 +295,8 @@ class _Extractor:
         (accumulators: do they fit in the ``REGISTERS`` registers, or spill), whether
         they stay in registers across the loop (it is a reduction loop, the store
         does not move with it), the loads per body and the loop's trip count decide
-        how close the kernel gets to peak.
+        how close the kernel gets to peak.  Also returns the vector loads and stores of
+        one body execution (``analytic.store_estimate``'s register traffic).
         """
         real = [k for k, lp in enumerate(loops) if lp.extent > 1 and
                 lp.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED)]
@@ -296,14 +319,14 @@ class _Extractor:
         in_regs = float(is_update and kr >= 0 and accesses[0][2][kr] == 0)
         trip = loops[kr].extent if kr >= 0 else 1
         steps = body / max(1, lanes) * math.ceil(lanes / per_reg) if lanes else body
+        traffic = loads + 2.0 * acc / (trip if in_regs else 1)
         return [_log(steps), _log(acc), float(is_update and acc > REGISTERS - 2),
                 float(is_update and 4 <= acc <= REGISTERS - 2), in_regs,
                 _log(loads), _log(steps / max(1.0, loads + (0.0 if in_regs else acc))),
                 _log(trip), float(lanes > 0 and lanes % per_reg == 0),
                 # register traffic per body step, the accumulators' load and store
                 # amortised over the loop when they stay in registers
-                (loads + 2.0 * acc / (trip if in_regs else 1)) / max(1.0, steps),
-                float(len(real))]
+                traffic / max(1.0, steps), float(len(real))], traffic
 
     def cache_fit(self, accesses: list, loops: list[_Loop]) -> list[float]:
         out: list[float] = []
@@ -338,13 +361,14 @@ class _Extractor:
                  _log(self.copied / max(1.0, self.updated)),
                  self.copied / max(1.0, self.updated), _log(self.code),
                  _log(self.code / max(1, len(self.stmts)))]
+        program = program_estimate(self.costs)
         share_at = 1 + len(OP_KINDS) + 2
         out = np.zeros((len(order), STORE_LEN), dtype=np.float32)
         for r, i in enumerate(order):
             w, _, f = self.stmts[i]
             f = list(f)
             f[share_at] = w / total
-            out[r] = f + alloc
+            out[r] = f + alloc + self.estimates[i] + program
         return out
 
 

@@ -14,6 +14,8 @@ on top of its scores).  The script measures random candidates (and the untuned p
 of ``pretrain_workloads.WORKLOADS`` with ``RandomTuner`` into a database, adds the records
 of any ``--db``, trains an ``XGBoostCostModel`` (``DEFAULT_OBJECTIVE``) on all of them
 (labels: throughput relative to the best of its task) and writes it to the user's cache folder.
+A workload's records stored with features of an older ``FEATURE_VERSION`` get this version's
+features from their programs, lowered again (``dataset``; nothing is timed again).
 
 The file (JSON: a header and the booster in base64 UBJSON, ~0.1-0.6 MB) is keyed by the
 CPU: its name and LLVM feature string and ``features.FEATURE_VERSION`` (``cpu_key``); a
@@ -39,7 +41,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -92,7 +94,9 @@ class PretrainedModel:
         return b
 
     def cost_model(self, **kwargs: Any) -> XGBoostCostModel:
-        """An ``XGBoostCostModel`` starting from this booster."""
+        """An ``XGBoostCostModel`` starting from this booster (with the analytic prior when
+        the booster was trained with it: its trees are a residual of that prior)."""
+        kwargs.setdefault("prior", bool(self.meta.get("prior", False)))
         return XGBoostCostModel(self.objective, base=self.booster(), **kwargs)
 
 
@@ -106,7 +110,8 @@ def save(model: XGBoostCostModel, path: "str | Path", meta: "dict | None" = None
     raw = bytes(booster.save_raw("ubj"))
     doc = {"format": FORMAT, "version": FORMAT_VERSION, "cpu_key": key or cpu_key(),
            "cpu": cpu_info()[0], "feature_version": FEATURE_VERSION,
-           "feature_len": FEATURE_LEN, "objective": model.objective, "meta": meta or {},
+           "feature_len": FEATURE_LEN, "objective": model.objective,
+           "prior": bool(model.uses_prior), "meta": meta or {},
            "booster": base64.b64encode(raw).decode("ascii")}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +137,7 @@ def _read(path: Path) -> PretrainedModel:
         model = PretrainedModel(raw, str(doc["cpu_key"]), str(doc.get("objective", "reg")),
                                 dict(doc.get("meta") or {}), str(path))
         model.meta.update(feature_version=doc["feature_version"],
-                          feature_len=doc["feature_len"])
+                          feature_len=doc["feature_len"], prior=bool(doc.get("prior", False)))
         model.booster()                         # a booster xgboost can load
     except (KeyError, TypeError, ValueError) as e:
         raise TuningError(f"pre-trained cost model {str(path)!r} is corrupted: "
@@ -236,14 +241,24 @@ def resolve(spec: Any, objective: str = DEFAULT_OBJECTIVE) -> Optional[Pretraine
 
 
 # ---- training ------------------------------------------------------------------------------
-def dataset(records: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def dataset(records: Iterable[Any], tasks: "Mapping[str, Any] | None" = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Features, throughputs (0: failed) and task keys of the records that carry this
-    version's features (records measured by a tuner do)."""
+    version's features (records measured by a tuner do).  A valid record of another
+    feature version whose task is in ``tasks`` (task key -> ``Task``) gets this version's
+    features from its program, lowered again (no timing); the others are left out."""
+    from .features import extract_features
     X, y, g = [], [], []
     for r in records:
         f = r.features
         if f is None or r.feature_version != FEATURE_VERSION or len(f) != FEATURE_LEN:
-            continue
+            task = (tasks or {}).get(r.task_key)
+            if task is None or not r.valid:
+                continue
+            c = task.lower_trace(r.trace)
+            if not c.valid:
+                continue
+            f = extract_features(c.func, task.sizes)
         c = r.cost
         X.append(np.asarray(f, dtype=np.float32))
         y.append(1.0 / c if r.valid and math.isfinite(c) and c > 0 else 0.0)
@@ -328,12 +343,12 @@ def main(argv: "Sequence[str] | None" = None) -> int:
         measure(records_db, names, a.trials, a.threads,
                 log=lambda s: print(s, flush=True))
     from .auto_schedule import create_auto_task
-    keys = {create_auto_task(WORKLOADS[n](), "llvm").key for n in names}
-    recs = [r for r in open_database(records_db).records() if r.task_key in keys] \
+    tasks = {t.key: t for t in (create_auto_task(WORKLOADS[n](), "llvm") for n in names)}
+    recs = [r for r in open_database(records_db).records() if r.task_key in tasks] \
         if names else []
     for db in a.db:
         recs += list(open_database(db, create=False).records())
-    X, y, g = dataset(recs)
+    X, y, g = dataset(recs, tasks)      # the workloads' records of older features: recomputed
     model = train(X, y, g, a.rounds)
     path = save(model, out, meta={"records": int(len(y)), "tasks": int(len(np.unique(g))),
                                   "workloads": names, "databases": list(a.db),

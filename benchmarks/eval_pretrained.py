@@ -3,7 +3,7 @@
     python -m tdsl.autotune.pretrain --records benchmarks/.cache/pretrain.db \\
         --out benchmarks/.cache/pretrained.json --trials 32        # records (resumes)
     python benchmarks/eval_pretrained.py [--db benchmarks/.cache/pretrain.db] [--batch 8]
-                                         [--seeds 10] [--rounds 100]
+                                         [--seeds 10] [--rounds 100] [--stored VERSION]
 
 For each workload of ``autotune.pretrain_workloads`` in the database (leave one out): a
 model is pre-trained as ``pretrain`` does on the records of all the *other* workloads, and
@@ -25,6 +25,12 @@ today), both fed the held-out workload's records the way a tuner is:
 Per cell: pairwise accuracy (pairs of different throughput ordered right) and top-5 recall
 (best throughput among the model's top 5 / best held out).  A check on small pools (32
 records per workload by default), on a shared machine: the records' timings are noisy.
+
+``--stored VERSION``: the features stored with the records (of an older version) instead of
+this version's, recomputed from the records' programs (nothing is timed again): the old and
+the new features compared on the same records.  On the ~600 valid records of the 20
+workloads (up to 32 each; 30 seeds): FEATURE_VERSION 5, trials to 5% 10.3 untrained / 7.9 pre-trained (1.30x),
+cold pairwise 0.724; FEATURE_VERSION 6 with the analytic prior, 9.6 / 6.0 (1.60x), 0.743.
 """
 from __future__ import annotations
 
@@ -45,18 +51,32 @@ from tdsl.autotune.pretrain_workloads import WORKLOADS
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def load(db_path: str) -> dict[str, dict]:
-    """Per workload with records: features, throughputs, which are untuned programs."""
+def load(db_path: str, stored: "int | None" = None) -> dict[str, dict]:
+    """Per workload with records: features (recomputed from the records' programs when
+    stored with another version; ``stored``: the stored ones of that version), throughputs,
+    which are untuned programs."""
     db = open_database(db_path, create=False)
     out = {}
     for name, make in WORKLOADS.items():
-        recs = sorted(db.records(create_auto_task(make(), "llvm").key), key=lambda r: r.id)
-        recs = [r for r in recs if r.valid]
-        X, y, _ = pretrain.dataset(recs)
-        if len(y) < 8:
+        task = create_auto_task(make(), "llvm")
+        recs = sorted(db.records(task.key), key=lambda r: r.id)
+        rows, ys, default = [], [], []
+        for r in recs:
+            if not r.valid:
+                continue
+            if stored is not None:
+                if r.feature_version != stored or r.features is None:
+                    continue
+                f, c = [np.asarray(r.features, np.float32)], [1.0 / r.cost]
+            else:
+                f, c, _ = pretrain.dataset([r], {task.key: task})
+            if len(c):
+                rows.append(f[0])
+                ys.append(c[0])
+                default.append("__default__" in (r.config or {}))
+        if len(ys) < 8:
             continue
-        default = np.asarray(["__default__" in (r.config or {}) for r in recs
-                              if r.features is not None])
+        X, y, default = np.stack(rows), np.asarray(ys), np.asarray(default)
         out[name] = {"X": X, "y": y, "default": default}
     return out
 
@@ -127,8 +147,11 @@ def main(argv: "list[str] | None" = None) -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=pretrain.ROUNDS)
+    ap.add_argument("--stored", type=int, default=None, metavar="VERSION",
+                    help="the stored features of VERSION (default: this version's, "
+                         "recomputed where stored with another)")
     a = ap.parse_args(argv)
-    data = load(a.db)
+    data = load(a.db, a.stored)
     if len(data) < 3:
         sys.exit(f"{a.db}: records of {len(data)} workloads; make them first (see --help)")
     head = (f"{'held-out workload':<22} {'n':>4} {'cold pw':>8} {'top5':>5} "

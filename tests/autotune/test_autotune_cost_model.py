@@ -9,11 +9,12 @@ import pytest
 
 import tdsl as td
 from tdsl import autotune
+from tdsl.autotune import analytic
 from tdsl.autotune.cost_model import (OBJECTIVES, RandomModel, XGBoostCostModel, normalize,
                                       pairwise_accuracy, top_k_recall)
 from tdsl.autotune.dataset import cross_eval
-from tdsl.autotune.features import (FEATURE_LEN, FEATURE_VERSION, MAX_STORES, STORE_LEN,
-                                    extract_features, store_features, unpack)
+from tdsl.autotune.features import (ESTIMATE_COLUMN, FEATURE_LEN, FEATURE_VERSION, MAX_STORES,
+                                    STORE_LEN, extract_features, store_features, unpack)
 from tdsl.errors import TuningError
 
 from tests.autotune.autotune_ops import matmul, softmax
@@ -76,13 +77,16 @@ def test_pack_and_unpack_round_trip():
 # ---- models on synthetic data ------------------------------------------------------------------
 def _synthetic(n, seed, groups=1):
     """Packed vectors of programs with 1-4 stores; a store's time is a known function of its
-    row and a program's throughput is 1 / (the sum of its stores' times)."""
+    row and a program's throughput is 1 / (the sum of its stores' times).  The analytic
+    estimate columns (derived from the others in a real row) are left at zero: no prior."""
     rng = np.random.default_rng(seed)
     X = np.zeros((n, MAX_STORES, STORE_LEN), np.float32)
     y = np.zeros(n)
+    width = STORE_LEN - analytic.STORE_EST_LEN - analytic.PROGRAM_EST_LEN
     for p in range(n):
         k = rng.integers(1, 5)
-        rows = rng.random((k, STORE_LEN)).astype(np.float32) * 4
+        rows = np.zeros((k, STORE_LEN), np.float32)
+        rows[:, :width] = rng.random((k, width)).astype(np.float32) * 4
         rows[:, 0] = 1.0
         t = np.sum(2.0 ** rows[:, 1] * (1 + rows[:, 2] > 2.5) + rows[:, 3])
         X[p, :k] = rows
@@ -233,3 +237,32 @@ def test_default_objective_is_log_normalized_regression():
     X, y, g = _synthetic(60, 4, groups=2)
     assert pretrain.train(X, y, g, rounds=5).objective == "reg-log"
     assert pretrain.PretrainedModel.__dataclass_fields__["objective"].default == "reg-log"
+
+
+def _estimated(n, lo, hi, seed):
+    """Random packed vectors whose throughput follows the analytic estimate column (log2
+    cycles per operation, drawn in [lo, hi)) with 10 % noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, 4, (n, FEATURE_LEN)).astype(np.float32)
+    X[:, ESTIMATE_COLUMN] = rng.uniform(lo, hi, n)
+    y = 2.0 ** -X[:, ESTIMATE_COLUMN] * (1 + 0.1 * rng.random(n))
+    return X, y
+
+
+def test_prior_ranks_past_the_estimates_seen_in_training():
+    # trained where the estimate spans [0, 2); asked about programs estimated at [3, 7): trees
+    # are constant past their last split, the prior (a base margin) still orders them
+    X, y = _estimated(200, 0.0, 2.0, 0)
+    Xt, yt = _estimated(80, 3.0, 7.0, 1)
+    g = np.repeat([0, 1], 100)
+    acc = {}
+    for prior in (True, False):
+        m = XGBoostCostModel("reg-log", prior=prior)
+        m.fit(X, y, g)
+        acc[prior] = pairwise_accuracy(m.predict(Xt), yt)
+    assert acc[True] > 0.9 and acc[False] < 0.7, acc
+    assert not XGBoostCostModel("reg", prior=True).uses_prior     # reg-log's only
+    # vectors of another length (an older version's) carry no estimate: fitted without it
+    m = XGBoostCostModel("reg-log")
+    m.fit(X[:, :50], y, g)
+    assert np.all(np.isfinite(m.predict(Xt[:, :50])))

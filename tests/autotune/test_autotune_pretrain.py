@@ -84,8 +84,7 @@ def test_fine_tuning_changes_the_predictions_on_the_jobs_records(tmp_path):
     assert not np.allclose(before, after)
     assert autotune.pairwise_accuracy(after, yj) > 0.7
     # the base is left as it was: another tuner starts from the same model
-    np.testing.assert_allclose(model.base.predict(__import__("xgboost").DMatrix(Xj)), before,
-                               rtol=1e-6)
+    np.testing.assert_allclose(pm.cost_model().predict(Xj), before, rtol=1e-6)
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "bad booster", "not ours"])
@@ -130,3 +129,19 @@ def test_training_needs_records_of_several_tasks():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert pretrain.dataset([])[0].shape == (0, FEATURE_LEN)
+
+
+def test_the_file_says_whether_its_trees_are_a_residual_of_the_prior(tmp_path):
+    path, model = _saved(tmp_path)
+    assert model.uses_prior
+    pm = pretrain.load(path)
+    assert pm.meta["prior"] is True and pm.cost_model().prior
+    X, _, _ = _records(1, 20, seed=5)
+    np.testing.assert_allclose(pm.cost_model().predict(X), model.predict(X), rtol=1e-5)
+    # a booster trained without the prior is used without it
+    X, y, g = _records()
+    plain = pretrain.XGBoostCostModel("reg-log", num_rounds=15, prior=False)
+    plain.fit(X, y, g)
+    p2 = pretrain.load(pretrain.save(plain, tmp_path / "plain.json"))
+    assert p2.meta["prior"] is False and not p2.cost_model().prior
+    np.testing.assert_allclose(p2.cost_model().predict(X), plain.predict(X), rtol=1e-5)
