@@ -55,7 +55,9 @@ class XGBTuner(Tuner):
         from .pretrain import resolve
         self.pretrained = resolve(pretrained, self.model.objective)
         if self.pretrained is not None:
+            # its trees are a residual of the analytic prior when it was trained with one
             self.model.base = self.pretrained.booster()
+            self.model.prior = bool(self.pretrained.meta.get("prior", False))
         self.epsilon = epsilon
         self.half_life = half_life
         self.search = search or EvolutionarySearch()

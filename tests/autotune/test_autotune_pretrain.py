@@ -145,3 +145,16 @@ def test_the_file_says_whether_its_trees_are_a_residual_of_the_prior(tmp_path):
     p2 = pretrain.load(pretrain.save(plain, tmp_path / "plain.json"))
     assert p2.meta["prior"] is False and not p2.cost_model().prior
     np.testing.assert_allclose(p2.cost_model().predict(X), plain.predict(X), rtol=1e-5)
+
+
+def test_a_tuner_starting_from_a_file_takes_its_prior_setting(tmp_path):
+    """XGBTuner fine-tunes the file's trees on the same footing they were trained on: with
+    the analytic prior where the file says so, without it where not (a booster trained
+    without the prior, read with one, would predict around a shifted margin)."""
+    X, y, g = _records()
+    plain = pretrain.XGBoostCostModel("reg-log", num_rounds=15, prior=False)
+    plain.fit(X, y, g)
+    without = pretrain.save(plain, tmp_path / "plain.json")
+    with_prior, _ = _saved(tmp_path)
+    assert autotune.XGBTuner(_task(), pretrained=str(without)).model.prior is False
+    assert autotune.XGBTuner(_task(), pretrained=str(with_prior)).model.prior is True

@@ -27,19 +27,12 @@ from tdsl.tensor import PlaceholderOp, thread_axis
 from tdsl.visitor import post_order_visit
 
 from .._util import const_value, simplify
+from .cuda_tc import sm_of
 
 #: Query rows per block, threads per block, head sizes the microkernel takes.
 BLOCK_Q, THREADS, HEAD_SIZES = 64, 128, (64, 128)
 DTYPES = ("float16", "bfloat16")
 PRAGMA = "tdsl_tc_attention"
-
-
-def _sm(target: Any) -> int:
-    arch = getattr(target, "arch", "") or ""
-    try:
-        return int(arch.split("_")[1].rstrip("abf"))
-    except (IndexError, ValueError):
-        return 0
 
 
 def _scale(a: Any) -> Optional[float]:
@@ -74,7 +67,7 @@ def mask_kind(a: Any, dtype: str) -> Optional[int]:
 def plan(a: Any, target: Any) -> "Optional[tuple[int, bool, float, int]]":
     """(head size, causal, scale, mask kind) where the microkernel applies to attention
     stages ``a`` (``llvm_attention.AttentionStages``), None otherwise."""
-    if target is None or _sm(target) < 80:
+    if target is None or sm_of(target) < 80:
         return None
     dt = str(a.out.op.output(0).dtype)
     d = const_value(simplify(a.qt.op.axis[2].dom.extent))

@@ -29,15 +29,19 @@ DTYPES = ("float16", "bfloat16")
 PRAGMA = "tdsl_tc_gemm"
 
 
-def eligible(anchor: Stage, a_t: Any, pack: Stage, target: Any) -> bool:
-    """fp16 x fp16 or bf16 x bf16 -> fp32 on an sm_80+ target."""
+def sm_of(target: Any) -> int:
+    """The target's compute capability as a number (``sm_90a`` -> 90; 0 when it names none)."""
     arch = getattr(target, "arch", "") or ""
     try:
-        sm = int(arch.split("_")[1].rstrip("abf"))
+        return int(arch.split("_")[1].rstrip("abf"))
     except (IndexError, ValueError):
-        return False
+        return 0
+
+
+def eligible(anchor: Stage, a_t: Any, pack: Stage, target: Any) -> bool:
+    """fp16 x fp16 or bf16 x bf16 -> fp32 on an sm_80+ target."""
     dt = str(getattr(a_t, "dtype", ""))
-    return sm >= 80 and dt in DTYPES and str(pack.op.output(0).dtype) == dt and \
+    return sm_of(target) >= 80 and dt in DTYPES and str(pack.op.output(0).dtype) == dt and \
         str(anchor.op.output(0).dtype) == "float32" and not anchor.op.attrs.get("transpose_a")
 
 

@@ -30,7 +30,7 @@ from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
 
 from ..tags import OpKind
-from .cuda_tc import DTYPES, PRAGMA
+from .cuda_tc import DTYPES, PRAGMA, sm_of
 from .cuda_tc import _anchor_axes as anchor_axes
 from .graph import is_inlined, stage_kind
 from .tc_config import TcConfig
@@ -43,14 +43,6 @@ SMALL = TcConfig(64, 64, 32, 64, 4)
 #: Blocks a launch should have to use the GPU's SMs (an H100 has 132).
 FILL_BLOCKS = 128
 GATHER_PRAGMA = "tdsl_tc_gather_b"
-
-
-def _sm(target: Any) -> int:
-    arch = getattr(target, "arch", "") or ""
-    try:
-        return int(arch.split("_")[1].rstrip("abf"))
-    except (IndexError, ValueError):
-        return 0
 
 
 def _inputs(s: Schedule, anchor: Stage) -> "tuple[Any, Stage] | None":
@@ -70,7 +62,7 @@ def eligible(s: Schedule, anchor: Stage, target: Any) -> bool:
     of two fp16 or two bf16 operands accumulating in fp32, on an sm_80+ target."""
     attrs = anchor.op.attrs
     found = _inputs(s, anchor)
-    if _sm(target) < 80 or found is None or attrs.get("kernel_layout") != "OIHW" or \
+    if sm_of(target) < 80 or found is None or attrs.get("kernel_layout") != "OIHW" or \
             str(anchor.op.output(0).dtype) != "float32":
         return False
     data, pack = found
