@@ -139,6 +139,18 @@ def test_tune_model_on_a_cluster(cluster, tmp_path):
                                rtol=1e-4, atol=1e-5)
 
 
+def _inputs(task, n: int) -> list:
+    """Measure inputs of the first ``n`` valid candidates of ``task``'s space."""
+    cands = []
+    for p in task.space.iter_points():
+        c = task.candidate(p)
+        if c.valid:
+            cands.append(c)
+        if len(cands) == n:
+            break
+    return [MeasureInput(task, c.config, c.trace, c.prog_hash) for c in cands]
+
+
 def test_timing_waits_for_the_machine_lease(cluster):
     """While someone else holds the machine's timing lease no candidate is timed (their
     builds go on); with ``lease_wait=0`` they are timed anyway, noted contended.  A second
@@ -146,14 +158,7 @@ def test_timing_waits_for_the_machine_lease(cluster):
     from tdsl.autotune.distributed import DaskRunner, HostLease
     client, lock = cluster
     task = _tasks()[0]
-    cands = []
-    for p in task.space.iter_points():
-        c = task.candidate(p)
-        if c.valid:
-            cands.append(c)
-        if len(cands) == 3:
-            break
-    inputs = [MeasureInput(task, c.config, c.trace, c.prog_hash) for c in cands]
+    inputs = _inputs(task, 3)
     held = HostLease(lock)
     runner = DaskRunner(client, timeout=15.0, repeat=2, min_repeat_ms=1.0)
     arrived: list[tuple[float, str]] = []
@@ -197,14 +202,7 @@ def test_a_worker_builds_its_next_candidate_while_one_waits_for_the_lease(cluste
     from tdsl.autotune.distributed import DaskRunner, HostLease, worker_events
     client, lock = cluster
     task = _tasks()[0]
-    cands = []
-    for p in task.space.iter_points():
-        c = task.candidate(p)
-        if c.valid:
-            cands.append(c)
-        if len(cands) == 4:
-            break
-    inputs = [MeasureInput(task, c.config, c.trace, c.prog_hash) for c in cands]
+    inputs = _inputs(task, 4)
     held = HostLease(lock)
     runner = DaskRunner(client, timeout=15.0, repeat=2, min_repeat_ms=1.0)
     out: list = []

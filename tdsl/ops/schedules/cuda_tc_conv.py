@@ -30,6 +30,7 @@ from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
 
 from ..tags import OpKind
+from .cuda_conv import _const, _input_stages
 from .cuda_tc import DTYPES, PRAGMA, sm_of
 from .cuda_tc import _anchor_axes as anchor_axes
 from .graph import is_inlined, stage_kind
@@ -46,15 +47,12 @@ GATHER_PRAGMA = "tdsl_tc_gather_b"
 
 
 def _inputs(s: Schedule, anchor: Stage) -> "tuple[Any, Stage] | None":
-    """(the data tensor or its padding stage, the packed weights' stage)."""
-    data = pack = None
-    for t in anchor.op.input_tensors:
-        st = s[t]
-        if stage_kind(st) is OpKind.PACK:
-            pack = st
-        elif data is None:
-            data = t
-    return None if data is None or pack is None or pack.is_output else (data, pack)
+    """(the data tensor or its padding stage's tensor, the packed weights' stage)."""
+    found = _input_stages(s, anchor)
+    if found is None:
+        return None
+    data, pack = found
+    return (data.op.output(0) if isinstance(data, Stage) else data), pack
 
 
 def eligible(s: Schedule, anchor: Stage, target: Any) -> bool:
@@ -79,11 +77,6 @@ def eligible(s: Schedule, anchor: Stage, target: Any) -> bool:
     image = _prod(list(data.shape[1:]))
     weights = _prod(list(w.shape))
     return None not in (k, image, weights) and k > 1 and max(image, weights) < 2 ** 31
-
-
-def _const(e: Any) -> "int | None":
-    v = getattr(e, "value", None)
-    return int(v) if isinstance(v, int) else None
 
 
 def _prod(extents: list) -> "int | None":
