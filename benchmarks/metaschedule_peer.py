@@ -26,7 +26,7 @@ for every workload; it is printed anyway for a workload tdsl loses.
 
 ``--tdsl-only`` tunes and times tdsl's side alone (no TVM needed): each best kernel is checked,
 timed by the thread's CPU time, and printed beside MetaSchedule's figure from an earlier full
-run (``PREVIOUS_MS``, labelled as such: wall clock under load, not measured now), with the
+run (``PREVIOUS_MS``, labelled as such: re-timed by thread CPU time, not measured now), with the
 best config.  ``--compare A B`` re-times the best kernels of two ``--tdsl-only`` work dirs
 (before and after a change) interleaved, by thread CPU time, after checking both.
 ``--retime DIR`` re-times both sides' best kernels of a full run's work dir (no tuning), by
@@ -91,13 +91,13 @@ WORKLOADS = [
 ]
 
 
-#: MetaSchedule's best kernel, ms, from the full run of 2026-11-27 (64 trials, one thread, a
-#: 2-core AMD EPYC znver4 VM shared with other jobs: load 3-10), for ``--tdsl-only``'s table.
-#: Timed by wall clock under that load (interleaved medians): an idle core runs faster, so
-#: a ratio against a thread-CPU-time figure of tdsl's flatters tdsl.
-PREVIOUS_MS = {"nhwc56": 5.187, "matmul512": 2.575, "nchw56": 6.565, "nhwc56s2": 3.462,
-               "nhwc28": 7.151, "matmul384x3072x768": 99.458, "nchw28": 6.674, "nhwc14": 2.910,
-               "nchw14": 6.082, "nchw56s2": 2.331}
+#: MetaSchedule's best kernel, ms, from the full run of 2026-11-28 (TVM 0.27.0.post1, tvm-ffi
+#: 0.1.14.post1; 64 trials, one thread; a 2-core AMD EPYC znver4 VM shared with other jobs),
+#: for ``--tdsl-only``'s table: re-timed by ``--retime`` by the thread's CPU time (load 6),
+#: the clock ``--tdsl-only`` times tdsl by.
+PREVIOUS_MS = {"matmul512": 2.923, "matmul384x3072x768": 29.096, "nchw56": 3.652,
+               "nchw28": 4.630, "nchw14": 2.639, "nchw56s2": 1.827, "nhwc56": 3.046,
+               "nhwc28": 2.199, "nhwc14": 2.376, "nhwc56s2": 1.321}
 
 
 # ---- inputs and reference ----------------------------------------------------------------------
@@ -496,9 +496,9 @@ def selected(opts: Any) -> "tuple[list, str]":
 def tdsl_only(opts: Any) -> None:
     todo, work_dir = selected(opts)
     print(f"tdsl only: {opts.trials} trials, seed {opts.seed}, one thread, thread CPU time; "
-          f"work dir {work_dir}; MS figures: an earlier full run's, wall clock under load "
-          f"(PREVIOUS_MS), not measured now")
-    head = (f"{'workload':<20}{'tdsl ms':>9}{'MS ms (prev, wall)':>19}{'MS/tdsl':>9}"
+          f"work dir {work_dir}; MS figures: an earlier full run's, re-timed by thread CPU "
+          f"time (PREVIOUS_MS), not measured now")
+    head = (f"{'workload':<20}{'tdsl ms':>9}{'MS ms (prev, cpu)':>19}{'MS/tdsl':>9}"
             f"{'tdsl GF/s':>10}{'tdsl tune s':>12}{'load':>8}")
     print(head)
     print("-" * len(head), flush=True)
