@@ -15,7 +15,7 @@ So while a candidate waits for the lease, or is timed, the worker's Dask thread 
 process are free and its next candidate builds; the one after that waits for the build
 process holding the Dask thread, so a worker has at most one candidate built ahead of the
 one it times, and the scheduler sends it no more meanwhile (a worker with a free thread
-takes the next).  The lease discipline is unchanged: one timing per machine (had first
+takes the next).  The lease discipline is unchanged: one timing per machine (first
 come first served, so a worker with a candidate built ahead does not keep it), a process
 that dies drops its lock, and a hung candidate is killed after its timeout.  As before,
 builds are not excluded from a timing: a worker's own build may now run beside it, as
