@@ -14,7 +14,7 @@ from tdsl import autotune
 from tdsl.autotune import Database, MeasureErrorNo, Record
 from tdsl.autotune.database import read_jsonl
 from tdsl.autotune.dispatch import best_record, for_threads
-from tdsl.autotune.distributed import _threads
+from tdsl.autotune.measure_worker import _threads
 from tdsl.errors import TuningError
 
 from tests.autotune.helpers import fast_option, small_matmul
