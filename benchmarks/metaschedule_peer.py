@@ -92,12 +92,12 @@ WORKLOADS = [
 
 
 #: MetaSchedule's best kernel, ms, from the full run of 2026-11-28 (TVM 0.27.0.post1, tvm-ffi
-#: 0.1.14.post1; 64 trials, one thread; a 2-core AMD EPYC znver4 VM shared with other jobs),
-#: for ``--tdsl-only``'s table: re-timed by ``--retime`` by the thread's CPU time (load 6),
-#: the clock ``--tdsl-only`` times tdsl by.
-PREVIOUS_MS = {"matmul512": 2.923, "matmul384x3072x768": 29.096, "nchw56": 3.652,
-               "nchw28": 4.630, "nchw14": 2.639, "nchw56s2": 1.827, "nhwc56": 3.046,
-               "nhwc28": 2.199, "nhwc14": 2.376, "nhwc56s2": 1.321}
+#: 0.1.14.post1; 64 trials, one thread; a 2-core AMD EPYC znver4 VM), for ``--tdsl-only``'s
+#: table: re-timed by ``--retime`` on the quiet machine (load 0.4-1.3) by the thread's CPU
+#: time, the clock ``--tdsl-only`` times tdsl by.
+PREVIOUS_MS = {"matmul512": 2.436, "matmul384x3072x768": 24.980, "nchw56": 3.065,
+               "nchw28": 3.679, "nchw14": 2.332, "nchw56s2": 1.475, "nhwc56": 2.717,
+               "nhwc28": 2.054, "nhwc14": 2.174, "nhwc56s2": 1.229}
 
 
 # ---- inputs and reference ----------------------------------------------------------------------
