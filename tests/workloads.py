@@ -38,12 +38,21 @@ from tdsl.schedule.relations import pass_down
 
 Runner = Callable[[Any, list, list], None]
 
-__all__ = ["Workload", "Case", "random_array", "matmul", "conv2d", "pipeline",
+__all__ = ["Workload", "Case", "random_array", "half_dtype", "matmul", "conv2d", "pipeline",
            "random_schedule", "schedule_matmul", "schedule_conv2d", "schedule_pipeline",
            "interpreter_runner", "WORKLOADS", "check_sizes", "SYMBOLIC_VALUES"]
 
 
 # ---- data ----------------------------------------------------------------------------------------
+def half_dtype(dt: str) -> Any:
+    """The NumPy dtype of a 16-bit float named by tdsl (``float16``, ``bfloat16``: ml_dtypes'
+    type; the test is skipped, saying why, where ml_dtypes is missing)."""
+    if dt == "bfloat16":
+        import pytest
+        return pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes").bfloat16
+    return np.float16
+
+
 def random_array(rng: np.random.Generator, shape: Sequence[int], dtype: str = "float32",
                  low: float = 0.25, high: float = 1.0) -> np.ndarray:
     """Random data that is never zero: |x| in [low, high) with a random sign (ints: 1..9)."""

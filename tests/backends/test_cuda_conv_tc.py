@@ -12,6 +12,7 @@ import pytest
 import tdsl as td
 from tdsl import ops
 from tdsl.backends.cuda import nvrtc
+from tests.workloads import half_dtype
 
 torch = pytest.importorskip("torch")
 
@@ -20,15 +21,8 @@ needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(),
                                  reason="NVRTC (cuda-python) is not installed")
 
 
-def _np_dtype(dt: str):
-    if dt == "bfloat16":
-        ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
-        return ml_dtypes.bfloat16
-    return np.float16
-
-
 def _rand(g, shape, dt):
-    return (g.random(shape) - .5).astype(_np_dtype(dt))
+    return (g.random(shape) - .5).astype(half_dtype(dt))
 
 
 def _reference(d, w, stride, pad, bias=None, dilation=1):

@@ -19,27 +19,14 @@ import pytest
 
 import tdsl as td
 from tdsl import ops
+from tests.workloads import half_dtype
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
-
-try:
-    import ml_dtypes
-    BF16 = ml_dtypes.bfloat16
-except ImportError:   # pragma: no cover - ml_dtypes comes with the test dependencies
-    BF16 = None
 
 #: The A tile's XOR swizzle in tc_kernel.py: where a thread's cp.async lands (sa_w) and where
 #: its ldmatrix rows start (a_ld); replacing both keeps the kernel correct, only conflicted.
 A_SWIZZLE = {"((c0 ^ ((r0 >> 1) & 3)) << 3)": "(c0 << 3)",
              "((c ^ ((r >> 1) & 3)) << 3)": "(c << 3)"}
-
-
-def _np_dtype(dt: str):
-    if dt == "bfloat16":
-        if BF16 is None:
-            pytest.skip("bfloat16 arrays need ml_dtypes")
-        return BF16
-    return np.float16
 
 
 def _gemm(kind: str, m: int, n: int, k: int, dt: str):
@@ -53,8 +40,8 @@ def _gemm(kind: str, m: int, n: int, k: int, dt: str):
     f = td.build(ops.schedule(out, "cuda -arch=sm_90"), [A, B, out], target="cuda -arch=sm_90")
     assert "tdsl_tc_gemm<" in f.get_source()
     g = np.random.default_rng(m + n + k)
-    a = (g.random((m, k)) - .5).astype(_np_dtype(dt))
-    b = (g.random(tuple(int(x) for x in B.shape)) - .5).astype(_np_dtype(dt))
+    a = (g.random((m, k)) - .5).astype(half_dtype(dt))
+    b = (g.random(tuple(int(x) for x in B.shape)) - .5).astype(half_dtype(dt))
     ref = a.astype("float32") @ (b.astype("float32") if kind == "matmul"
                                  else b.astype("float32").T)
     return f, a, b, ref

@@ -14,28 +14,14 @@ import tdsl as td
 from tdsl import ops
 from tdsl.backends.cuda import EmulationError, SharedMemoryRaceError, nvrtc
 from tdsl.errors import BuildError
+from tests.workloads import half_dtype
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(),
                                  reason="NVRTC (cuda-python) is not installed")
 
-try:
-    import ml_dtypes
-    BF16 = ml_dtypes.bfloat16
-except ImportError:   # pragma: no cover - ml_dtypes comes with the test dependencies
-    BF16 = None
-
-
-def _np_dtype(dt: str):
-    if dt == "bfloat16":
-        if BF16 is None:
-            pytest.skip("bfloat16 arrays need ml_dtypes")
-        return BF16
-    return np.float16
-
-
 def _rand(g, shape, dt):
-    return (g.random(shape) - .5).astype(_np_dtype(dt))
+    return (g.random(shape) - .5).astype(half_dtype(dt))
 
 
 def _f32(x):

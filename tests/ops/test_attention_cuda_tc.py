@@ -16,18 +16,12 @@ import tdsl as td
 from tdsl import ops
 from tdsl.backends.cuda import nvrtc
 from tdsl.errors import BuildError
+from tests.workloads import half_dtype
 
 torch = pytest.importorskip("torch", reason="PyTorch's SDPA is the reference")
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
 needs_nvrtc = pytest.mark.skipif(not nvrtc.is_available(),
                                  reason="NVRTC (cuda-python) is not installed")
-
-
-def _np_dtype(dt: str):
-    if dt == "bfloat16":
-        ml_dtypes = pytest.importorskip("ml_dtypes", reason="bfloat16 arrays need ml_dtypes")
-        return ml_dtypes.bfloat16
-    return np.float16
 
 
 def _build(qs, ks, dt="float16", causal=False, scale=None, arch="sm_80", mask=None):
@@ -51,7 +45,7 @@ def _mask_array(shape, kind, dt, rng):
     else:
         m = (rng.standard_normal(shape) * 2).astype(np.float32)
         m[rng.random(shape) < 0.2] = -np.inf
-        m = m.astype(_np_dtype(dt))
+        m = m.astype(half_dtype(dt))
         off = -np.inf
     if len(shape) >= 2 and shape[-2] > 1:
         m[..., [0, shape[-2] // 2, shape[-2] - 1], :] = off     # fully masked rows
@@ -66,7 +60,7 @@ def _check(f, qs, ks, dt="float16", causal=False, scale=None, seed=0, mask=None)
     rounded to 16 bits before P.V.  No NaN or inf in the output (SDPA has none: a fully
     masked row gives 0s)."""
     rng = np.random.default_rng(seed)
-    npdt = _np_dtype(dt)
+    npdt = half_dtype(dt)
     a = [rng.standard_normal(s).astype(npdt) for s in (qs, ks, ks)]
     out = np.full((*qs[:3], ks[3]), 7.0, npdt)
     f.emulate(*a, *([] if mask is None else [mask]), out)
