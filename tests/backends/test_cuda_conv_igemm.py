@@ -61,6 +61,17 @@ def _accumulators(f) -> list:
     return found
 
 
+def _check_batches(f, chw, co, stride, seed):
+    """A build with a symbolic batch run at batch 1 and 3 (3x3 kernel, padding 1) against
+    PyTorch on random data."""
+    for nb in (1, 3):
+        d, k, _ = _data((nb, *chw), co, 3, False, seed + nb)
+        ref = _ref(d, k, stride, 1)
+        out = np.full(ref.shape, np.nan, "float32")
+        f.emulate(d, k, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)
+
+
 def _data(shape, co, ksize, bias, seed):
     g = np.random.default_rng(seed)
     d = g.standard_normal(shape).astype("float32")
@@ -107,12 +118,7 @@ def test_symbolic_batch_uses_the_implicit_gemm():
     C = ops.conv2d(D, K, padding=1)
     f = td.build(ops.schedule(C, "cuda"), [D, K, C], target="cuda -arch=sm_90")
     assert 32 in _accumulators(f) and "K_pack" in f.get_source()
-    for nb in (1, 3):
-        d, k, _ = _data((nb, 10, 9, 11), 24, 3, False, nb)
-        ref = _ref(d, k, 1, 1)
-        out = np.full(ref.shape, np.nan, "float32")
-        f.emulate(d, k, out)
-        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)
+    _check_batches(f, (10, 9, 11), 24, 1, seed=0)
 
 
 #: ResNet-50's batch-1 3x3 stages, a stride-2 3x3 and a 1x1 (benchmarks/cuda_conv_static.py).
@@ -192,12 +198,7 @@ def test_float4_fetches_with_a_symbolic_batch():
     src = f.get_source()
     assert re.search(r"tdsl_cp_async<16>\(D_pad\.ptr\([^;]*\bD \+", src)
     assert "tdsl_vload<float4>(K + " in src
-    for nb in (1, 3):
-        d, k, _ = _data((nb, 16, 10, 16), 16, 3, False, 7 + nb)
-        ref = _ref(d, k, 1, 1)
-        out = np.full(ref.shape, np.nan, "float32")
-        f.emulate(d, k, out)
-        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)
+    _check_batches(f, (16, 10, 16), 16, 1, seed=7)
 
 
 @needs_gxx
@@ -211,12 +212,7 @@ def test_stride_2_square_tiles_with_a_symbolic_batch():
     C = ops.conv2d(D, K, stride=2, padding=1)
     f = td.build(ops.schedule(C, "cuda"), [D, K, C], target="cuda -arch=sm_80")
     assert re.search(r"tdsl_vload<float4>\(D \+", f.get_source())
-    for nb in (1, 3):
-        d, k, _ = _data((nb, 8, 20, 20), 16, 3, False, 5 + nb)
-        ref = _ref(d, k, 2, 1)
-        out = np.full(ref.shape, np.nan, "float32")
-        f.emulate(d, k, out)
-        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-4)
+    _check_batches(f, (8, 20, 20), 16, 2, seed=5)
 
 
 def _misaligned(a: np.ndarray) -> np.ndarray:
