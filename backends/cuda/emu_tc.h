@@ -84,6 +84,8 @@ struct BankUse {
 };
 inline constexpr int kBankKinds = 4;
 inline BankUse bank_use[kBankKinds];
+// counting is off unless asked for (tdsl_emu_bank_use(out, 1)): plain emulation pays nothing
+inline bool count_banks = false;
 
 inline int phase_ways(const long long* bytes, int n, int width) {
   long long words[32 * 4];
@@ -138,6 +140,7 @@ inline void flush_requests() {
   warp_requests.calls.clear();
 }
 inline void post_request(int kind, const void* site, long long byte, int width) {
+  if (!count_banks) return;
   if (warp_requests.serial != rt.block_serial) {
     flush_requests();
     warp_requests.serial = rt.block_serial;
@@ -170,7 +173,7 @@ inline void ldsm_x4(unsigned (&r)[4], const SharedPtr<T>& sm, int off, bool tran
   SharedPtr<T> at{sm.arr, sm.base, 0};
   Collective c;
   const int lane = rt.cur & 31, g = lane >> 2, t = lane & 3;
-  if (lane == 0)                       // one matrix (8 rows of 16 bytes) a phase
+  if (count_banks && lane == 0)        // one matrix (8 rows of 16 bytes) a phase
     for (int m = 0; m < 4; ++m) {
       long long rows[8];
       for (int i = 0; i < 8; ++i) rows[i] = addr(8 * m + i) * (long long)sizeof(T);
@@ -256,9 +259,12 @@ __attribute__((noinline)) void tdsl_tc_mma(float (&d)[4], const unsigned (&a)[4]
   emu::mma_m16n8k16<BF16>(d, a, b0, b1, __builtin_return_address(0));
 }
 
-// the bank use counted since the last call (kind-major: phases, wavefronts, worst), then reset
-extern "C" __attribute__((visibility("default"))) void tdsl_emu_bank_use(unsigned long long* out) {
+// the bank use counted since the last call (kind-major: phases, wavefronts, worst), then reset;
+// counting goes on after the call while ``on`` is 1
+extern "C" __attribute__((visibility("default"))) void tdsl_emu_bank_use(unsigned long long* out,
+                                                                         int on) {
   emu::flush_requests();
+  emu::count_banks = on != 0;
   for (int k = 0; k < emu::kBankKinds; ++k) {
     out[3 * k] = emu::bank_use[k].phases;
     out[3 * k + 1] = emu::bank_use[k].wavefronts;

@@ -294,11 +294,17 @@ def run(plan: Any, kernels: Sequence[Any], source: str, params: Sequence[Buffer]
         arrays: Sequence[np.ndarray], sizes: dict, check_races: bool = True) -> None:
     """Run ``plan`` on ``arrays`` (checked NumPy arrays, written in place)."""
     lib = load(source, kernels)
+    with _LOCK:
+        _execute(lib, plan, source, params, arrays, sizes, check_races)
+
+
+def _execute(lib: ctypes.CDLL, plan: Any, source: str, params: Sequence[Buffer],
+             arrays: Sequence[np.ndarray], sizes: dict, check_races: bool) -> None:
+    """The host plan on ``arrays`` with ``lib``'s kernels (the caller holds ``_LOCK``)."""
     pointers = {id(b): a.ctypes.data for b, a in zip(params, arrays)}
     regions = {a.ctypes.data: a.reshape(-1).view(np.uint8) for a in arrays
                if a.flags.c_contiguous and a.size}
-    with _LOCK:
-        execute(plan, dict(sizes), pointers, _Backend(lib, source, check_races, regions))
+    execute(plan, dict(sizes), pointers, _Backend(lib, source, check_races, regions))
 
 
 # ---- reports ------------------------------------------------------------------------------------
@@ -328,12 +334,11 @@ def bank_use(plan: Any, kernels: Sequence[Any], source: str, params: Sequence[Bu
     lib = load(source, kernels)
     counts = (ctypes.c_ulonglong * (3 * len(BANK_KINDS)))()
     with _LOCK:
-        lib.tdsl_emu_bank_use(counts)                      # reset
-        pointers = {id(b): a.ctypes.data for b, a in zip(params, arrays)}
-        regions = {a.ctypes.data: a.reshape(-1).view(np.uint8) for a in arrays
-                   if a.flags.c_contiguous and a.size}
-        execute(plan, dict(sizes), pointers, _Backend(lib, source, False, regions))
-        lib.tdsl_emu_bank_use(counts)
+        lib.tdsl_emu_bank_use(counts, 1)                   # reset, count from here
+        try:
+            _execute(lib, plan, source, params, arrays, sizes, False)
+        finally:
+            lib.tdsl_emu_bank_use(counts, 0)               # read, and stop counting
     out = {}
     for i, kind in enumerate(BANK_KINDS):
         use = BankUse(*(int(counts[3 * i + j]) for j in range(3)))
