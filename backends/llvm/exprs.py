@@ -17,7 +17,8 @@ on vectors alike (see ``lanes.VVal``):
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import llvmlite.ir as ir
 
@@ -190,6 +191,25 @@ class ExprEmitter:
                 return b.select(cmp("<" if op is Min else ">", x, y), x, y)
         raise BuildError(f"operator {op.__name__} is not defined on {dt}")
 
+    @contextmanager
+    def conditional(self) -> Iterator[None]:
+        """Code emitted inside is reached only on some iterations (a branch's arm)."""
+        self.st.branch_depth += 1
+        try:
+            yield
+        finally:
+            self.st.branch_depth -= 1
+
+    def note_conditional_division(self) -> None:
+        """A scalar division by a variable is being emitted: every enclosing loop whose
+        body reaches it only through a branch is kept from LLVM's loop vectorizer (see
+        ``CodeGen.counted_loop``).  Outer loops count too: full unrolling of an inner loop
+        makes them innermost before the vectorizer runs."""
+        depth = self.st.branch_depth
+        for frame in self.st.loop_frames:
+            if frame[0] < depth:
+                frame[1] = True
+
     def _int_floordiv(self, dt: DType, x: ir.Value, y: ir.Value, lanes: int, y_const: Any,
                       want_mod: bool) -> ir.Value:
         """Floor division / modulo of integers, safe for a zero or -1 divisor."""
@@ -198,6 +218,8 @@ class ExprEmitter:
         if not dt.is_signed:
             if y_const is not None and y_const != 0:
                 return b.urem(x, y) if want_mod else b.udiv(x, y)
+            if lanes == 1:
+                self.note_conditional_division()
             is0 = b.icmp_unsigned("==", y, zero)
             ys = b.select(is0, const(dt, 1, lanes), y)
             r = b.urem(x, ys) if want_mod else b.udiv(x, ys)
@@ -212,6 +234,8 @@ class ExprEmitter:
             if want_mod:
                 return b.select(fix, b.add(r, y), r)
             return b.sub(q, b.zext(fix, q.type))
+        if lanes == 1:
+            self.note_conditional_division()
         is0 = b.icmp_signed("==", y, zero)
         ism1 = b.icmp_signed("==", y, const(dt, -1, lanes))
         ys = b.select(b.or_(is0, ism1), const(dt, 1, lanes), y)
@@ -313,7 +337,8 @@ class ExprEmitter:
         arms = []
         for bb, ex, cval in ((then_bb, t_expr, True), (else_bb, f_expr, False)):
             b.position_at_end(bb)
-            v = uniform(const(DType.BOOL, cval)) if ex is None else self.expr(ex)
+            with self.conditional():
+                v = uniform(const(DType.BOOL, cval)) if ex is None else self.expr(ex)
             arms.append((v, b.block))
         vector = any(v.kind != UNIFORM for v, _ in arms)
         incoming = []

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 from tdsl.expr import (Add, Cast, Const, FloorDiv, FloorMod, Max, Min, Mul, Select,  # noqa: E402
                        SizeVar, Sub)
@@ -100,7 +100,16 @@ def programs(fexpr, lanes: int):
     return serial, vector
 
 
+# drawn in CI: ``2 % n`` under the lazy select's branch, which LLVM's loop vectorizer
+# computed only when the first lane took it (test_llvm_conditional_division.py)
+_INVARIANT_DIVISION = (
+    lambda i, n, A: Select(Cast(Cast(load(A, i), "int32"), "int64") < Const(0, "int64"),
+                           load(A, FloorMod(Const(2, "int64"), n)), i),
+    lambda i, n, a: np.where(a[i].astype("int32") < 0, a[np.remainder(2, len(a))], i))
+
+
 @settings(max_examples=40, deadline=None)
+@example(tree=_INVARIANT_DIVISION, lanes=4, size=8, seed=0)
 @given(tree=expr_tree(3), lanes=st.sampled_from([4, 8, 16]), size=st.integers(1, 40),
        seed=st.integers(0, 2**31))
 def test_widened_equals_serial_and_numpy(tree, lanes, size, seed):
