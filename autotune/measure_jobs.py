@@ -176,19 +176,32 @@ def _load_reference(path: str, args: Sequence[Tensor], arrays: Sequence[np.ndarr
 
 def _compute_reference(args: Sequence[Tensor], arrays: Sequence[np.ndarray], target: str,
                        name: str) -> dict[int, np.ndarray]:
-    """Run the default (unscheduled) program on ``arrays``: the outputs every candidate
-    must reproduce.  For a CUDA task it runs on the CPU (llvm): an unscheduled program has
-    no loops bound to GPU threads, which a CUDA build of several stages refuses."""
+    """Run the unscheduled program on ``arrays``: the outputs every candidate must
+    reproduce.  A CUDA task's reference runs on the CPU (llvm) with ``ops.schedule``'s
+    CPU program -- independent of the CUDA code generator, and fast: the unscheduled
+    program has no loops bound to GPU threads (a CUDA build of several stages refuses it)
+    and on the CPU takes minutes at GPU sizes (a 4096^3 fp16 product: past the device
+    machine's 4-minute slot, so tuning on a GPU never timed a candidate)."""
+    schedule = fresh_schedule(_outputs(args))
     ref_target = target
     if target != INTERPRETER:
         from tdsl.target import TargetKind, as_target
         if as_target(target).kind is TargetKind.CUDA:
             ref_target = "llvm"
-    mod = compile_schedule(fresh_schedule(_outputs(args)), args, ref_target,
-                           name + "_reference")
+            schedule = _cpu_default(args) or schedule
+    mod = compile_schedule(schedule, args, ref_target, name + "_reference")
     mod(*arrays)
     return {i: a.copy() for i, (t, a) in enumerate(zip(args, arrays))
             if not isinstance(t.op, PlaceholderOp)}
+
+
+def _cpu_default(args: Sequence[Tensor]) -> Any:
+    """``ops.schedule``'s CPU schedule of the task's outputs, or None where it has none."""
+    from tdsl.ops import schedule as ops_schedule
+    try:
+        return ops_schedule([op.output(0) for op in _outputs(args)], "llvm")
+    except TDSLError:
+        return None
 
 
 def reference_job(payload: bytes, key: str, sizes: Mapping[str, int], target: str, name: str,

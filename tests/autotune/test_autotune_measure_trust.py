@@ -272,3 +272,33 @@ def test_tasks_that_differ_only_in_operand_order_keep_their_own_reference(tmp_pa
     opt.close()
     assert keys[0][0] == keys[1][0] and keys[0][1] != keys[1][1]
     assert len(list((tmp_path / "ref").glob("*.npz"))) == 2
+
+
+def test_a_cuda_tasks_reference_runs_ops_schedules_cpu_program(monkeypatch):
+    """The reference of a CUDA task is computed on the CPU with ``ops.schedule``'s program:
+    the unscheduled one took minutes at GPU sizes (a 4096^3 fp16 product never finished its
+    reference inside a 230-second GPU run, so no candidate was ever timed)."""
+    from tdsl import ops
+    from tdsl.autotune import measure_jobs
+    A = td.placeholder((48, 40), "float16", name="A")
+    B = td.placeholder((40, 56), "float16", name="B")
+    C = ops.matmul(A, B, out_dtype="float32")
+    built = []
+    real = measure_jobs.compile_schedule
+
+    def spy(sch, args, target, name):
+        built.append((sch.trace.to_json(), target))
+        return real(sch, args, target, name)
+    monkeypatch.setattr(measure_jobs, "compile_schedule", spy)
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(s).astype("float16") for s in ((48, 40), (40, 56)))
+    ref = measure_jobs._compute_reference([A, B, C], [a, b, np.zeros((48, 56), "float32")],
+                                          "cuda -arch=sm_80", "t")
+    assert built == [(ops.schedule(C, "llvm").trace.to_json(), "llvm")]
+    np.testing.assert_allclose(ref[2], a.astype("float32") @ b.astype("float32"), rtol=1e-3,
+                               atol=1e-3)
+    # a CPU task keeps the unscheduled program: its own default is one of the candidates
+    built.clear()
+    measure_jobs._compute_reference([A, B, C], [a, b, np.zeros((48, 56), "float32")], "llvm",
+                                    "t")
+    assert built[0][0] != ops.schedule(C, "llvm").trace.to_json()
