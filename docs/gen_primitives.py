@@ -131,6 +131,12 @@ PRIMITIVES = [
      "s[B].set_store_predicate(i.var < 3)",
      "Only the threads where the predicate holds store (TVM's cross-thread reduction "
      "tutorial: `tx.var.equal(0)`); terms are `thread_axis(...).var.equal(constant)`."),
+    ("transform_layout", "Stage", CHAIN,
+     "s[T].transform_layout(lambda i, j: [j, i])",
+     "s[T].transform_layout(lambda i, j: [i + j, j])",
+     "Stores the stage's output with its axes permuted (TVM's `transform_layout`, for "
+     "permutations); its loops and its readers' loads follow.  A hand-written dense "
+     "(`x[i, k] * w[j, k]`) copies w's panels through a cache stage laid out `[k, j]`."),
     ("cache_read", "Schedule", MATMUL,
      'AL = s.cache_read(A, "local", [C])\ns[AL].compute_at(s[C], i)',
      's.cache_read(A, "local", [A])', ""),

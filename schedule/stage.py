@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tdsl.errors import ScheduleError
 from tdsl.stmt import ForKind, StorageScope, ThreadTag
@@ -350,6 +350,25 @@ class Stage:
         """Give this stage its own top-level loop nest again."""
         from . import attach
         self._run("compute_root", [], {}, lambda: attach.compute_root(self))
+
+    def transform_layout(self, mapping: "Callable[..., Any] | None" = None, *,
+                         axes: "Sequence[int] | str | None" = None) -> None:
+        """Store this stage's output with its axes permuted (TVM's ``transform_layout``,
+        for permutations): ``mapping`` takes the axis variables and returns them in the new
+        order (``lambda i, j: [j, i]``), or ``axes`` gives the order as axis numbers (a
+        trace records it as ``"1,0"``).  The stage's loops and its readers' loads follow
+        (``schedule/layout.py``)."""
+        from . import layout
+        if (mapping is None) == (axes is None):
+            raise ScheduleError("transform_layout", self.name, "give a mapping or axes=, "
+                                "one of them")
+        if mapping is not None:
+            perm = layout.permutation_of(self, mapping)
+        else:
+            perm = layout.parse_axes(self, axes)
+        perm = layout.check(self, perm)
+        self._run("transform_layout", [], {"axes": ",".join(map(str, perm))},
+                  lambda: layout.transform_layout(self, perm))
 
     def set_scope(self, scope: str) -> None:
         """Set the storage scope of this stage's output ("global", "shared", "local")."""

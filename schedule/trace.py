@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 STAGE_PRIMITIVES = {"split", "fuse", "reorder", "tile", "vectorize", "unroll", "parallel", "bind",
                     "pragma", "storage_align", "align_region", "double_buffer", "tensorize",
                     "compute_at", "compute_inline", "compute_root", "set_scope",
-                    "set_store_predicate"}
+                    "set_store_predicate", "transform_layout"}
 SCHEDULE_PRIMITIVES = {"cache_read", "cache_write", "rfactor"}
 #: keyword arguments that hold a (possibly symbolic) size
 SIZE_KWARGS = {"factor", "nparts", "x_factor", "y_factor"}

@@ -3,6 +3,8 @@
 that only look similar do not (tdsl/ops/schedules/recognize.py)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -155,13 +157,47 @@ def test_hand_written_dense_with_a_small_m_gets_the_streaming_schedule(M, N, K, 
     check(f, [a, b], a @ b.T, rtol=1e-4, atol=1e-4 * K)
 
 
-def test_hand_written_dense_with_a_large_m_keeps_the_generic_schedule(monkeypatch):
-    """The matmul schedule's panel copy keeps B's layout, the packed one only when B is
-    not transposed: a large-M ``x @ W.T`` stays with the generic reduction schedule."""
-    A, B, C = _matmul(64, 40, 24, transpose_b=True)
+@pytest.mark.parametrize("M, N, K", [(64, 40, 24), (200, 130, 77), (97, 300, 513)])
+def test_hand_written_dense_with_a_large_m_packs_w_transposed(M, N, K, monkeypatch):
+    """A large-M ``x @ W.T`` written by hand gets ``ops.dense``'s register-tiled schedule:
+    W's panels copied by a cache stage laid out ``[k, j]`` (``transform_layout``), so the
+    micro-kernel loads whole vectors of one k row; sizes that do and do not divide the
+    tiles."""
+    A, B, C = _matmul(M, N, K, transpose_b=True)
     calls = _count_skinny(monkeypatch)
     s = ops.schedule([C])
-    assert not calls and "B.global" not in _stage_names(s)
+    assert not calls and "B.global" in _stage_names(s) and "C.local" in _stage_names(s)
+    pack = s.stage_by_name("B.global")
+    assert [int(d.value) for d in pack.op.outputs[0].shape] == [K, N]
+    text = str(td.lower(s, [A, B, C]))
+    # the micro-kernel reads the panel along its columns: B.global[k, j]
+    assert re.search(r"\* B\.global\[k[\w.]* \* \d+ \+ k[\w.]*, j\.c\.inner\]", text) or \
+        re.search(r"\* B\.global\[k[\w.]*, j\.c\.inner\]", text), text
     f = td.build(s, [A, B, C], target="llvm")
-    a, b = randn(64, 24), randn(40, 24)
-    check(f, [a, b], a @ b.T, rtol=1e-4, atol=1e-4 * 24)
+    a, b = randn(M, K), randn(N, K)
+    check(f, [a, b], a @ b.T, rtol=1e-4, atol=1e-4 * K)
+
+
+def test_hand_written_dense_with_symbolic_sizes_and_a_batch():
+    """The transposed panel with symbolic M, N, K bound to several values, and batched."""
+    m, n, kk = td.var("m"), td.var("n"), td.var("kk")
+    A = td.placeholder((m, kk), name="A")
+    B = td.placeholder((n, kk), name="B")
+    k = td.reduce_axis((0, kk), name="k")
+    C = td.compute((m, n), lambda i, j: td.sum(A[i, k] * B[j, k], axis=k), name="C")
+    f = td.build(ops.schedule([C]), [A, B, C], target="llvm")
+    for M, N, K in [(1, 1, 1), (6, 16, 4), (50, 33, 70), (129, 7, 3), (300, 65, 40)]:
+        a, b = randn(M, K), randn(N, K)
+        check(f, [a, b], a @ b.T, rtol=1e-4, atol=1e-4 * K)
+    A3 = td.placeholder((2, 70, 24), name="A3")
+    B3 = td.placeholder((2, 50, 24), name="B3")
+    k3 = td.reduce_axis((0, 24), name="k3")
+    C3 = td.compute((2, 70, 50), lambda z, i, j: td.sum(A3[z, i, k3] * B3[z, j, k3], axis=k3),
+                    name="C3")
+    assert gemm_form(C3.op).transpose_b
+    s3 = ops.schedule([C3])
+    assert [int(d.value) for d in s3.stage_by_name("B3.global").op.outputs[0].shape] == \
+        [2, 24, 50]
+    f3 = td.build(s3, [A3, B3, C3], target="llvm")
+    a3, b3 = randn(2, 70, 24), randn(2, 50, 24)
+    check(f3, [a3, b3], a3 @ b3.transpose(0, 2, 1), rtol=1e-4, atol=1e-4 * 24)

@@ -183,6 +183,8 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
             done |= schedule_matmul(s, st, None, cpu, panel_of=gemm.b)
         elif gemm is not None and _skinny_dense(st, cpu, transpose_b=True):
             done |= schedule_skinny_dense(s, st, None, cpu)
+        elif gemm is not None:          # a hand-written dense: w's panels copied as [k, j]
+            done |= schedule_matmul(s, st, None, cpu, panel_of=gemm.b, transposed_panel=True)
         else:
             schedule_reduction(s, st, cpu, bodies)
         done.add(st)

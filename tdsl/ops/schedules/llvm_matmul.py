@@ -292,7 +292,7 @@ def register_tile(N: "int | None", lanes: int, tiles: MatmulTiles) -> tuple[int,
 
 def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
                     tiles: "MatmulTiles | None" = None, small_m: int = 0,
-                    panel_of: "Tensor | None" = None) -> set:
+                    panel_of: "Tensor | None" = None, transposed_panel: bool = False) -> set:
     """Register tile ``mb x bn`` (rows unrolled, columns vectorized) accumulated in a local
     stage over the whole K; the B panel (K x bn) packed once per column tile (or row chunk);
     column tiles (and row chunks) in parallel; the epilogue applied on write-out.
@@ -302,7 +302,9 @@ def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     (the rows of x per pass: the schedule of a ``M <= bound`` branch, ``SKINNY_M_SYMBOLIC``).
 
     ``panel_of``: a hand-written matmul has no PACK stage; B's panels are then copied by a
-    cache stage of this tensor (B, read as ``B[k, j]``: the copy keeps the packed layout)."""
+    cache stage of this tensor (B, read as ``B[k, j]``: the copy keeps the packed layout;
+    ``transposed_panel``: read as ``B[j, k]``, the copy is laid out ``[k, j]`` as
+    ``ops.dense`` declares its PACK stage, ``Stage.transform_layout``)."""
     if tiles is None and _skinny_dense(anchor, cpu, bool(small_m)):
         return schedule_skinny_dense(s, anchor, out, cpu, max(1, small_m))
     if tiles is None and _skinny_matmul(anchor, bool(small_m)):
@@ -313,6 +315,9 @@ def schedule_matmul(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     pack = _producer_of_kind(s, anchor, OpKind.PACK)
     if pack is None and panel_of is not None:
         pack = s[s.cache_read(panel_of, "global", [anchor.op.outputs[0]])]
+        if transposed_panel:
+            nd = len(pack.op.axis)
+            pack.transform_layout(axes=[*range(nd - 2), nd - 1, nd - 2])
     comp, write = accumulate_locally(s, anchor, out)
     axes = list(write.op.axis)
     batch = axes[:-2]

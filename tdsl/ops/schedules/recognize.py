@@ -50,9 +50,8 @@ def _is(index: Any, iv: Any) -> bool:
 
 def gemm_form(op: Any) -> "Optional[GemmForm]":
     """The operands of ``op`` when it is an untagged (hand-written) matmul or batched
-    matmul, B transposed or not, else None.  (A transposed B gets the matmul schedule only
-    with a small M, as ``dense`` does: the copy of B's column panel the matmul schedule makes
-    keeps B's layout, the packed one only when B is not transposed.)"""
+    matmul, B transposed or not, else None.  (A transposed B's panels are copied laid out
+    ``[k, j]``, as ``dense``'s PACK stage is: ``llvm_matmul.schedule_matmul``.)"""
     if not isinstance(op, ComputeOp) or op.tag or len(op.body) != 1 or len(op.axis) not in (2, 3):
         return None
     red = op.body[0]
