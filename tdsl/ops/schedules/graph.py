@@ -6,7 +6,7 @@ producers substituted, as lowering will see it); nothing here changes it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from tdsl.expr import Const, Expr, Reduce, TensorLoad, Var
 from tdsl.lowering.inline import inlined_bodies, map_body
@@ -152,12 +152,17 @@ def permuted_access(st: Stage, indices: tuple) -> "list[int] | None":
     return pos  # type: ignore[return-value]
 
 
-def fusable_anchor(s: Schedule, out: Stage, bodies: dict) -> "Stage | None":
-    """The anchor (matmul/conv) whose result ``out`` transforms elementwise (up to a
-    permutation of the axes), if ``out`` is its only consumer."""
+def fusable_anchor(s: Schedule, out: Stage, bodies: dict,
+                   is_anchor: "Callable[[Stage], bool] | None" = None) -> "Stage | None":
+    """The anchor (matmul/conv; ``is_anchor`` says otherwise) whose result ``out``
+    transforms elementwise (up to a permutation of the axes), if ``out`` is its only
+    consumer."""
     from .._util import same_size
     loads = effective_loads(s, out, bodies)
-    anchors = [p for p, _ in loads if stage_pattern(p) is Pattern.ANCHOR]
+    if is_anchor is None:
+        anchors = [p for p, _ in loads if stage_pattern(p) is Pattern.ANCHOR]
+    else:
+        anchors = [p for p, _ in loads if is_anchor(p)]
     if not anchors or any(a is not anchors[0] for a in anchors):
         return None
     a = anchors[0]

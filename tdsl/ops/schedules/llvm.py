@@ -129,6 +129,25 @@ ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxy
 })
 
 
+# ---- hand-written GEMMs -----------------------------------------------------------------------
+def _is_gemm_form(st: Stage) -> bool:
+    return stage_pattern(st) is Pattern.REDUCTION and gemm_form(st.op) is not None
+
+
+def schedule_gemm_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) -> set:
+    """A hand-written matmul (``recognize.gemm_form``), its epilogue ``out`` fused: the
+    schedule ``ops.matmul`` / ``ops.dense`` would get -- B's panels copied by a cache stage
+    (laid out ``[k, j]`` when B is read transposed), or the streaming pass over W for a
+    ``x @ W.T`` with a small M."""
+    gemm = gemm_form(st.op)
+    assert gemm is not None
+    if not gemm.transpose_b:
+        return schedule_matmul(s, st, out, cpu, panel_of=gemm.b)
+    if _skinny_dense(st, cpu, transpose_b=True):
+        return schedule_skinny_dense(s, st, out, cpu)
+    return schedule_matmul(s, st, out, cpu, panel_of=gemm.b, transposed_panel=True)
+
+
 # ---- the driver ------------------------------------------------------------------------------
 def small_m_condition(s: Schedule, target: Target, bound: int = SKINNY_M) -> "Expr | None":
     """``M <= bound`` for each dense/matmul anchor of ``s`` whose M is symbolic and that
@@ -171,6 +190,12 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
             if a is not None and a not in done:
                 done |= anchor_schedules[stage_kind(a)](s, a, st, cpu)
                 continue
+            # a hand-written GEMM's epilogue (bias, activation, residual) on its write-out,
+            # as for ops.dense -- not a row group of the reduction
+            g = fusable_anchor(s, st, bodies, is_anchor=_is_gemm_form)
+            if g is not None and g not in done:
+                done |= schedule_gemm_form(s, g, st, cpu)
+                continue
             g = row_group(s, st, bodies)
             if g is not None:
                 schedule_row_group(s, g, cpu, bodies)
@@ -179,12 +204,8 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
             schedule_injective(s, st, cpu, bodies)
         elif pat is Pattern.ANCHOR and stage_kind(st) in anchor_schedules:
             done |= anchor_schedules[stage_kind(st)](s, st, None, cpu)
-        elif (gemm := gemm_form(st.op)) is not None and not gemm.transpose_b:
-            done |= schedule_matmul(s, st, None, cpu, panel_of=gemm.b)
-        elif gemm is not None and _skinny_dense(st, cpu, transpose_b=True):
-            done |= schedule_skinny_dense(s, st, None, cpu)
-        elif gemm is not None:          # a hand-written dense: w's panels copied as [k, j]
-            done |= schedule_matmul(s, st, None, cpu, panel_of=gemm.b, transposed_panel=True)
+        elif _is_gemm_form(st):
+            done |= schedule_gemm_form(s, st, None, cpu)
         else:
             schedule_reduction(s, st, cpu, bodies)
         done.add(st)
