@@ -33,6 +33,12 @@ def replace_reads(sch: "Schedule", body: tuple, src_stage: Any, new_tensors: lis
             idx = tuple(transform(i, pre=pre) for i in n.indices)
             return TensorLoad(new_tensors[n.tensor.value_index], idx)
         return None
+    return map_body(body, pre)
+
+
+def map_body(body: tuple, pre: Any) -> tuple:
+    """A compute body (expressions and reductions) rewritten by ``transform(., pre=pre)``:
+    the reductions' sources and conditions, their axes and combiners kept."""
     out = []
     for b in body:
         if isinstance(b, Reduce):

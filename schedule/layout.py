@@ -17,6 +17,8 @@ from tdsl.expr import TensorLoad
 from tdsl.tensor import ComputeOp
 from tdsl.visitor import transform
 
+from .cache import map_body
+
 if TYPE_CHECKING:
     from .stage import Stage
 
@@ -103,13 +105,5 @@ def transform_layout(stage: "Stage", perm: list[int]) -> None:
         return None
 
     for r in readers:
-        r.op = r.op.with_body(tuple(_permute(b, pre) for b in r.op.body))
+        r.op = r.op.with_body(map_body(r.op.body, pre))
         sch.register(r, r.op)
-
-
-def _permute(b: Any, pre: Callable[[Any], Any]) -> Any:
-    from tdsl.expr import Reduce
-    if isinstance(b, Reduce):
-        return Reduce(b.combiner, tuple(transform(s, pre=pre) for s in b.source), b.axis,
-                      transform(b.condition, pre=pre), b.value_index, b.init)
-    return transform(b, pre=pre)
