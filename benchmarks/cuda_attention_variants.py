@@ -44,7 +44,7 @@ def build(heads: int, seq: int, d: int, causal: bool, variant: str,
     from tdsl import ops
     from tdsl.ops.schedules.cuda_attention import StagedTiles, attention_schedule
     Q, K, V = (td.placeholder((1, heads, seq, d), name=n) for n in "QKV")
-    out = ops.attention(Q, K, V, causal=causal, block_k=block_k)
+    out = ops.attention(Q, K, V, causal=causal, block_k=block_k, target="cuda")
     sch = attention_schedule(out, variant, StagedTiles(*tiles) if tiles else None)
     return td.build(sch, [Q, K, V, out], target=f"cuda -arch={arch}")
 

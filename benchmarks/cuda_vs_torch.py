@@ -102,7 +102,8 @@ def cases(torch: Any, dev: Any, sizes: tuple = MATMUL_SIZES) -> dict[str, Callab
         ref = lambda q, k, v: sdpa(q.float(), k.float(), v.float(),  # noqa: E731
                                    is_causal=causal)
         flops = 4 * 12 * 1024 * 1024 * 64 // (2 if causal else 1)
-        return ([Q, K, V], ops.attention(Q, K, V, causal=causal), [q, k, v], [q, k, v], fn, ref,
+        return ([Q, K, V], ops.attention(Q, K, V, causal=causal, target="cuda"), [q, k, v],
+                [q, k, v], fn, ref,
                 1e-3 if dtype == "float32" else 2e-2, flops)
 
     out: dict[str, Callable] = {}

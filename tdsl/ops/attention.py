@@ -36,6 +36,7 @@ from tdsl.expr import Const, Expr, convert
 from tdsl.reduction import comm_reducer, min_value
 from tdsl.reduction import max as _rmax
 from tdsl.reduction import sum as _rsum
+from tdsl.target import TargetKind, as_target
 from tdsl.tensor import Tensor, compute, reduce_axis
 
 from ._util import broadcast_shape, check_tensor, const_value, same_size, shape_str, size_str
@@ -53,12 +54,19 @@ BLOCK_K = 128
 #: loaded 2-core Zen 4): 1.14-1.24x faster at seq 512 and 2048 (benchmarks/attention.py).
 BLOCK_K_LONG = 256
 LONG_SEQ_K = 512
+#: On a CUDA target the long-sequence rule is off: there a key block of 256 costs the
+#: staged kernel its occupancy.  fp32, 1 x 12 heads x d 64, non-causal, H200: 256 (the CPU
+#: rule) 0.650 ms at seq 1024 and 6.71 at 4096, 128 0.311 and 5.51, 64 0.358 and 5.26
+#: (benchmarks/cuda_attention_variants.py).
 
 
-def default_block_k(seq_q: Any, seq_k: Any, causal: bool) -> int:
-    """The key block ``attention`` uses when none is given (a rule by key count).  A decode
-    step (one query) keeps ``BLOCK_K``: its merge is cheap, and more blocks make more parts
-    to split across threads (``llvm_attention.split_parts``)."""
+def default_block_k(seq_q: Any, seq_k: Any, causal: bool, target: Any = None) -> int:
+    """The key block ``attention`` uses when none is given (a rule by key count, for the
+    CPU unless ``target`` is a CUDA one).  A decode step (one query) keeps ``BLOCK_K``: its
+    merge is cheap, and more blocks make more parts to split across threads
+    (``llvm_attention.split_parts``)."""
+    if target is not None and as_target(target).kind is TargetKind.CUDA:
+        return BLOCK_K
     n = const_value(seq_k)
     long_k = n is not None and n >= LONG_SEQ_K
     return BLOCK_K_LONG if long_k and not causal and const_value(seq_q) != 1 else BLOCK_K
@@ -142,7 +150,8 @@ def _mask_reader(mask: Any, full: tuple, dtype: Any) -> Any:
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any = None,
-              mask: "Tensor | None" = None, block_k: "int | None" = None) -> Tensor:
+              mask: "Tensor | None" = None, block_k: "int | None" = None,
+              target: Any = None) -> Tensor:
     """``softmax(q kᵀ · scale + mask) v`` (PyTorch's ``scaled_dot_product_attention``).
 
     ``q`` (B, H, Sq, D), ``k``/``v`` (B, H, Sk, D) (``v`` may have its own head size);
@@ -152,10 +161,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Any 
     key takes part where both allow it (as PyTorch 2.13's SDPA).  A query row that sees
     no key (fully masked) gives zeros, as PyTorch 2.13's CPU SDPA does.  ``block_k`` is
     the key block of the one-pass schedule (a compile-time constant; None:
-    ``default_block_k``'s rule)."""
+    ``default_block_k``'s rule for ``target``, the one the kernel will be built for: a
+    target string or ``Target``; None: the CPU's rule)."""
     _check(q, k, v)
     if block_k is None:
-        block_k = default_block_k(q.shape[2], k.shape[2], causal)
+        block_k = default_block_k(q.shape[2], k.shape[2], causal, target)
     if not isinstance(block_k, int) or block_k < 1:
         raise ShapeError(f"ops.attention: block_k must be a positive int, got {block_k!r}")
     B, H, Sq, D = q.shape

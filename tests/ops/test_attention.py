@@ -178,6 +178,22 @@ def test_key_block_rule():
     assert default_block_k(1, 4096, False) == BLOCK_K
 
 
+def test_key_block_rule_for_a_cuda_target():
+    """On CUDA the long key block is off (it halved the staged kernel's speed on an H200);
+    ``ops.attention(target=)`` declares with the target's rule, a bad target is refused."""
+    from tdsl.target import as_target
+    for t in ("cuda", "cuda -arch=sm_90", as_target("cuda -arch=sm_80")):
+        assert default_block_k(512, 4096, False, t) == BLOCK_K
+    assert default_block_k(512, 4096, False, "llvm") == BLOCK_K_LONG
+    q, k, v = _declare(1, 1, 8, 1024, 16)
+    for target, block in (("cuda", BLOCK_K), ("llvm", BLOCK_K_LONG), (None, BLOCK_K_LONG)):
+        o = ops.attention(q, k, v, target=target)
+        text = str(td.lower(ops.schedule(o, "llvm"), [q, k, v, o]))
+        assert f"for kb in range({1024 // block})" in text, (target, text)
+    with pytest.raises(td.TDSLError, match="unknown target"):
+        ops.attention(q, k, v, target="tpu")
+
+
 @pytest.mark.parametrize("sq,sk,mask", [(70, 600, None), (300, 520, "bool"), (33, 777, "add")])
 def test_long_key_block_matches_torch(sq, sk, mask):
     """The long key block (lengths that don't divide it nor the 2-vector query block), with

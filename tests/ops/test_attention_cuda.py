@@ -34,6 +34,23 @@ def test_one_fused_kernel_emulated_against_torch(causal):
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
 
 
+def test_a_long_non_causal_key_sequence_with_the_cuda_key_block_emulated():
+    """``target="cuda"``: the key block of 128 over 600 keys (a partial last block)."""
+    q = td.placeholder((1, 1, 3, 8), name="q")
+    k = td.placeholder((1, 1, 600, 8), name="k")
+    v = td.placeholder((1, 1, 600, 8), name="v")
+    o = ops.attention(q, k, v, target="cuda")
+    f = td.build(ops.schedule(o, "cuda"), [q, k, v, o], target="cuda -arch=sm_80")
+    rng = np.random.default_rng(3)
+    a = [rng.standard_normal(s).astype("float32") for s in ((1, 1, 3, 8), (1, 1, 600, 8),
+                                                              (1, 1, 600, 8))]
+    out = np.full((1, 1, 3, 8), 7.0, "float32")
+    f.emulate(*a, out)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *[torch.from_numpy(x) for x in a]).numpy()
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.skipif(not nvrtc.is_available(), reason="NVRTC (cuda-python) is not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvrtc_compiles_it(arch):
