@@ -12,43 +12,36 @@ from tdsl.ops.schedules.cuda_attention import StagedTiles, attention_schedule
 torch = pytest.importorskip("torch", reason="PyTorch's SDPA is the reference")
 
 
-def _build(causal, sq=5, sk=70, d=8):
-    q = td.placeholder((1, 2, sq, d), name="q")
-    k = td.placeholder((1, 2, sk, d), name="k")
-    v = td.placeholder((1, 2, sk, d), name="v")
-    o = ops.attention(q, k, v, causal=causal)
+def _build(causal, sq=5, sk=70, d=8, heads=2, target=None):
+    q = td.placeholder((1, heads, sq, d), name="q")
+    k = td.placeholder((1, heads, sk, d), name="k")
+    v = td.placeholder((1, heads, sk, d), name="v")
+    o = ops.attention(q, k, v, causal=causal, target=target)
     return td.build(ops.schedule(o, "cuda"), [q, k, v, o], target="cuda -arch=sm_80")
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_one_fused_kernel_emulated_against_torch(causal):
-    f = _build(causal)
-    assert f.get_source().count("__global__") == 1
-    rng = np.random.default_rng(1)
-    a = [rng.standard_normal(s).astype("float32") for s in ((1, 2, 5, 8), (1, 2, 70, 8),
-                                                              (1, 2, 70, 8))]
-    out = np.full((1, 2, 5, 8), 7.0, "float32")
+def _emulated_against_sdpa(f, causal, sq, sk, d=8, heads=2, seed=1):
+    rng = np.random.default_rng(seed)
+    a = [rng.standard_normal(s).astype("float32")
+         for s in ((1, heads, sq, d), (1, heads, sk, d), (1, heads, sk, d))]
+    out = np.full((1, heads, sq, d), 7.0, "float32")
     f.emulate(*a, out)
     ref = torch.nn.functional.scaled_dot_product_attention(
         *[torch.from_numpy(x) for x in a], is_causal=causal).numpy()
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_fused_kernel_emulated_against_torch(causal):
+    f = _build(causal)
+    assert f.get_source().count("__global__") == 1
+    _emulated_against_sdpa(f, causal, 5, 70)
+
+
 def test_a_long_non_causal_key_sequence_with_the_cuda_key_block_emulated():
     """``target="cuda"``: the key block of 128 over 600 keys (a partial last block)."""
-    q = td.placeholder((1, 1, 3, 8), name="q")
-    k = td.placeholder((1, 1, 600, 8), name="k")
-    v = td.placeholder((1, 1, 600, 8), name="v")
-    o = ops.attention(q, k, v, target="cuda")
-    f = td.build(ops.schedule(o, "cuda"), [q, k, v, o], target="cuda -arch=sm_80")
-    rng = np.random.default_rng(3)
-    a = [rng.standard_normal(s).astype("float32") for s in ((1, 1, 3, 8), (1, 1, 600, 8),
-                                                              (1, 1, 600, 8))]
-    out = np.full((1, 1, 3, 8), 7.0, "float32")
-    f.emulate(*a, out)
-    ref = torch.nn.functional.scaled_dot_product_attention(
-        *[torch.from_numpy(x) for x in a]).numpy()
-    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+    f = _build(False, sq=3, sk=600, heads=1, target="cuda")
+    _emulated_against_sdpa(f, False, 3, 600, heads=1, seed=3)
 
 
 @pytest.mark.skipif(not nvrtc.is_available(), reason="NVRTC (cuda-python) is not installed")
