@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
-import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -60,6 +61,7 @@ def main(argv: "list[str] | None" = None) -> int:
     from tdsl import ops
     from tdsl.autotune.auto_schedule import create_auto_task
     from model_jobs import Dense, bert_layers, build_handwritten, build_ops
+    from timing import interleaved
     clock = "thread" if a.threads == 1 else "wall"
     print(f"{'layer':<34}{'before ms':>10}{'hand ms':>10}{'ops ms':>10}"
           f"{'before/ops':>11}{'hand/ops':>9}  ({a.threads} thread(s), {clock} clock)")
@@ -85,13 +87,10 @@ def main(argv: "list[str] | None" = None) -> int:
             f(*ins, out)
             np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3 * layer.k ** 0.5)
             mods[name] = (f, ins + [out])
-        samples = {k: [] for k in mods}
-        timers = {k: f.time_evaluator(number=1, repeat=1, min_repeat_ms=50, clock=clock)
-                  for k, (f, _) in mods.items()}
-        for _ in range(a.rounds):
-            for k in mods:
-                samples[k].append(timers[k](*mods[k][1]).mean)
-        ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+        res = interleaved({k: functools.partial(f, *args) for k, (f, args) in mods.items()},
+                          a.rounds, 0.05, clock=time.thread_time if a.threads == 1
+                          else time.perf_counter)
+        ms = {k: r["median_s"] * 1e3 for k, r in res.items()}
         print(f"{layer.name:<34}{ms['before']:10.3f}{ms['hand']:10.3f}{ms['ops']:10.3f}"
               f"{ms['before'] / ms['ops']:11.2f}{ms['hand'] / ms['ops']:9.2f}", flush=True)
     return 0

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
-import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -70,8 +71,10 @@ def main(argv: "list[str] | None" = None) -> int:
     a.add_argument("--threads", type=int, default=1)
     ns = a.parse_args(argv)
     os.environ["TDSL_NUM_THREADS"] = str(ns.threads)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import tdsl as td
     from tdsl import ops
+    from timing import interleaved
     clock = "thread" if ns.threads == 1 else "wall"
     print(f"{'workload':<36}{'before ms':>10}{'now ms':>10}{'now/before':>11}"
           f"  ({ns.threads} thread(s), {clock} clock)")
@@ -80,20 +83,17 @@ def main(argv: "list[str] | None" = None) -> int:
          for n, c, h, co, s, k in CONV]
     for name, make, shape in cases:
         ins, out, arrays, ref, red = make(*shape)
-        timers = {}
+        calls = {}
         for label in ("before", "now"):
             with gathered_panels() if label == "before" else contextlib.nullcontext():
                 f = td.build(ops.schedule(out, "llvm"), ins + [out])
             res = np.zeros(ref.shape, "f4")
             f(*arrays, res)
             np.testing.assert_allclose(res, ref, rtol=1e-3, atol=1e-3 * red ** 0.5)
-            t = f.time_evaluator(number=1, repeat=1, min_repeat_ms=50, clock=clock)
-            timers[label] = (t, res)
-        samples = {k: [] for k in timers}
-        for _ in range(ns.rounds):
-            for k, (t, res) in timers.items():
-                samples[k].append(t(*arrays, res).mean)
-        ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+            calls[label] = functools.partial(f, *arrays, res)
+        timed = interleaved(calls, ns.rounds, 0.05, clock=time.thread_time if ns.threads == 1
+                            else time.perf_counter)
+        ms = {k: r["median_s"] * 1e3 for k, r in timed.items()}
         print(f"{name:<36}{ms['before']:10.3f}{ms['now']:10.3f}{ms['now'] / ms['before']:11.2f}",
               flush=True)
     return 0
