@@ -5,8 +5,8 @@ Every non-inlined stage gets one of five schedules, chosen from its pattern and 
 * an injective output: fused outer loops in parallel, the innermost loop vectorized;
 * an anchor (matmul, dense, batch_matmul, conv2d), with the elementwise stage that
   consumes it (its epilogue) when there is one: register tiles in a local stage, packed
-  operand panels, the epilogue applied while the tile is written out; a matmul written by
-  hand with ``td.compute`` (``recognize.py``) gets the same schedule;
+  operand panels, the epilogue applied while the tile is written out; a matmul or a
+  convolution written by hand with ``td.compute`` (``recognize.py``) gets the same schedule;
 * a row group (softmax, log_softmax, layernorm, rmsnorm, mean, argmax, ...): the output's
   rows in parallel, each row's reductions (and temporaries) computed just before it;
 * a reduction (sum, max, pooling): vectorized along the contiguous axis -- lanes of
@@ -47,7 +47,7 @@ from .llvm_matmul import (MATMUL_TILES, MATMUL_TILES_16REGS, SKINNY_M, SKINNY_M_
                           schedule_skinny_matmul)
 from .llvm_reduce import (PARTS_MIN, SELECT_CHAINS, chunk_width, rfactor_chains,
                           schedule_reduction, schedule_row_group, select_chains)
-from .recognize import gemm_form
+from .recognize import conv_form, gemm_form
 from .llvm_attention import schedule_attention
 
 __all__ = ["CPU", "cpu_of", "apply", "small_m_condition", "schedule_injective",
@@ -148,6 +148,38 @@ def schedule_gemm_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) ->
     return schedule_matmul(s, st, out, cpu, panel_of=gemm.b, transposed_panel=True)
 
 
+# ---- hand-written convolutions ----------------------------------------------------------------
+def _is_conv_form(st: Stage) -> bool:
+    return stage_pattern(st) is Pattern.REDUCTION and conv_form(st.op) is not None
+
+
+def schedule_conv_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) -> set:
+    """A hand-written convolution (``recognize.conv_form``), its epilogue ``out`` fused:
+    the schedule ``ops.conv2d`` gets.  The filter is copied by a cache stage laid out
+    ``[c, ky, kx, o]`` (``ops.conv2d``'s PACK stage), an NCHW convolution accumulates with
+    channels innermost (``Stage.transform_layout`` of the stage that computes it, the
+    epilogue or a cache stage writing NCHW out), and an injective producer of the data (the
+    padding) is materialized, as ``ops.conv2d``'s PAD stage is.  Depthwise: the grouped NCHW
+    schedule, filters read in place."""
+    form = conv_form(st.op)
+    assert form is not None
+    attrs = form.attrs()
+    src = s[form.data]
+    pad = src if (not src.is_placeholder and not src.is_output and not is_opaque(src.op)
+                  and stage_pattern(src) is Pattern.INJECTIVE) else None
+    if form.depthwise:
+        return schedule_conv2d(s, st, out, cpu, attrs=attrs, pad=pad)
+    pack = s[s.cache_read(form.weight, "global", [st.op.outputs[0]])]
+    pack.transform_layout(axes=[1, 2, 3, 0] if form.kernel_layout == "OIHW" else [2, 0, 1, 3])
+    anchor = st
+    if out is None:
+        anchor, out = s[s.cache_write(st.op.outputs[0], "local")], st
+    if form.layout == "NCHW":
+        anchor.transform_layout(axes=[0, 2, 3, 1])
+        attrs["compute_layout"] = "NHWC"
+    return schedule_conv2d(s, anchor, out, cpu, attrs=attrs, pad=pad, pack=pack) | {st}
+
+
 # ---- the driver ------------------------------------------------------------------------------
 def small_m_condition(s: Schedule, target: Target, bound: int = SKINNY_M) -> "Expr | None":
     """``M <= bound`` for each dense/matmul anchor of ``s`` whose M is symbolic and that
@@ -196,6 +228,10 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
             if g is not None and g not in done:
                 done |= schedule_gemm_form(s, g, st, cpu)
                 continue
+            g = fusable_anchor(s, st, bodies, is_anchor=_is_conv_form)
+            if g is not None and g not in done:
+                done |= schedule_conv_form(s, g, st, cpu)
+                continue
             g = row_group(s, st, bodies)
             if g is not None:
                 schedule_row_group(s, g, cpu, bodies)
@@ -206,6 +242,8 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
             done |= anchor_schedules[stage_kind(st)](s, st, None, cpu)
         elif _is_gemm_form(st):
             done |= schedule_gemm_form(s, st, None, cpu)
+        elif _is_conv_form(st):
+            done |= schedule_conv_form(s, st, None, cpu)
         else:
             schedule_reduction(s, st, cpu, bodies)
         done.add(st)

@@ -192,20 +192,25 @@ def rows_outer(attrs: dict, pack: "Stage | None", n: "int | None", oh: "int | No
 
 
 def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
-                    tiles: "ConvTiles | None" = None) -> set:
+                    tiles: "ConvTiles | None" = None, attrs: "dict | None" = None,
+                    pad: "Stage | None" = None, pack: "Stage | None" = None) -> set:
     """groups == 1: output channels vectorized in a local ``width x channels`` tile (the
     anchor computes with channels innermost), the filter panel packed per parallel task
     (the whole filter at root when several tasks would pack the same panel),
     the padded input materialized once.  Grouped / depthwise: the contiguous output axis
-    vectorized, filters broadcast."""
+    vectorized, filters broadcast.
+
+    ``attrs``, ``pad``, ``pack``: a hand-written convolution (``recognize.conv_form``) has
+    no ``ops.conv2d`` attributes and no tagged PAD / PACK producers; its schedule gives
+    them (``llvm.schedule_conv_form``)."""
     tiles = tiles or default_conv_tiles(cpu)
-    attrs = anchor.op.attrs
+    attrs = anchor.op.attrs if attrs is None else attrs
     groups = attrs.get("groups", 1)
     comp_layout = attrs.get("compute_layout", attrs.get("layout", "NCHW"))
     dt = _out_dtype(anchor)
     lanes = cpu.lanes(dt)
-    pad = _producer_of_kind(s, anchor, OpKind.PAD)
-    pack = _producer_of_kind(s, anchor, OpKind.PACK)
+    pad = pad or _producer_of_kind(s, anchor, OpKind.PAD)
+    pack = pack or _producer_of_kind(s, anchor, OpKind.PACK)
     pad_stage = pad
     perm = _anchor_perm(s, anchor, out) if out is not None else [0, 1, 2, 3]
     comp, write = accumulate_locally(s, anchor, out)
@@ -358,7 +363,7 @@ def schedule_grouped_nchw(comp: Stage, write: Stage, axes: tuple, pad: "Stage | 
     red = list(comp.op.reduce_axis)
     cw_o, cw_i = comp.split(cow, factor=vec)
     comp.reorder(cn, cco, *red, coh, cw_o, cw_i)
-    for iv in red[1:] + [coh, cw_o]:
+    for iv in red[-2:] + [coh, cw_o]:      # the taps (a hand-written depthwise has no rc)
         comp.unroll(iv)
     comp.vectorize(cw_i)
     if OW is None or OW % vec:
