@@ -175,3 +175,24 @@ def test_cuda_dense_epilogue_is_one_kernel():
     except Exception as e:   # the CUDA backend may be unavailable on this machine
         pytest.skip(f"CUDA backend unavailable: {e}")
     assert src.count("__global__") == 1
+
+
+@pytest.mark.parametrize("target, c, size", [("llvm", 64, 56), ("cuda", 8, 10)])
+def test_two_convolutions_of_one_padded_input(target, c, size):
+    """Two ``ops.conv2d`` of one ``ops.pad`` output: each anchor's schedule took the pad for
+    its own and moved it into its tasks (CPU: row chunks, from a 512 KiB image on) or its
+    kernel's fetch (CUDA), and the second failed to schedule it ("loop 'i3' was already
+    split"); a shared pad is now left to both."""
+    from tdsl.testing.reference import conv2d_nchw
+    x = td.placeholder((1, c, size, size), name="x")
+    w1 = td.placeholder((2 * c, c, 3, 3), name="w1")
+    w2 = td.placeholder((c + c // 2, c, 3, 3), name="w2")
+    xp = ops.pad(x, [0, 0, 1, 1], [0, 0, 1, 1])
+    c1, c2 = ops.conv2d(xp, w1, stride=2), ops.conv2d(xp, w2, stride=2)
+    mod = td.build(ops.schedule([c1, c2], target), [x, w1, w2, c1, c2], target=target)
+    xa, a1, a2 = randn(1, c, size, size), randn(2 * c, c, 3, 3), randn(c + c // 2, c, 3, 3)
+    o1 = np.zeros((1, 2 * c, size // 2, size // 2), "f4")
+    o2 = np.zeros((1, c + c // 2, size // 2, size // 2), "f4")
+    (mod.emulate if target == "cuda" else mod)(xa, a1, a2, o1, o2)
+    np.testing.assert_allclose(o1, conv2d_nchw(xa, a1, (2, 2), (1,) * 4), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(o2, conv2d_nchw(xa, a2, (2, 2), (1,) * 4), rtol=1e-4, atol=1e-3)

@@ -235,3 +235,34 @@ def test_symbolic_batch_and_image_size():
         xa, wa, ba = randn(N, 12, H, W), randn(40, 12, 3, 3), randn(40)
         check(f, [xa, wa, ba], _reference(xa, wa, ba, 1, 1, 1, 1, True), rtol=1e-4,
               atol=1e-3)
+
+
+def test_a_padding_two_convolutions_read_stays_theirs():
+    """Two convolutions of one padded input (large enough that a convolution alone would
+    pad it row chunk by row chunk in its own tasks): both read it whole."""
+    x = td.placeholder((1, 64, 56, 56), name="x")
+    w1 = td.placeholder((128, 64, 3, 3), name="w1")
+    w2 = td.placeholder((96, 64, 3, 3), name="w2")
+    xp = _pad(x, 1)
+
+    def conv(w, o, name):
+        rc, ry, rx = (td.reduce_axis((0, e), nm) for e, nm in ((64, "rc"), (3, "ry"), (3, "rx")))
+        return td.compute((1, o, 28, 28), lambda q, f, i, j: td.sum(
+            xp[q, rc, i * 2 + ry, j * 2 + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]), name=name)
+    c1, c2 = conv(w1, 128, "c1"), conv(w2, 96, "c2")
+    f = td.build(ops.schedule([c1, c2], "llvm"), [x, w1, w2, c1, c2], target="llvm")
+    xa, wa1, wa2 = randn(1, 64, 56, 56), randn(128, 64, 3, 3), randn(96, 64, 3, 3)
+    check(f, [xa, wa1, wa2], [conv2d_nchw(xa, wa1, (2, 2), (1,) * 4),
+                              conv2d_nchw(xa, wa2, (2, 2), (1,) * 4)], rtol=1e-4, atol=1e-3)
+
+
+def test_float64():
+    x = td.placeholder((1, 5, 9, 9), "float64", name="x")
+    w = td.placeholder((20, 5, 3, 3), "float64", name="w")
+    rc, ry, rx = (td.reduce_axis((0, e), nm) for e, nm in ((5, "rc"), (3, "ry"), (3, "rx")))
+    conv = td.compute((1, 20, 7, 7), lambda q, f, i, j: td.sum(
+        x[q, rc, i + ry, j + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
+    assert conv_form(conv.op) is not None
+    f = td.build(ops.schedule(conv, "llvm"), [x, w, conv], target="llvm")
+    xa, wa = randn(1, 5, 9, 9, dtype="float64"), randn(20, 5, 3, 3, dtype="float64")
+    check(f, [xa, wa], conv2d_nchw(xa, wa), rtol=1e-10, atol=1e-10)

@@ -132,14 +132,16 @@ def conv_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage] | 
 
 
 def _input_stages(s: Schedule, anchor: Stage) -> "tuple[Stage | object, Stage] | None":
-    """(the input: its pad stage or the data tensor, the packed weights stage)."""
+    """(the input: its pad stage or the data tensor, the packed weights stage).  A pad
+    stage another stage reads too is the data tensor here (the fetch reads it through a
+    cache stage; as the fetch stage itself it would move into this kernel)."""
     data = pack = None
     for t in anchor.op.input_tensors:
         st = s[t]
         if stage_kind(st) is OpKind.PACK:
             pack = st
         elif data is None:
-            data = st if not st.is_placeholder else t
+            data = st if not st.is_placeholder and s.consumers(st) == [anchor] else t
     if pack is None or data is None or pack.is_output:
         return None
     return data, pack

@@ -165,8 +165,11 @@ def schedule_conv_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) ->
     assert form is not None
     attrs = form.attrs()
     src = s[form.data]
+    # the padding this convolution alone reads (another reader would find it moved into
+    # this convolution's tasks)
     pad = src if (not src.is_placeholder and not src.is_output and not is_opaque(src.op)
-                  and stage_pattern(src) is Pattern.INJECTIVE) else None
+                  and stage_pattern(src) is Pattern.INJECTIVE
+                  and s.consumers(src) == [st]) else None
     if form.depthwise:
         return schedule_conv2d(s, st, out, cpu, attrs=attrs, pad=pad)
     pack = s[s.cache_read(form.weight, "global", [st.op.outputs[0]])]

@@ -15,9 +15,13 @@ from .graph import stage_kind
 
 
 def _producer_of_kind(s: Schedule, st: Stage, kind: OpKind) -> "Stage | None":
+    """The producer of ``kind`` (PAD, PACK) that ``st`` alone reads: the anchor's schedule
+    moves it into its own tasks, which another reader would not find it in (two
+    ``ops.conv2d`` of one ``ops.pad``'s output failed to schedule); a shared one stays as
+    the default fusion left it."""
     for t in st.op.input_tensors:
         p = s[t]
-        if stage_kind(p) is kind and not p.is_output:
+        if stage_kind(p) is kind and not p.is_output and s.consumers(p) == [st]:
             return p
     return None
 
