@@ -56,6 +56,22 @@ def _conv(n, c, h, w, o, k, stride=1, pad=0, dilation=1, depthwise=False, epilog
     return x, wt, b, conv, out
 
 
+def _taps(c, k=3):
+    """The reduction axes (rc, ry, rx) of a k x k convolution over c channels."""
+    return (td.reduce_axis((0, c), "rc"), td.reduce_axis((0, k), "ry"),
+            td.reduce_axis((0, k), "rx"))
+
+
+def _nhwc(n, h, w, c, o, k=3):
+    """A hand-written NHWC convolution with an HWIO filter (no padding)."""
+    x = td.placeholder((n, h, w, c), name="x")
+    wt = td.placeholder((k, k, c, o), name="w")
+    rc, ry, rx = _taps(c, k)
+    conv = td.compute((n, h - k + 1, w - k + 1, o), lambda q, i, j, f: td.sum(
+        x[q, i + ry, j + rx, rc] * wt[ry, rx, rc, f], axis=[rc, ry, rx]), name="conv")
+    return x, wt, conv
+
+
 def _reference(xa, wa, ba, stride, pad, dilation, groups, epilogue):
     ref = conv2d_nchw(xa, wa, (stride, stride), (pad,) * 4, (dilation, dilation), groups)
     if epilogue:
@@ -87,11 +103,7 @@ def test_recognizes_nchw_convolutions_with_their_stride_dilation_and_padding():
 
 
 def test_recognizes_nhwc_with_an_hwio_filter_and_a_depthwise_one():
-    x = td.placeholder((2, 10, 10, 8), name="x")
-    w = td.placeholder((3, 3, 8, 24), name="w")
-    rc, ry, rx = (td.reduce_axis((0, e), nm) for e, nm in ((8, "rc"), (3, "ry"), (3, "rx")))
-    conv = td.compute((2, 8, 8, 24), lambda q, i, j, f: td.sum(
-        x[q, i + ry, j + rx, rc] * w[ry, rx, rc, f], axis=[rc, ry, rx]), name="conv")
+    _, _, conv = _nhwc(2, 10, 10, 8, 24)
     form = conv_form(conv.op)
     assert (form.layout, form.kernel_layout) == ("NHWC", "HWIO")
     _, _, _, dw, _ = _conv(1, 8, 12, 12, 16, 3, depthwise=True)
@@ -103,7 +115,7 @@ def test_a_grouped_channel_index_written_for_one_group_is_recognized():
     benchmark's hand-written models write it so."""
     x = td.placeholder((1, 8, 10, 10), name="x")
     w = td.placeholder((16, 8, 3, 3), name="w")
-    rc, ry, rx = (td.reduce_axis((0, e), nm) for e, nm in ((8, "rc"), (3, "ry"), (3, "rx")))
+    rc, ry, rx = _taps(8)
     conv = td.compute((1, 16, 8, 8), lambda q, f, i, j: td.sum(
         x[q, f // 16 * 8 + rc, i + ry, j + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]))
     assert conv_form(conv.op) is not None
@@ -115,7 +127,7 @@ def test_a_grouped_channel_index_written_for_one_group_is_recognized():
 def test_look_alikes_are_not_recognized(what):
     x = td.placeholder((1, 8, 12, 12), name="x")
     w = td.placeholder((8, 8, 3, 3), name="w")
-    rc, ry, rx = (td.reduce_axis((0, e), nm) for e, nm in ((8, "rc"), (3, "ry"), (3, "rx")))
+    rc, ry, rx = _taps(8)
     shape, axes = (1, 8, 10, 10), [rc, ry, rx]
 
     def conv(body, **kw):
@@ -210,11 +222,7 @@ def test_matches_numpy_at_any_size(c, o, h, w, k, stride, pad):
 
 
 def test_nhwc_hwio_matches_numpy():
-    x = td.placeholder((2, 13, 11, 12), name="x")
-    w = td.placeholder((3, 3, 12, 40), name="w")
-    rc, ry, rx = (td.reduce_axis((0, e), nm) for e, nm in ((12, "rc"), (3, "ry"), (3, "rx")))
-    conv = td.compute((2, 11, 9, 40), lambda q, i, j, f: td.sum(
-        x[q, i + ry, j + rx, rc] * w[ry, rx, rc, f], axis=[rc, ry, rx]), name="conv")
+    x, w, conv = _nhwc(2, 13, 11, 12, 40)
     assert conv_form(conv.op).layout == "NHWC"
     s = ops.schedule(conv, "llvm")
     assert "w.global" in [st_.op.name for st_ in s.stages]
@@ -246,7 +254,7 @@ def test_a_padding_two_convolutions_read_stays_theirs():
     xp = _pad(x, 1)
 
     def conv(w, o, name):
-        rc, ry, rx = (td.reduce_axis((0, e), nm) for e, nm in ((64, "rc"), (3, "ry"), (3, "rx")))
+        rc, ry, rx = _taps(64)
         return td.compute((1, o, 28, 28), lambda q, f, i, j: td.sum(
             xp[q, rc, i * 2 + ry, j * 2 + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]), name=name)
     c1, c2 = conv(w1, 128, "c1"), conv(w2, 96, "c2")
@@ -259,7 +267,7 @@ def test_a_padding_two_convolutions_read_stays_theirs():
 def test_float64():
     x = td.placeholder((1, 5, 9, 9), "float64", name="x")
     w = td.placeholder((20, 5, 3, 3), "float64", name="w")
-    rc, ry, rx = (td.reduce_axis((0, e), nm) for e, nm in ((5, "rc"), (3, "ry"), (3, "rx")))
+    rc, ry, rx = _taps(5)
     conv = td.compute((1, 20, 7, 7), lambda q, f, i, j: td.sum(
         x[q, rc, i + ry, j + rx] * w[f, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
     assert conv_form(conv.op) is not None

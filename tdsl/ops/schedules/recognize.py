@@ -52,14 +52,15 @@ def _is(index: Any, iv: Any) -> bool:
     return index is iv.var
 
 
-def gemm_form(op: Any) -> "Optional[GemmForm]":
-    """The operands of ``op`` when it is an untagged (hand-written) matmul or batched
-    matmul, B transposed or not, else None.  (A transposed B's panels are copied laid out
-    ``[k, j]``, as ``dense``'s PACK stage is: ``llvm_matmul.schedule_matmul``.)"""
-    if not isinstance(op, ComputeOp) or op.tag or len(op.body) != 1 or len(op.axis) not in (2, 3):
+def _sum_of_product(op: Any, ndim: "tuple[int, ...]", nred: "tuple[int, ...]") \
+        -> "Optional[tuple[Reduce, Mul]]":
+    """(the reduction, its product) when ``op`` is an untagged compute of ``ndim`` axes whose
+    one body is a plain float sum over ``nred`` axes, no init or condition, of one product
+    (under at most one cast); else None."""
+    if not isinstance(op, ComputeOp) or op.tag or len(op.body) != 1 or len(op.axis) not in ndim:
         return None
     red = op.body[0]
-    if not isinstance(red, Reduce) or len(red.axis) != 1 or len(red.source) != 1 \
+    if not isinstance(red, Reduce) or len(red.axis) not in nred or len(red.source) != 1 \
             or not _is_plain_sum(red) or not red.dtype.is_float:
         return None
     if red.init or getattr(red.condition, "value", None) is not True:
@@ -67,8 +68,17 @@ def gemm_form(op: Any) -> "Optional[GemmForm]":
     src = red.source[0]
     if isinstance(src, Cast):
         src = src.value
-    if not isinstance(src, Mul):
+    return (red, src) if isinstance(src, Mul) else None
+
+
+def gemm_form(op: Any) -> "Optional[GemmForm]":
+    """The operands of ``op`` when it is an untagged (hand-written) matmul or batched
+    matmul, B transposed or not, else None.  (A transposed B's panels are copied laid out
+    ``[k, j]``, as ``dense``'s PACK stage is: ``llvm_matmul.schedule_matmul``.)"""
+    found = _sum_of_product(op, (2, 3), (1,))
+    if found is None:
         return None
+    red, src = found
     (k,) = red.axis
     *batch, i, j = op.axis
     for x, y in ((src.a, src.b), (src.b, src.a)):
@@ -164,19 +174,10 @@ def conv_form(op: Any) -> "Optional[ConvForm]":
     """The operands of ``op`` when it is an untagged (hand-written) 2-D convolution, NCHW
     with an OIHW filter or NHWC with an HWIO one, any stride and dilation, padding done by
     the data's producer; or an NCHW depthwise one.  Else None."""
-    if not isinstance(op, ComputeOp) or op.tag or len(op.body) != 1 or len(op.axis) != 4:
+    found = _sum_of_product(op, (4,), (2, 3))
+    if found is None:
         return None
-    red = op.body[0]
-    if not isinstance(red, Reduce) or len(red.axis) not in (2, 3) or len(red.source) != 1 \
-            or not _is_plain_sum(red) or not red.dtype.is_float:
-        return None
-    if red.init or getattr(red.condition, "value", None) is not True:
-        return None
-    src = red.source[0]
-    if isinstance(src, Cast):
-        src = src.value
-    if not isinstance(src, Mul):
-        return None
+    red, src = found
     for x, y in ((src.a, src.b), (src.b, src.a)):
         data = x.value if isinstance(x, Cast) else x
         wl = _load(y)
