@@ -183,7 +183,7 @@ def test_the_output_convolution_accumulates_in_a_cache_stage():
 def test_the_default_replays_as_a_trace():
     """The tuner measures ``ops.schedule``'s program by replaying its trace (cache_read,
     transform_layout, cache_write included)."""
-    from autotune.replay import replay
+    from tdsl.autotune.replay import replay
     x, wt, b, conv, out = _conv(1, 8, 11, 11, 24, 3, pad=1)
     s = ops.schedule(out, "llvm")
     s2 = replay(s.trace.to_json(), [out])
