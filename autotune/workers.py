@@ -100,7 +100,7 @@ def _without_dask_malloc_settings(env: dict) -> dict:
     of the process that creates a ``LocalCluster``; with one set, glibc stops raising its mmap
     threshold, so a kernel's large per-call temporary (a packed filter, a padded input) is
     mapped and page-faulted afresh on every call: ResNet-18's 3x3 512 -> 512 conv at 7 x 7
-    timed 6.85 ms instead of 3.13, and a tuning job on a cluster (or beside one) chose among
+    timed 6.72 ms instead of 3.13, and a tuning job on a cluster (or beside one) chose among
     such inflated figures.  A value the user set otherwise is kept."""
     if "distributed" not in sys.modules:
         return env

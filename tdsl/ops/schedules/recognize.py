@@ -8,9 +8,9 @@ threads: 6.2 ms generic vs 1.5 ms).  A hand-written ``dense`` (B read as ``B[j, 
 a small M gets ``ops.dense``'s streaming schedule (1 x 4096 by 4096 x 4096, one thread,
 interleaved medians: 3.6 ms generic vs 2.8 ms, as fast as ``ops.dense``).  A hand-written
 convolution (``conv_form``: NCHW / OIHW, NHWC / HWIO, depthwise NCHW, padding by the data's
-producer) gets ``ops.conv2d``'s; ResNet-18's convolutions written so ran 5-38x slower with
-the generic reduction schedule (3x3 512 -> 512 at 7 x 7: 132 ms vs 3.4), and 0.94-1.14x of
-``ops.conv2d``'s time with it (one thread, interleaved medians).
+producer) gets ``ops.conv2d``'s; ResNet-18's convolutions written so ran 7.9-39x slower with
+the generic reduction schedule (3x3 512 -> 512 at 7 x 7: 131 ms vs 3.4), and 0.87-1.10x of
+``ops.conv2d``'s time with it (``benchmarks/handwritten_anchors.py --model resnet18``).
 """
 from __future__ import annotations
 
