@@ -57,8 +57,9 @@ def _act(y: np.ndarray, act: "str | None") -> np.ndarray:
 def reference(layer, arrays: dict) -> np.ndarray:
     """NumPy's ``act(x @ w.T + b) (+ res)`` or ``act(conv(x, w) + b (+ res))``, float64."""
     from tdsl.testing.reference import conv2d_nchw
+    from model_jobs import Conv
     x, w, b = (arrays[n].astype("f8") for n in ("x", "w", "b"))
-    if hasattr(layer, "k") and hasattr(layer, "stride"):       # a Conv
+    if isinstance(layer, Conv):
         y = conv2d_nchw(x, w, (layer.stride,) * 2, (layer.pad,) * 4, (1, 1), layer.groups)
         y = y + b[None, :, None, None]
         return _act(y + arrays["res"] if layer.residual else y, layer.act)

@@ -33,10 +33,7 @@ def _conv(n, c, h, w, o, k, stride=1, pad=0, dilation=1, depthwise=False, epilog
     wt = td.placeholder((o, 1 if depthwise else c, k, k), name="w")
     b = td.placeholder((o,), name="b")
     xp = _pad(x, pad)
-    oh = (int(h) + 2 * pad - dilation * (k - 1) - 1) // stride + 1 if isinstance(h, int) else \
-        (h + 2 * pad - dilation * (k - 1) - 1) // stride + 1
-    ow = (int(w) + 2 * pad - dilation * (k - 1) - 1) // stride + 1 if isinstance(w, int) else \
-        (w + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    oh, ow = ((e + 2 * pad - dilation * (k - 1) - 1) // stride + 1 for e in (h, w))
     ry, rx = td.reduce_axis((0, k), "ry"), td.reduce_axis((0, k), "rx")
     if depthwise:
         m = o // c

@@ -17,8 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tdsl.expr import Add, Cast, Mul, Reduce, TensorLoad
+from tdsl.arith.analyzer import Analyzer
+from tdsl.expr import Add, Cast, Const, FloorDiv, Mul, Reduce, Sub, TensorLoad, Var
 from tdsl.tensor import ComputeOp, PlaceholderOp, Tensor
+
+from .._util import const_value
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,6 @@ class ConvForm:
     def attrs(self) -> dict:
         """The attributes ``ops.conv2d`` gives its anchor (depthwise: ``groups`` is the
         channels, None when symbolic)."""
-        from .._util import const_value
         groups = const_value(self.data.shape[1]) if self.depthwise else 1
         return {"layout": self.layout, "kernel_layout": self.kernel_layout,
                 "stride": self.stride, "dilation": self.dilation, "groups": groups}
@@ -125,7 +127,6 @@ class ConvForm:
 def _linear(e: Any) -> "Optional[dict]":
     """``e`` as ``{var: coefficient}`` plus an integer constant under the key None, when it
     is a sum of constant multiples of variables; else None."""
-    from tdsl.expr import Const, Sub, Var
     if isinstance(e, Var):
         return {e: 1}
     if isinstance(e, Const) and isinstance(e.value, int):
@@ -163,7 +164,6 @@ def _window(e: Any, out_axis: Any, tap: Any) -> "Optional[tuple[int, int]]":
 
 def _depthwise_channel(e: Any, f: Any) -> bool:
     """``e`` is ``f`` or ``f // m`` (a channel multiplier m)."""
-    from tdsl.expr import Const, FloorDiv
     if _is(e, f):
         return True
     return isinstance(e, FloorDiv) and _is(e.a, f) and isinstance(e.b, Const) \
@@ -193,7 +193,6 @@ def conv_form(op: Any) -> "Optional[ConvForm]":
 def _simplified(load: TensorLoad, op: ComputeOp, red: Reduce) -> TensorLoad:
     """``load`` with its indices simplified over the axes' ranges: ``(f // 64) * 64 + c``
     (a grouped convolution's channel written for groups = 1, f < 64) is ``c``."""
-    from tdsl.arith.analyzer import Analyzer
     ana = Analyzer()
     for iv in (*op.axis, *red.axis):
         ana.bind(iv.var, iv.dom)
