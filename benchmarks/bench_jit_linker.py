@@ -115,7 +115,8 @@ def main() -> None:
 
         def link(eng, c=c):
             jit._engine = eng
-            jit.link(c.obj, c.exports(), c.uses_parallel)   # released at once
+            jit.link(c.obj, c.exports(), c.uses_parallel,   # released at once
+                     needs_workspace=c.uses_workspace)
         r = interleaved({lk: (lambda e=eng: link(e)) for lk, eng in engines.items()},
                         args.rounds, 0.05, settle_s=0.0)
         j, d = r["jitlink"]["median_s"], r["rtdyld"]["median_s"]

@@ -579,7 +579,8 @@ class Suite:
             os.environ["TDSL_PARALLEL_RUNTIME"] = "gomp"
             try:
                 comp = f.compiled
-                lib = jit.link(comp.obj, comp.exports(), comp.uses_parallel)
+                lib = jit.link(comp.obj, comp.exports(), comp.uses_parallel,
+                               needs_workspace=comp.uses_workspace)
             finally:
                 if old is None:
                     del os.environ["TDSL_PARALLEL_RUNTIME"]

@@ -26,6 +26,7 @@ class Compiled:
     ir_text: str
     uses_parallel: bool
     notes: list[str] = field(default_factory=list)
+    uses_workspace: bool = False
     library: "jit.JitLibrary | None" = None
     cfunc: Any = None
     threads_written: int = -1
@@ -53,7 +54,7 @@ def compile_func(func: PrimFunc, target: Target) -> Compiled:
         if "text" not in generated:
             module, cg = generate(func, spec, parallel_runtime=gomp)
             generated.update(text=str(module), parallel=cg.uses_parallel, notes=cg.notes,
-                             entry=cg.entry_name)
+                             entry=cg.entry_name, workspace=cg.uses_workspace)
         return generated["text"]
 
     key = cache.key_function(func, target, spec, ir_text)
@@ -66,7 +67,7 @@ def compile_func(func: PrimFunc, target: Target) -> Compiled:
         cache.stats["disk_hits"] += 1
         obj, meta = on_disk
         compiled = Compiled(key, meta["entry"], spec, obj, meta["ir"], meta["parallel"],
-                            list(meta.get("notes", [])))
+                            list(meta.get("notes", [])), meta.get("workspace", False))
     else:
         cache.stats["misses"] += 1
         text = ir_text()
@@ -75,13 +76,15 @@ def compile_func(func: PrimFunc, target: Target) -> Compiled:
         optimize(mod, spec, remarks)
         obj = emit_object(mod, spec, remarks)
         compiled = Compiled(key, generated["entry"], spec, obj, text, generated["parallel"],
-                            list(generated["notes"]) + [f"llvm: {r}" for r in remarks])
+                            list(generated["notes"]) + [f"llvm: {r}" for r in remarks],
+                            generated["workspace"])
         cache.disk_put(key, obj, {"entry": compiled.entry, "parallel": compiled.uses_parallel,
-                                  "notes": compiled.notes, "ir": text})
+                                  "notes": compiled.notes, "ir": text,
+                                  "workspace": compiled.uses_workspace})
     if spec.runnable:
         from . import externs
         compiled.library = jit.link(compiled.obj, compiled.exports(), compiled.uses_parallel,
-                                    externs.symbols(func))
+                                    externs.symbols(func), compiled.uses_workspace)
     compiled.compile_seconds = time.perf_counter() - t0
     cache.memory_put(key, compiled)
     return compiled

@@ -16,7 +16,8 @@ True`` gets ``fast`` (reassociation, no NaN/inf) on float32/float64 operations.
 Memory: ``Allocate`` of constant size up to ``STACK_LIMIT`` bytes is a 64-byte
 aligned ``alloca`` in the entry block of the enclosing function (the kernel, or the
 outlined body of a parallel loop, so each thread has its own); a larger or symbolic
-one is ``aligned_alloc(64, ...)`` freed after its body.  ``shared`` scope has no
+one is taken from the workspace cache (``workspace.py``: kept between calls, so a call does
+not page-fault a fresh block) and given back after its body.  ``shared`` scope has no
 meaning on a CPU: it is treated as ``local`` (storage private to each iteration of
 the enclosing parallel loop).  THREAD_BINDING loops and ``Barrier`` are GPU-only
 and raise ``BuildError``.
@@ -37,11 +38,11 @@ from tdsl.visitor import post_order_visit
 from tdsl.stmt import (Allocate, Barrier, Buffer, BufferStore, Evaluate, For, ForKind,
                        ExternCall, IfThenElse, IntrinCall, LetStmt, PrimFunc, SeqStmt, Stmt)
 
-from . import bfloat, cabi, externs, parallel, vectorize
+from . import bfloat, cabi, externs, parallel, vectorize, workspace
 from .exprs import ExprEmitter
 from .lanes import UNIFORM, VECTOR, VVal, is_zero, uniform
 from .speculate import speculatable_loads
-from .lltypes import (I1, I8, I8P, I32, I64, VOID, StringAttributes, const, loop_metadata,
+from .lltypes import (I1, I8, I32, I64, VOID, StringAttributes, const, loop_metadata,
                       mem_type)
 from .machine import MachineSpec, data_layout
 
@@ -123,6 +124,7 @@ class CodeGen(ExprEmitter):
             if spec.has_avx512 else {}
         self.parallel_runtime = parallel_runtime
         self.uses_parallel = False
+        self.uses_workspace = False   # heap temporaries (the workspace cache's references)
         self.notes: list[str] = []
         self._load_cache: dict[int, bool] = {}
         #: loads proven in bounds: a lazy operand holding only those runs eagerly
@@ -394,9 +396,9 @@ class CodeGen(ExprEmitter):
         size = ir.Constant(I64, nbytes) if nbytes is not None else \
             b.mul(span, ir.Constant(I64, buf.dtype.itemsize))
         size = b.and_(b.add(size, ir.Constant(I64, 63)), ir.Constant(I64, -64))
-        alloc = self.declare("aligned_alloc", I8P, [I64, I64])
-        free = self.declare("free", VOID, [I8P])
-        raw = b.call(alloc, [ir.Constant(I64, 64), size])
+        alloc, free = workspace.kernel_allocator(self.module)
+        self.uses_workspace = True
+        raw = b.call(alloc, [size])
         self._with_buffer(buf, b.bitcast(raw, et.as_pointer()), s.body)
         self.b.call(free, [raw])
 

@@ -208,6 +208,11 @@ def export_library(mod: "LLVMModule", path: str, cc: str = "gcc",
         cmd = [cc, "-shared", "-o", str(p), str(obj), str(src)] + list(options or [])
         if c.uses_parallel:
             cmd += _parallel_runtime(c.spec, Path(tmp))
+        if c.uses_workspace:   # the library's own cache of heap temporaries (workspace.py)
+            from .workspace import embedded_object
+            cache = Path(tmp) / "workspace.o"
+            cache.write_bytes(embedded_object(c.spec))
+            cmd.append(str(cache))
         cmd.append("-lm")
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:

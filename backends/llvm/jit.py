@@ -148,11 +148,15 @@ def _release(tracker: Any) -> None:
 
 
 def link(obj: bytes, exports: list[str], needs_gomp: bool,
-         imports: "dict[str, int] | None" = None) -> JitLibrary:
+         imports: "dict[str, int] | None" = None, needs_workspace: bool = False) -> JitLibrary:
     """Link object code into the JIT and return the addresses of ``exports``; ``imports``
-    gives addresses of symbols the code calls (extern stages' trampolines)."""
+    gives addresses of symbols the code calls (extern stages' trampolines);
+    ``needs_workspace``: its heap temporaries come from the process's workspace cache."""
     builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
     keep: tuple = ()
+    if needs_workspace:
+        from .workspace import workspace_runtime
+        imports = {**workspace_runtime().symbols, **(imports or {})}   # linked forever
     if needs_gomp:
         from .threadpool import parallel_runtime
         pool = parallel_runtime()

@@ -5,6 +5,15 @@ from .module import Module, ProfileResult, measure
 from .shape_eval import eval_shape_expr, format_shape_expr
 from .threads import default_num_threads, pool_spin_ms, rest, set_pool_spin_ms
 
-__all__ = ["ArgChecker", "bind_arguments", "written_params", "Module", "ProfileResult", "measure",
+
+
+def release_workspace() -> None:
+    """Free the heap temporaries CPU kernels keep between calls (at most 8 blocks in a
+    process, the most recently used; see ``tdsl.backends.llvm.workspace``)."""
+    from tdsl.backends.llvm.workspace import release_workspace as release
+    release()
+
+
+__all__ = ["release_workspace", "ArgChecker", "bind_arguments", "written_params", "Module", "ProfileResult", "measure",
            "eval_shape_expr", "format_shape_expr", "default_num_threads", "pool_spin_ms",
            "set_pool_spin_ms", "rest"]

@@ -23,7 +23,7 @@ def test_attached_global_cache_is_a_stack_allocation():
     # the 32x32 write cache: an alloca of 1024 floats (in the parallel body), not a heap block
     assert re.search(r'%"C_global" = alloca \[1024 x float\]', ir)
     # the only heap allocation is packedB's (4 MiB, at root)
-    assert ir.count("call i8* @\"aligned_alloc\"") == 1
+    assert ir.count("call i8* @\"tdsl_kernel_alloc\"") == 1
     local = _ir("local", 1024)
     assert ir.replace("C_global", "C_local") == local
 
