@@ -271,3 +271,91 @@ def test_float64():
     f = td.build(ops.schedule(conv, "llvm"), [x, w, conv], target="llvm")
     xa, wa = randn(1, 5, 9, 9, dtype="float64"), randn(20, 5, 3, 3, dtype="float64")
     check(f, [xa, wa], conv2d_nchw(xa, wa), rtol=1e-10, atol=1e-10)
+
+
+# ---- 1 x 1 convolutions written without tap axes -----------------------------------------
+def _pointwise(n, c, h, w, o, stride=1, layout="NCHW", epilogue=True):
+    """``sum(x[n, rc, i*s, j*s] * w[f, rc, 0, 0])`` (NCHW / OIHW) or its NHWC / HWIO twin,
+    with a bias + ReLU epilogue (or as the output)."""
+    oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
+    rc = td.reduce_axis((0, c), "rc")
+    if layout == "NCHW":
+        x = td.placeholder((n, c, h, w), name="x")
+        wt = td.placeholder((o, c, 1, 1), name="w")
+        conv = td.compute((n, o, oh, ow), lambda q, f, i, j: td.sum(
+            x[q, rc, i * stride, j * stride] * wt[f, rc, 0, 0], axis=rc), name="conv")
+        bias = lambda b, q, f, i, j: b[f]   # noqa: E731
+    else:
+        x = td.placeholder((n, h, w, c), name="x")
+        wt = td.placeholder((1, 1, c, o), name="w")
+        conv = td.compute((n, oh, ow, o), lambda q, i, j, f: td.sum(
+            x[q, i * stride, j * stride, rc] * wt[0, 0, rc, f], axis=rc), name="conv")
+        bias = lambda b, q, i, j, f: b[f]   # noqa: E731
+    if not epilogue:
+        return x, wt, None, conv, conv
+    b = td.placeholder((o,), name="b")
+    out = td.compute(conv.shape, lambda *ix: td.maximum(conv[ix] + bias(b, *ix), 0.0),
+                     name="out")
+    return x, wt, b, conv, out
+
+
+def test_recognizes_a_pointwise_convolution_without_tap_axes():
+    x, wt, _, conv, _ = _pointwise(1, 16, 14, 14, 32, stride=2)
+    form = conv_form(conv.op)
+    assert form is not None and (form.data, form.weight) == (x, wt)
+    assert (form.layout, form.kernel_layout, form.stride, form.dilation) == \
+        ("NCHW", "OIHW", (2, 2), (1, 1))
+    _, _, _, conv, _ = _pointwise(1, 16, 14, 14, 32, layout="NHWC")
+    assert (conv_form(conv.op).layout, conv_form(conv.op).kernel_layout) == ("NHWC", "HWIO")
+
+
+@pytest.mark.parametrize("what", ["wide_filter", "symbolic_filter", "channel_from_f",
+                                  "offset"])
+def test_pointwise_look_alikes_are_not_recognized(what):
+    """A filter read at one tap that may not be its only one, the channel taken from the
+    output channel, a shifted window: not 1 x 1 convolutions."""
+    x = td.placeholder((1, 8, 12, 12), name="x")
+    taps = {"wide_filter": (3, 1), "symbolic_filter": (td.var("kh"), 1)}.get(what, (1, 1))
+    w = td.placeholder((8, 8, *taps), name="w")
+    rc = td.reduce_axis((0, 8), "rc")
+    body = {
+        "channel_from_f": lambda q, f, i, j: x[q, f, i, j] * w[f, rc, 0, 0],
+        "offset": lambda q, f, i, j: x[q, rc, i + 1, j] * w[f, rc, 0, 0],
+    }.get(what, lambda q, f, i, j: x[q, rc, i, j] * w[f, rc, 0, 0])
+    c = td.compute((1, 8, 10, 10), lambda q, f, i, j: td.sum(body(q, f, i, j), axis=rc))
+    assert conv_form(c.op) is None
+    ok = td.compute((1, 8, 10, 10), lambda q, f, i, j: td.sum(
+        x[q, rc, i, j] * td.placeholder((8, 8, 1, 1), name="w1")[f, rc, 0, 0], axis=rc))
+    assert conv_form(ok.op) is not None       # the same written right
+
+
+@pytest.mark.parametrize("n, c, h, o, stride, layout, epilogue", [
+    (1, 64, 56, 64, 1, "NCHW", True), (2, 64, 28, 128, 2, "NCHW", False),
+    (1, 33, 13, 70, 1, "NCHW", True), (2, 24, 15, 40, 2, "NHWC", True),
+    (1, 17, 9, 9, 1, "NHWC", False)])
+def test_pointwise_matches_numpy(n, c, h, o, stride, layout, epilogue):
+    x, wt, b, conv, out = _pointwise(n, c, h, h, o, stride, layout, epilogue)
+    s = ops.schedule(out, "llvm")
+    assert "w.global" in [st_.op.name for st_ in s.stages]      # ops.conv2d's packed filter
+    f = td.build(s, [x, wt] + ([b] if epilogue else []) + [out], target="llvm")
+    if layout == "NCHW":
+        xa, wa, ba = randn(n, c, h, h), randn(o, c, 1, 1), randn(o)
+        ref = _reference(xa, wa, ba, stride, 0, 1, 1, epilogue)
+    else:
+        xa, wa, ba = randn(n, h, h, c), randn(1, 1, c, o), randn(o)
+        ref = conv2d_nchw(xa.transpose(0, 3, 1, 2), wa.transpose(3, 2, 0, 1),
+                          (stride, stride)).transpose(0, 2, 3, 1)
+        if epilogue:
+            ref = np.maximum(ref + ba, 0.0)
+    check(f, [xa, wa] + ([ba] if epilogue else []), ref, rtol=1e-4, atol=1e-4 * c)
+
+
+def test_pointwise_with_symbolic_batch_and_image_size():
+    n, h, w = td.var("n"), td.var("h"), td.var("w")
+    x, wt, b, conv, out = _pointwise(n, 20, h, w, 48)
+    assert conv_form(conv.op) is not None
+    f = td.build(ops.schedule(out, "llvm"), [x, wt, b, out], target="llvm")
+    for N, H, W in [(1, 1, 1), (2, 9, 14), (3, 5, 17)]:
+        xa, wa, ba = randn(N, 20, H, W), randn(48, 20, 1, 1), randn(48)
+        check(f, [xa, wa, ba], _reference(xa, wa, ba, 1, 0, 1, 1, True), rtol=1e-4,
+              atol=1e-3)

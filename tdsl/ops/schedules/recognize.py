@@ -10,7 +10,8 @@ interleaved medians: 3.6 ms generic vs 2.8 ms, as fast as ``ops.dense``).  A han
 convolution (``conv_form``: NCHW / OIHW, NHWC / HWIO, depthwise NCHW, padding by the data's
 producer) gets ``ops.conv2d``'s; ResNet-18's convolutions written so ran 7.9-39x slower with
 the generic reduction schedule (3x3 512 -> 512 at 7 x 7: 131 ms vs 3.4), and 0.87-1.10x of
-``ops.conv2d``'s time with it (``benchmarks/handwritten_anchors.py --model resnet18``).
+``ops.conv2d``'s time with it (``benchmarks/handwritten_anchors.py --model resnet18``).  A
+1 x 1 convolution written without tap axes (``weight[f, rc, 0, 0]``) is one too.
 """
 from __future__ import annotations
 
@@ -151,12 +152,14 @@ def _linear(e: Any) -> "Optional[dict]":
 
 
 def _window(e: Any, out_axis: Any, tap: Any) -> "Optional[tuple[int, int]]":
-    """(stride, dilation) when ``e`` is ``out_axis * stride + tap * dilation``."""
+    """(stride, dilation) when ``e`` is ``out_axis * stride + tap * dilation`` (``tap``
+    None: ``out_axis * stride``, dilation 1)."""
     lin = _linear(e)
     if lin is None:
         return None
     lin = {k: v for k, v in lin.items() if v}
-    o, t = lin.pop(out_axis.var, 0), lin.pop(tap.var, 0)
+    o = lin.pop(out_axis.var, 0)
+    t = 1 if tap is None else lin.pop(tap.var, 0)
     if lin or o < 1 or t < 1:
         return None
     return o, t
@@ -173,8 +176,9 @@ def _depthwise_channel(e: Any, f: Any) -> bool:
 def conv_form(op: Any) -> "Optional[ConvForm]":
     """The operands of ``op`` when it is an untagged (hand-written) 2-D convolution, NCHW
     with an OIHW filter or NHWC with an HWIO one, any stride and dilation, padding done by
-    the data's producer; or an NCHW depthwise one.  Else None."""
-    found = _sum_of_product(op, (4,), (2, 3))
+    the data's producer (a 1 x 1 one may have no tap axes); or an NCHW depthwise one.
+    Else None."""
+    found = _sum_of_product(op, (4,), (1, 2, 3))
     if found is None:
         return None
     red, src = found
@@ -204,7 +208,38 @@ def _reduce_at(idx: Any, red: Reduce) -> Any:
     return next((r for r in red.axis if _is(idx, r)), None)
 
 
+def _zero_tap(index: Any, extent: Any) -> bool:
+    """A 1 x 1 filter's tap: index 0 of a filter axis of extent 1."""
+    return getattr(index, "value", None) == 0 and const_value(extent) == 1
+
+
+def _match_pointwise(op: Any, red: Reduce, data: TensorLoad, wl: TensorLoad
+                     ) -> "Optional[ConvForm]":
+    """A 1 x 1 convolution written without tap axes: ``data[n, rc, i*sh, j*sw] *
+    weight[f, rc, 0, 0]`` (NCHW / OIHW) or ``data[n, i*sh, j*sw, rc] * weight[0, 0, rc, f]``
+    (NHWC / HWIO), the filter's taps of extent 1."""
+    di, wi, ws = data.indices, wl.indices, wl.tensor.shape
+    (rc,) = red.axis
+    if _is(wi[2], rc) and _zero_tap(wi[0], ws[0]) and _zero_tap(wi[1], ws[1]):
+        n, i, j, f = op.axis
+        ok = _is(wi[3], f) and _is(di[3], rc)
+        layout, kl, hw = "NHWC", "HWIO", (di[1], di[2])
+    else:
+        n, f, i, j = op.axis
+        ok = _is(wi[0], f) and _is(wi[1], rc) and _zero_tap(wi[2], ws[2]) \
+            and _zero_tap(wi[3], ws[3]) and _is(di[1], rc)
+        layout, kl, hw = "NCHW", "OIHW", (di[2], di[3])
+    if not ok or not _is(di[0], n):
+        return None
+    sh, sw = _window(hw[0], i, None), _window(hw[1], j, None)
+    if sh is None or sw is None:
+        return None
+    return ConvForm(data.tensor, wl.tensor, layout, kl, (sh[0], sw[0]), (1, 1))
+
+
 def _match_conv(op: Any, red: Reduce, data: TensorLoad, wl: TensorLoad) -> "Optional[ConvForm]":
+    if len(red.axis) == 1:
+        return _match_pointwise(op, red, data, wl)
     di, wi = data.indices, wl.indices
     depthwise = len(red.axis) == 2
     if depthwise:
