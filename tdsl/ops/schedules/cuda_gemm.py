@@ -23,7 +23,8 @@ kernel, their in-order sum and the epilogue in a second.
 
 The B operand is read through the declaration's PACK stage (``b_pack[k, j]``, columns
 innermost): that stage becomes the shared B tile, so ``dense``'s transposed weight is
-re-laid out by the fetch.
+re-laid out by the fetch.  A hand-written matmul (``recognize.gemm_form``) gets a cache
+stage of B in that role, laid out the same.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from tdsl.tensor import thread_axis
 from ..tags import OpKind
 from ..tags import Pattern
 from .graph import fusable_anchor, stage_kind, stage_pattern
+from .recognize import gemm_form, is_gemm_stage
 
 #: Threads per block along the output's columns (a warp: one row of threads) and rows.
 THREADS_X, THREADS_Y = 32, 8
@@ -138,11 +140,29 @@ GEMM_KINDS = (OpKind.MATMUL, OpKind.BATCH_MATMUL)
 
 
 def gemm_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage | None] | None":
-    """(anchor, epilogue) when ``st`` is a matmul-family stage or its elementwise epilogue."""
+    """(anchor, epilogue) when ``st`` is a matmul-family stage -- tagged, or a hand-written
+    one (``recognize.gemm_form``) -- or its elementwise epilogue."""
     if stage_pattern(st) is Pattern.INJECTIVE:
         a = fusable_anchor(s, st, bodies)
-        return (a, st) if a is not None and stage_kind(a) in GEMM_KINDS else None
-    return (st, None) if stage_kind(st) in GEMM_KINDS else None
+        if a is not None and stage_kind(a) in GEMM_KINDS:
+            return a, st
+        a = fusable_anchor(s, st, bodies, is_anchor=is_gemm_stage)
+        return (a, st) if a is not None else None
+    return (st, None) if stage_kind(st) in GEMM_KINDS or is_gemm_stage(st) else None
+
+
+def _panel_copy(s: Schedule, anchor: Stage) -> "Stage | None":
+    """A hand-written matmul's B copied by a cache stage laid out ``[..., k, j]``, as the
+    PACK stage ``ops.matmul`` / ``ops.dense`` declare (B read as ``B[j, k]``: transposed
+    by the copy, ``Stage.transform_layout``); None for any other stage."""
+    form = gemm_form(anchor.op)
+    if form is None:
+        return None
+    pack = s[s.cache_read(form.b, "global", [anchor.op.output(0)])]
+    if form.transpose_b:
+        nd = len(pack.op.axis)
+        pack.transform_layout(axes=[*range(nd - 2), nd - 1, nd - 2])
+    return pack
 
 
 def _wmma_block(extent: int) -> int:
@@ -204,8 +224,7 @@ def schedule_gemm(s: Schedule, anchor: Stage, out: "Stage | None", target: objec
     """Tile ``anchor`` (its epilogue ``out`` when there is one); returns the stages done.
     fp16/bf16 products with fp32 accumulation on sm_80+ get the tensor-core microkernel
     (``cuda_tc.py``); fp16 on older archs WMMA tiles."""
-    a_t = anchor.op.input_tensors[0] if anchor.op.input_tensors else None
-    pack = _pack_of(s, anchor)
+    pack = _pack_of(s, anchor) or _panel_copy(s, anchor)
     reads = [t for t in anchor.op.input_tensors if pack is None or t.op is not pack.op]
     if pack is None or not reads:
         return set()

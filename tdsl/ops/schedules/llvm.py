@@ -47,7 +47,7 @@ from .llvm_matmul import (MATMUL_TILES, MATMUL_TILES_16REGS, SKINNY_M, SKINNY_M_
                           schedule_skinny_matmul)
 from .llvm_reduce import (PARTS_MIN, SELECT_CHAINS, chunk_width, rfactor_chains,
                           schedule_reduction, schedule_row_group, select_chains)
-from .recognize import conv_form, gemm_form
+from .recognize import conv_form, gemm_form, is_conv_stage, is_gemm_stage
 from .llvm_attention import schedule_attention
 
 __all__ = ["CPU", "cpu_of", "apply", "small_m_condition", "schedule_injective",
@@ -130,10 +130,6 @@ ANCHOR_SCHEDULES: "MappingProxyType[OpKind, Callable[..., None]]" = MappingProxy
 
 
 # ---- hand-written GEMMs -----------------------------------------------------------------------
-def _is_gemm_form(st: Stage) -> bool:
-    return stage_pattern(st) is Pattern.REDUCTION and gemm_form(st.op) is not None
-
-
 def schedule_gemm_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) -> set:
     """A hand-written matmul (``recognize.gemm_form``), its epilogue ``out`` fused: the
     schedule ``ops.matmul`` / ``ops.dense`` would get -- B's panels copied by a cache stage
@@ -149,10 +145,6 @@ def schedule_gemm_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) ->
 
 
 # ---- hand-written convolutions ----------------------------------------------------------------
-def _is_conv_form(st: Stage) -> bool:
-    return stage_pattern(st) is Pattern.REDUCTION and conv_form(st.op) is not None
-
-
 def schedule_conv_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) -> set:
     """A hand-written convolution (``recognize.conv_form``), its epilogue ``out`` fused:
     the schedule ``ops.conv2d`` gets.  The filter is copied by a cache stage laid out
@@ -227,11 +219,11 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
                 continue
             # a hand-written GEMM's epilogue (bias, activation, residual) on its write-out,
             # as for ops.dense -- not a row group of the reduction
-            g = fusable_anchor(s, st, bodies, is_anchor=_is_gemm_form)
+            g = fusable_anchor(s, st, bodies, is_anchor=is_gemm_stage)
             if g is not None and g not in done:
                 done |= schedule_gemm_form(s, g, st, cpu)
                 continue
-            g = fusable_anchor(s, st, bodies, is_anchor=_is_conv_form)
+            g = fusable_anchor(s, st, bodies, is_anchor=is_conv_stage)
             if g is not None and g not in done:
                 done |= schedule_conv_form(s, g, st, cpu)
                 continue
@@ -243,9 +235,9 @@ def apply(s: Schedule, target: Target, small_m: int = 0) -> None:
             schedule_injective(s, st, cpu, bodies)
         elif pat is Pattern.ANCHOR and stage_kind(st) in anchor_schedules:
             done |= anchor_schedules[stage_kind(st)](s, st, None, cpu)
-        elif _is_gemm_form(st):
+        elif is_gemm_stage(st):
             done |= schedule_gemm_form(s, st, None, cpu)
-        elif _is_conv_form(st):
+        elif is_conv_stage(st):
             done |= schedule_conv_form(s, st, None, cpu)
         else:
             schedule_reduction(s, st, cpu, bodies)

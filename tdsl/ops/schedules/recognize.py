@@ -23,6 +23,8 @@ from tdsl.expr import Add, Cast, Const, FloorDiv, Mul, Reduce, Sub, TensorLoad, 
 from tdsl.tensor import ComputeOp, PlaceholderOp, Tensor
 
 from .._util import const_value
+from ..tags import Pattern
+from .graph import stage_pattern
 
 
 @dataclass(frozen=True)
@@ -266,3 +268,13 @@ def _match_conv(op: Any, red: Reduce, data: TensorLoad, wl: TensorLoad) -> "Opti
         return None
     return ConvForm(data.tensor, wl.tensor, layout, kl, (wh[0], ww[0]), (wh[1], ww[1]),
                     depthwise=depthwise)
+
+
+def is_gemm_stage(st: Any) -> bool:
+    """``st`` is a hand-written matmul (a reduction stage ``gemm_form`` recognizes)."""
+    return stage_pattern(st) is Pattern.REDUCTION and gemm_form(st.op) is not None
+
+
+def is_conv_stage(st: Any) -> bool:
+    """``st`` is a hand-written convolution (a reduction stage ``conv_form`` recognizes)."""
+    return stage_pattern(st) is Pattern.REDUCTION and conv_form(st.op) is not None
