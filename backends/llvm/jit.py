@@ -154,9 +154,9 @@ def link(obj: bytes, exports: list[str], needs_gomp: bool,
     ``needs_workspace``: its heap temporaries come from the process's workspace cache."""
     builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
     keep: tuple = ()
-    if needs_workspace:
-        from .workspace import workspace_runtime
-        imports = {**workspace_runtime().symbols, **(imports or {})}   # linked forever
+    from . import workspace
+    if needs_workspace and workspace.enabled():   # (else its weak references stay null)
+        imports = {**workspace.workspace_runtime().symbols, **(imports or {})}
     if needs_gomp:
         from .threadpool import parallel_runtime
         pool = parallel_runtime()

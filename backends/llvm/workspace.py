@@ -23,12 +23,13 @@ A kernel calls it through weak references (``kernel_allocator``): the JIT binds 
 this process's copy (``workspace_runtime``, linked once); an exported shared library
 carries its own hidden copy (``embedded_object``), whose parked blocks are freed when the
 library is unloaded; a kernel exported as a bare object, linked by a user without it, falls
-back to ``aligned_alloc``/``free``.
+back to ``aligned_alloc``/``free``, as every kernel linked with ``TDSL_WORKSPACE=off`` does.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from typing import Any
 
@@ -47,6 +48,14 @@ FIT = 4
 HEADER = 64
 ALLOC, FREE, RELEASE = "tdsl_workspace_alloc", "tdsl_workspace_free", "tdsl_workspace_release"
 COUNTERS = ("tdsl_workspace_hits", "tdsl_workspace_misses")
+#: ``TDSL_WORKSPACE=off``: kernels linked from then on allocate and free their temporaries
+#: on every call (as a bare exported object does), keeping nothing between calls.
+ENV = "TDSL_WORKSPACE"
+
+
+def enabled() -> bool:
+    """Whether kernels being linked get the process's cache (``ENV`` not off)."""
+    return os.environ.get(ENV, "").strip().lower() not in ("0", "off", "no", "false")
 
 
 def _counted_loop(fn: ir.Function, b: ir.IRBuilder, n: int, tag: str,

@@ -238,3 +238,18 @@ def test_an_exported_object_links_alone(rng, tmp_path):
     b = np.empty_like(a)
     loaded(a, b)
     np.testing.assert_array_equal(b, expected(a))
+
+
+def test_the_environment_turns_the_cache_off(rng, runtime, monkeypatch):
+    monkeypatch.setenv(workspace.ENV, "off")
+    f = reversed_double(1 << 20)
+    c = f.compiled
+    lib = jit.link(c.obj, c.exports(), c.uses_parallel, needs_workspace=c.uses_workspace)
+    g = LLVMModule(f.func, f.target, dataclasses.replace(c, library=lib, cfunc=None,
+                                                       threads_written=None))
+    before = runtime.stats()
+    a = rng.random(1 << 20, dtype=np.float32)
+    b = np.empty_like(a)
+    g(a, b)
+    np.testing.assert_array_equal(b, expected(a))
+    assert runtime.stats() == before
