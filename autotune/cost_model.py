@@ -77,6 +77,15 @@ LOG_FLOOR = -8.0
 #: and the pairs of unseen records it must have ordered before it may rank instead.
 OWN_MIN_RECORDS = 8
 JUDGE_PAIRS = 40
+#: ... or the pairs the base (fine-tuned) must have ordered, worse than chance, before the
+#: job's own model ranks instead (0: never on that ground alone).
+MISLEAD_PAIRS = 20
+
+
+def _fresh_score() -> dict:
+    """Per judged model, [pairs ordered right, pairs]: ``transfer`` and ``own`` over the
+    batches both were judged on, ``alone`` the transfer model over every batch."""
+    return {"transfer": [0, 0], "own": [0, 0], "alone": [0, 0]}
 
 
 class CostModel(Protocol):
@@ -148,7 +157,7 @@ class XGBoostCostModel:
         self._own = None      # with a base: the model of the job's own records alone
         self._seen = 0        # records judged so far (rows of ``fit``'s arrays, in order)
         #: per model, [pairs ordered right, pairs] of records it had not been fitted to
-        self._score = {"transfer": [0, 0], "own": [0, 0]}
+        self._score = _fresh_score()
 
     @property
     def trained(self) -> bool:
@@ -209,22 +218,31 @@ class XGBoostCostModel:
         no base uses) or ``"own"`` (fitted to the job's records alone), by the pairs of
         records each ordered right before it was fitted to them (at least ``JUDGE_PAIRS``,
         counted where both had a model)."""
-        own, transfer = self._score["own"], self._score["transfer"]
-        if self._own is None or own[1] < JUDGE_PAIRS or own[0] * transfer[1] <= transfer[0] * own[1]:
+        if self._own is None:
             return "transfer"
-        return "own"
+        own, transfer, alone = (self._score[k] for k in ("own", "transfer", "alone"))
+        if own[1] >= JUDGE_PAIRS and own[0] * transfer[1] > transfer[0] * own[1]:
+            return "own"
+        if MISLEAD_PAIRS and alone[1] >= MISLEAD_PAIRS and 2 * alone[0] < alone[1]:
+            return "own"          # the base orders the job's records worse than chance
+        return "transfer"
 
     def _judge(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> None:
         """Before a refit: score the rows added since the last ``fit`` (the caller's arrays
         grow by appending, as a tuner's do) with both current models, pairs within a task."""
         if len(X) < self._seen:                     # another history: start over
-            self._seen, self._score = 0, {"transfer": [0, 0], "own": [0, 0]}
+            self._seen, self._score = 0, _fresh_score()
         start, self._seen = self._seen, len(X)
-        if self._own is None or self._booster is None or len(X) - start < 2:
+        if len(X) - start < 2:
             return
         new = slice(start, len(X))
-        for name, booster in (("transfer", self._booster), ("own", self._own)):
-            right, total = _ordered_pairs(self._scores(booster, X[new]), y[new], groups[new])
+        tuned = self._booster if self._booster is not None else self.base
+        transfer = _ordered_pairs(self._scores(tuned, X[new]), y[new], groups[new])
+        judged = [("alone", transfer)]
+        if self._own is not None:
+            judged += [("transfer", transfer), ("own", _ordered_pairs(
+                self._scores(self._own, X[new]), y[new], groups[new]))]
+        for name, (right, total) in judged:
             self._score[name][0] += right
             self._score[name][1] += total
 

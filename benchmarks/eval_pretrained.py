@@ -90,9 +90,9 @@ def base_for(data: dict, held: str, rounds: int) -> XGBoostCostModel:
     return pretrain.train(X, y, g, rounds)
 
 
-def _model(base: "XGBoostCostModel | None") -> XGBoostCostModel:
-    return XGBoostCostModel(DEFAULT_OBJECTIVE, base=base._booster) if base is not None else \
-        XGBoostCostModel(DEFAULT_OBJECTIVE)
+def _model(base: "XGBoostCostModel | None", select: bool = True) -> XGBoostCostModel:
+    return XGBoostCostModel(DEFAULT_OBJECTIVE, base=base._booster, select=select) \
+        if base is not None else XGBoostCostModel(DEFAULT_OBJECTIVE)
 
 
 def online(base, X, y, batch: int) -> tuple[float, float]:
@@ -110,14 +110,16 @@ def online(base, X, y, batch: int) -> tuple[float, float]:
     return (float(np.mean(accs)), float(np.mean(recs))) if accs else (float("nan"),) * 2
 
 
-def trials_to(base, X, y, batch: int, seed: int, within: float = 0.05) -> int:
+def trials_to(base, X, y, batch: int, seed: int, within: float = 0.05,
+              select: bool = True) -> int:
     """Trials a search replayed on these records needs to measure one within ``within`` of
-    the best (see the module docstring)."""
+    the best (see the module docstring); ``select``: the pre-trained model's
+    ``XGBoostCostModel.select``."""
     rng = random.Random(seed)
     target = (1 - within) * y.max()
     left = list(range(len(y)))
     measured: list[int] = []
-    model = _model(base) if base is not None else None
+    model = _model(base, select) if base is not None else None
     while left:
         trained = model is not None and (base is not None or len(measured) >= 8)
         eps = 0.1 if len(measured) >= batch else (0.25 if base is not None else 0.5)
@@ -155,7 +157,8 @@ def main(argv: "list[str] | None" = None) -> None:
     if len(data) < 3:
         sys.exit(f"{a.db}: records of {len(data)} workloads; make them first (see --help)")
     head = (f"{'held-out workload':<22} {'n':>4} {'cold pw':>8} {'top5':>5} "
-            f"{'online pw untr/pre':>19} {'top5 untr/pre':>14} {'trials to 5% untr/pre':>22}")
+            f"{'online pw untr/pre':>19} {'top5 untr/pre':>14} "
+            f"{'trials to 5% untr/pre/pre+select':>33}")
     print(head)
     rows = []
     for name, d in data.items():
@@ -167,13 +170,22 @@ def main(argv: "list[str] | None" = None) -> None:
         pool = ~d["default"] if d["default"].any() and (~d["default"]).sum() >= 8 else \
             np.ones(len(y), bool)
         tu = np.mean([trials_to(None, X[pool], y[pool], a.batch, s) for s in range(a.seeds)])
+        tp0 = np.mean([trials_to(base, X[pool], y[pool], a.batch, s, select=False)
+                       for s in range(a.seeds)])
         tp = np.mean([trials_to(base, X[pool], y[pool], a.batch, s) for s in range(a.seeds)])
-        rows.append((c[0], c[1], ou[0], op[0], ou[1], op[1], tu, tp))
+        rows.append((c[0], c[1], ou[0], op[0], ou[1], op[1], tu, tp0, tp))
         print(f"{name:<22} {len(y):>4} {c[0]:>8.3f} {c[1]:>5.2f} {ou[0]:>9.3f}/{op[0]:<9.3f} "
-              f"{ou[1]:>6.2f}/{op[1]:<7.2f} {tu:>10.1f}/{tp:<11.1f}", flush=True)
-    m = np.nanmean(np.asarray(rows, dtype=float), axis=0)
+              f"{ou[1]:>6.2f}/{op[1]:<7.2f} {tu:>13.1f}/{tp0:.1f}/{tp:<.1f}", flush=True)
+    r = np.asarray(rows, dtype=float)
+    m = np.nanmean(r, axis=0)
     print(f"{'mean':<22} {'':>4} {m[0]:>8.3f} {m[1]:>5.2f} {m[2]:>9.3f}/{m[3]:<9.3f} "
-          f"{m[4]:>6.2f}/{m[5]:<7.2f} {m[6]:>10.1f}/{m[7]:<11.1f}")
+          f"{m[4]:>6.2f}/{m[5]:<7.2f} {m[6]:>13.1f}/{m[7]:.1f}/{m[8]:<.1f}")
+    for col, label in ((7, "pre-trained"), (8, "pre-trained + select")):
+        ratio = r[:, 6] / r[:, col]
+        print(f"trials to 5%, untrained / {label}: ratio of means {m[6] / m[col]:.2f}x, "
+              f"geometric mean of ratios {np.exp(np.mean(np.log(ratio))):.2f}x, "
+              f"{int((ratio >= 2).sum())} of {len(ratio)} workloads >= 2x, "
+              f"{int((ratio < 1).sum())} slower")
     print(f"(pre-trained on the other {len(data) - 1} workloads' records; untrained online "
           f"ranks only once it has 8 records; trials to 5%: mean over {a.seeds} seeds, "
           f"batches of {a.batch}, untuned programs left out of the pool)")

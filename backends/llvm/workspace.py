@@ -36,7 +36,6 @@ from typing import Any
 import llvmlite.ir as ir
 
 I8P = ir.IntType(8).as_pointer()
-I1 = ir.IntType(1)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 VOID = ir.VoidType()
@@ -104,7 +103,12 @@ def _module(private: bool) -> ir.Module:
     def count(b: ir.IRBuilder, name: str) -> None:
         b.atomic_rmw("add", counters[name], ir.Constant(I64, 1), "monotonic")
 
-    # tdsl_workspace_alloc(size) -> data pointer (64-byte aligned), or null
+    park = ir.Function(m, ir.FunctionType(VOID, [I8P]), FREE)   # its body: below
+    park.attributes.add("nounwind")
+
+    # tdsl_workspace_alloc(size) -> data pointer (64-byte aligned), or null.  A parked
+    # block is taken (compare-and-swap) before its header is read: another thread may
+    # take, give back and displace (free) a block it has not taken.
     fn = ir.Function(m, ir.FunctionType(I8P, [I64]), ALLOC)
     fn.attributes.add("nounwind")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -113,23 +117,24 @@ def _module(private: bool) -> ir.Module:
     hit = fn.append_basic_block("hit")
     b, i, step = _counted_loop(fn, b, SLOTS, "look", miss)
     p = b.load_atomic(slot(b, i), "monotonic", 8)
+    take = fn.append_basic_block("take")
+    b.cbranch(b.icmp_unsigned("==", p, null), step, take)
+    b.position_at_end(take)
+    won = b.extract_value(b.cmpxchg(slot(b, i), p, null, "acquire", "monotonic"), 1)
     check = fn.append_basic_block("check")
-    b.cbranch(b.icmp_unsigned("==", p, null), step, check)
+    b.cbranch(won, check, step)
     b.position_at_end(check)
     cap = b.load(b.bitcast(p, I64.as_pointer()))
     fits = b.and_(b.icmp_unsigned(">=", cap, want),
                   b.icmp_unsigned("<=", cap, b.mul(want, ir.Constant(I64, FIT))))
-    take = fn.append_basic_block("take")
-    b.cbranch(fits, take, step)
-    b.position_at_end(take)
-    won = b.extract_value(b.cmpxchg(slot(b, i), p, null, "acquire", "monotonic"), 1)
-    got = b.block
-    b.cbranch(won, hit, step)
+    back = fn.append_basic_block("back")
+    b.cbranch(fits, hit, back)
+    b.position_at_end(back)                      # not this one: parked again
+    b.call(park, [b.gep(p, [ir.Constant(I64, HEADER)])])
+    b.branch(step)
     b.position_at_end(hit)
-    block = b.phi(I8P)
-    block.add_incoming(p, got)
     count(b, "tdsl_workspace_hits")
-    b.ret(b.gep(block, [ir.Constant(I64, HEADER)]))
+    b.ret(b.gep(p, [ir.Constant(I64, HEADER)]))
     b.position_at_end(miss)
     raw = b.call(aligned_alloc, [ir.Constant(I64, HEADER), b.add(want, ir.Constant(I64, HEADER))])
     ok = fn.append_basic_block("ok")
@@ -143,8 +148,7 @@ def _module(private: bool) -> ir.Module:
     b.ret(b.gep(raw, [ir.Constant(I64, HEADER)]))
 
     # tdsl_workspace_free(data): park the block, displacing (freeing) another when full
-    fn = ir.Function(m, ir.FunctionType(VOID, [I8P]), FREE)
-    fn.attributes.add("nounwind")
+    fn = park
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     done = fn.append_basic_block("done")
     start = fn.append_basic_block("start")

@@ -193,6 +193,31 @@ def test_at_most_slots_blocks_stay_parked(runtime):
     assert runtime.parked_bytes() == workspace.SLOTS * (1 << 16)
 
 
+def test_threads_taking_and_parking_blocks_at_once(runtime):
+    """Four threads (ctypes calls release the GIL) take, fill, check and give back blocks
+    of a few sizes: no block is ever held by two of them."""
+    raw = _Raw(runtime)
+    errors: list[int] = []
+
+    def work(tag: int) -> None:
+        r = np.random.default_rng(tag)
+        for _ in range(2000):
+            n = int(r.choice([1 << 12, 1 << 14, 3 << 13, 1 << 16]))
+            p = raw.alloc(n)
+            ctypes.memset(p, tag, n)
+            if ctypes.string_at(p, n) != bytes([tag]) * n:
+                errors.append(tag)
+            raw.free(p)
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(1, 5)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    assert runtime.parked_bytes() <= workspace.SLOTS * (1 << 16)
+
+
 def test_without_the_runtime_a_kernel_falls_back_to_aligned_alloc(rng, runtime):
     """The weak references resolve to nothing (a kernel object linked alone): the kernel
     allocates and frees each call, and its results are the same."""
