@@ -73,19 +73,6 @@ DEFAULT_OBJECTIVE = "reg-log"
 OBJECTIVES = ("pack-sum", "rank", "rank-ndcg", "reg", "reg-log")
 #: ``reg-log`` label floor: log2 of the normalized throughput, invalid records at this
 LOG_FLOOR = -8.0
-#: With a pre-trained base: the job's own records before a model of them alone is fitted,
-#: and the pairs of unseen records it must have ordered before it may rank instead.
-OWN_MIN_RECORDS = 8
-JUDGE_PAIRS = 40
-#: ... or the pairs the base (fine-tuned) must have ordered, worse than chance, before the
-#: job's own model ranks instead (0: never on that ground alone).
-MISLEAD_PAIRS = 20
-
-
-def _fresh_score() -> dict:
-    """Per judged model, [pairs ordered right, pairs]: ``transfer`` and ``own`` over the
-    batches both were judged on, ``alone`` the transfer model over every batch."""
-    return {"transfer": [0, 0], "own": [0, 0], "alone": [0, 0]}
 
 
 class CostModel(Protocol):
@@ -142,9 +129,6 @@ class XGBoostCostModel:
     finetune_rounds: int = 20
     #: fit the residual of the features' analytic estimate (``reg-log`` only)
     prior: bool = True
-    #: with a ``base``: also fit a model to the job's own records alone and rank with
-    #: whichever of the two ordered the job's newest records better (``_judge``)
-    select: bool = True
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -154,10 +138,6 @@ class XGBoostCostModel:
             raise TuningError("a pre-trained base model scores the packed vector: it needs "
                               f"'reg', 'reg-log', 'rank' or 'rank-ndcg', not {self.objective!r}")
         self._booster = None
-        self._own = None      # with a base: the model of the job's own records alone
-        self._seen = 0        # records judged so far (rows of ``fit``'s arrays, in order)
-        #: per model, [pairs ordered right, pairs] of records it had not been fitted to
-        self._score = _fresh_score()
 
     @property
     def trained(self) -> bool:
@@ -212,48 +192,12 @@ class XGBoostCostModel:
                       "min_child_weight": 1e-3})
         return p
 
-    @property
-    def selected(self) -> str:
-        """Which model ranks: ``"transfer"`` (the base, fine-tuned: also what a model with
-        no base uses) or ``"own"`` (fitted to the job's records alone), by the pairs of
-        records each ordered right before it was fitted to them (at least ``JUDGE_PAIRS``,
-        counted where both had a model)."""
-        if self._own is None:
-            return "transfer"
-        own, transfer, alone = (self._score[k] for k in ("own", "transfer", "alone"))
-        if own[1] >= JUDGE_PAIRS and own[0] * transfer[1] > transfer[0] * own[1]:
-            return "own"
-        if MISLEAD_PAIRS and alone[1] >= MISLEAD_PAIRS and 2 * alone[0] < alone[1]:
-            return "own"          # the base orders the job's records worse than chance
-        return "transfer"
-
-    def _judge(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> None:
-        """Before a refit: score the rows added since the last ``fit`` (the caller's arrays
-        grow by appending, as a tuner's do) with both current models, pairs within a task."""
-        if len(X) < self._seen:                     # another history: start over
-            self._seen, self._score = 0, _fresh_score()
-        start, self._seen = self._seen, len(X)
-        if len(X) - start < 2:
-            return
-        new = slice(start, len(X))
-        tuned = self._booster if self._booster is not None else self.base
-        transfer = _ordered_pairs(self._scores(tuned, X[new]), y[new], groups[new])
-        judged = [("alone", transfer)]
-        if self._own is not None:
-            judged += [("transfer", transfer), ("own", _ordered_pairs(
-                self._scores(self._own, X[new]), y[new], groups[new]))]
-        for name, (right, total) in judged:
-            self._score[name][0] += right
-            self._score[name][1] += total
-
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
             weights: "np.ndarray | None" = None) -> None:
         import xgboost as xgb
         X = np.asarray(X, dtype=np.float32)
         y = np.asarray(y, dtype=np.float64)
         groups = np.asarray(groups)
-        if self.base is not None and self.select:
-            self._judge(X, y, groups)
         w = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
         if len(X) < 2 or np.all(y <= 0):
             return
@@ -291,20 +235,14 @@ class XGBoostCostModel:
         if self.base is not None:       # fine-tune: more trees on top of the base's scores
             self._booster = xgb.train(self.params(), dm, num_boost_round=self.finetune_rounds,
                                       xgb_model=self.base)
-            if self.select and len(y) >= OWN_MIN_RECORDS:
-                self._own = xgb.train(self.params(), dm, num_boost_round=self.num_rounds)
             return
         self._booster = xgb.train(self.params(), dm, num_boost_round=self.num_rounds)
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=np.float32)
-        booster = self._own if self.selected == "own" else \
-            self._booster if self._booster is not None else self.base
+        booster = self._booster if self._booster is not None else self.base
         if booster is None:
             return np.zeros(len(X))
-        return self._scores(booster, X)
-
-    def _scores(self, booster: Any, X: np.ndarray) -> np.ndarray:
         import xgboost as xgb
         if self.packed:
             from .features import unpack
@@ -333,18 +271,6 @@ class RandomModel:
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         return self._rng.random(len(X))
-
-
-def _ordered_pairs(scores: np.ndarray, y: np.ndarray, groups: np.ndarray) -> tuple[int, int]:
-    """(pairs ``scores`` order like ``y``, pairs of different ``y``), within each group."""
-    s = np.asarray(scores, dtype=np.float64)
-    t = np.asarray(y, dtype=np.float64)
-    same = np.asarray(groups)[:, None] == np.asarray(groups)[None, :]
-    upper = np.triu(np.ones((len(t), len(t)), dtype=bool), 1) & same
-    dt = t[:, None] - t[None, :]
-    ds = s[:, None] - s[None, :]
-    pairs = upper & (dt != 0)
-    return int(np.count_nonzero(pairs & (ds * dt > 0))), int(np.count_nonzero(pairs))
 
 
 def pairwise_accuracy(scores: Sequence[float], y: Sequence[float], groups: "Sequence | None" = None,

@@ -31,6 +31,13 @@ this version's, recomputed from the records' programs (nothing is timed again): 
 the new features compared on the same records.  On the ~600 valid records of the 20
 workloads (up to 32 each; 30 seeds): FEATURE_VERSION 5, trials to 5% 10.3 untrained / 7.9 pre-trained (1.30x),
 cold pairwise 0.724; FEATURE_VERSION 6 with the analytic prior, 9.6 / 6.0 (1.60x), 0.743.
+
+2026-11-28, a 2-core AVX2 EPYC, ``pretrain --trials 96`` (1649 records, 10.5 min), 20
+seeds: trials to 5% 21.9 untrained / 10.3 pre-trained -- ratio of the means 2.13x,
+geometric mean of the per-workload ratios 3.01x, 13 of 20 workloads at least 2x, 4 slower
+(matmul_128, dense_1x1024_relu, depthwise_s2_32_56 and, by 0.0, matmul_96x200x72) -- with
+the pre-trained model's first batch all its own picks (``PRETRAINED_FIRST_EPSILON``); with
+2 of 8 at random, as before, 12.4 (1.76x, 2.66x, 11 of 20, 4 slower).
 """
 from __future__ import annotations
 
@@ -47,6 +54,7 @@ from tdsl.autotune.cost_model import (DEFAULT_OBJECTIVE, XGBoostCostModel, pairw
                                       top_k_recall)
 from tdsl.autotune.database import open_database
 from tdsl.autotune.pretrain_workloads import WORKLOADS
+from tdsl.autotune.xgb_tuner import PRETRAINED_FIRST_EPSILON
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -90,9 +98,9 @@ def base_for(data: dict, held: str, rounds: int) -> XGBoostCostModel:
     return pretrain.train(X, y, g, rounds)
 
 
-def _model(base: "XGBoostCostModel | None", select: bool = True) -> XGBoostCostModel:
-    return XGBoostCostModel(DEFAULT_OBJECTIVE, base=base._booster, select=select) \
-        if base is not None else XGBoostCostModel(DEFAULT_OBJECTIVE)
+def _model(base: "XGBoostCostModel | None") -> XGBoostCostModel:
+    return XGBoostCostModel(DEFAULT_OBJECTIVE, base=base._booster) if base is not None else \
+        XGBoostCostModel(DEFAULT_OBJECTIVE)
 
 
 def online(base, X, y, batch: int) -> tuple[float, float]:
@@ -110,19 +118,18 @@ def online(base, X, y, batch: int) -> tuple[float, float]:
     return (float(np.mean(accs)), float(np.mean(recs))) if accs else (float("nan"),) * 2
 
 
-def trials_to(base, X, y, batch: int, seed: int, within: float = 0.05,
-              select: bool = True) -> int:
+def trials_to(base, X, y, batch: int, seed: int, within: float = 0.05) -> int:
     """Trials a search replayed on these records needs to measure one within ``within`` of
-    the best (see the module docstring); ``select``: the pre-trained model's
-    ``XGBoostCostModel.select``."""
+    the best (see the module docstring)."""
     rng = random.Random(seed)
     target = (1 - within) * y.max()
     left = list(range(len(y)))
     measured: list[int] = []
-    model = _model(base, select) if base is not None else None
+    model = _model(base) if base is not None else None
     while left:
         trained = model is not None and (base is not None or len(measured) >= 8)
-        eps = 0.1 if len(measured) >= batch else (0.25 if base is not None else 0.5)
+        eps = 0.1 if len(measured) >= batch else \
+            (PRETRAINED_FIRST_EPSILON if base is not None else 0.5)   # as XGBTuner does
         n_random = batch if not trained else int(round(batch * eps))
         if trained:
             s = model.predict(X[left])
@@ -157,8 +164,7 @@ def main(argv: "list[str] | None" = None) -> None:
     if len(data) < 3:
         sys.exit(f"{a.db}: records of {len(data)} workloads; make them first (see --help)")
     head = (f"{'held-out workload':<22} {'n':>4} {'cold pw':>8} {'top5':>5} "
-            f"{'online pw untr/pre':>19} {'top5 untr/pre':>14} "
-            f"{'trials to 5% untr/pre/pre+select':>33}")
+            f"{'online pw untr/pre':>19} {'top5 untr/pre':>14} {'trials to 5% untr/pre':>22}")
     print(head)
     rows = []
     for name, d in data.items():
@@ -170,22 +176,19 @@ def main(argv: "list[str] | None" = None) -> None:
         pool = ~d["default"] if d["default"].any() and (~d["default"]).sum() >= 8 else \
             np.ones(len(y), bool)
         tu = np.mean([trials_to(None, X[pool], y[pool], a.batch, s) for s in range(a.seeds)])
-        tp0 = np.mean([trials_to(base, X[pool], y[pool], a.batch, s, select=False)
-                       for s in range(a.seeds)])
         tp = np.mean([trials_to(base, X[pool], y[pool], a.batch, s) for s in range(a.seeds)])
-        rows.append((c[0], c[1], ou[0], op[0], ou[1], op[1], tu, tp0, tp))
+        rows.append((c[0], c[1], ou[0], op[0], ou[1], op[1], tu, tp))
         print(f"{name:<22} {len(y):>4} {c[0]:>8.3f} {c[1]:>5.2f} {ou[0]:>9.3f}/{op[0]:<9.3f} "
-              f"{ou[1]:>6.2f}/{op[1]:<7.2f} {tu:>13.1f}/{tp0:.1f}/{tp:<.1f}", flush=True)
+              f"{ou[1]:>6.2f}/{op[1]:<7.2f} {tu:>10.1f}/{tp:<11.1f}", flush=True)
     r = np.asarray(rows, dtype=float)
     m = np.nanmean(r, axis=0)
     print(f"{'mean':<22} {'':>4} {m[0]:>8.3f} {m[1]:>5.2f} {m[2]:>9.3f}/{m[3]:<9.3f} "
-          f"{m[4]:>6.2f}/{m[5]:<7.2f} {m[6]:>13.1f}/{m[7]:.1f}/{m[8]:<.1f}")
-    for col, label in ((7, "pre-trained"), (8, "pre-trained + select")):
-        ratio = r[:, 6] / r[:, col]
-        print(f"trials to 5%, untrained / {label}: ratio of means {m[6] / m[col]:.2f}x, "
-              f"geometric mean of ratios {np.exp(np.mean(np.log(ratio))):.2f}x, "
-              f"{int((ratio >= 2).sum())} of {len(ratio)} workloads >= 2x, "
-              f"{int((ratio < 1).sum())} slower")
+          f"{m[4]:>6.2f}/{m[5]:<7.2f} {m[6]:>10.1f}/{m[7]:<11.1f}")
+    ratio = r[:, 6] / r[:, 7]
+    print(f"trials to 5%, untrained / pre-trained: ratio of the means {m[6] / m[7]:.2f}x, "
+          f"geometric mean of the per-workload ratios {np.exp(np.mean(np.log(ratio))):.2f}x, "
+          f"{int((ratio >= 2).sum())} of {len(ratio)} workloads >= 2x, "
+          f"{int((ratio < 1).sum())} slower")
     print(f"(pre-trained on the other {len(data) - 1} workloads' records; untrained online "
           f"ranks only once it has 8 records; trials to 5%: mean over {a.seeds} seeds, "
           f"batches of {a.batch}, untuned programs left out of the pool)")

@@ -54,9 +54,10 @@ _VOCABULARY = re.compile(r"([a-z]+\d?|tdsl_\w+|__\w+|threadIdx|blockIdx)$")
 
 
 def _statements(src: str) -> list:
-    """``src``'s lines, comments dropped, sorted, with every other identifier (tensors, loop variables)
-    replaced by ``x``: equal for two kernels that differ only in names and in the order of
-    independent statements (a hand-written matmul's B copy is a stage made after A's)."""
+    """``src``'s lines, comments dropped, sorted, with every other identifier (tensors,
+    loop variables) replaced by ``x``: equal for two kernels that differ only in names and
+    in the order of independent statements (a hand-written matmul's B copy is a stage made
+    after A's)."""
     def word(m: re.Match) -> str:
         return m.group(0) if _VOCABULARY.match(m.group(0)) else "x"
     return sorted(re.sub(r"[A-Za-z_]\w*", word, line.split("//")[0])
