@@ -26,6 +26,7 @@ import llvmlite.binding as llvm
 
 from tdsl.errors import BuildError
 
+from . import workspace
 from .machine import LLVM_LOCK, ensure_initialized
 
 _engine: Any = None
@@ -154,7 +155,6 @@ def link(obj: bytes, exports: list[str], needs_gomp: bool,
     ``needs_workspace``: its heap temporaries come from the process's workspace cache."""
     builder = llvm.JITLibraryBuilder().add_object_img(obj).add_current_process()
     keep: tuple = ()
-    from . import workspace
     if needs_workspace and workspace.enabled():   # (else its weak references stay null)
         imports = {**workspace.workspace_runtime().symbols, **(imports or {})}
     if needs_gomp:
