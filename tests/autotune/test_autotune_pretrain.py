@@ -149,7 +149,7 @@ def test_the_file_says_whether_its_trees_are_a_residual_of_the_prior(tmp_path):
 
 def test_a_pretrained_tuner_fills_its_first_batch_with_the_models_picks(tmp_path):
     """No random share in the first batch (the model was trained on many operators of this
-    CPU); an untrained one explores at random until it has records, then epsilon."""
+    CPU): the search is asked for all 8, whatever ``epsilon`` is."""
     path, _ = _saved(tmp_path)
     asked = []
     tuner = autotune.XGBTuner(_task(), pretrained=str(path), epsilon=0.25)
