@@ -100,6 +100,10 @@ class FuncState:
     lanes: int = 1
     mask: Any = None
     slots: dict = field(default_factory=dict)
+    #: buffers this function allocated on its stack (``alloca``): a widened loop reads and
+    #: writes their lanes one at a time, never through a vector of pointers
+    #: (``vectorize.stack_lanes``)
+    stack_buffers: set = field(default_factory=set)
     vector_loop: str = ""    # the widened loop being generated (for notes)
     store_name: str = ""     # the buffer whose stored value is being generated (for notes)
     #: how many branches (``if`` arms, lazy select operands) enclose the code being emitted
@@ -368,15 +372,17 @@ class CodeGen(ExprEmitter):
             return self.b.zext(value, t)
         return value
 
-    def safe_slot(self, et: ir.Type) -> ir.Value:
-        """A private stack slot to read from when no lane is active."""
-        slot = self.st.slots.get(str(et))
+    def safe_slot(self, et: ir.Type, sink: bool = False) -> ir.Value:
+        """A private stack slot to read from when no lane is active (zero), or with
+        ``sink`` one that an inactive lane's store writes to (never read)."""
+        key = ("sink " if sink else "") + str(et)
+        slot = self.st.slots.get(key)
         if slot is None:
             eb = ir.IRBuilder(self.st.entry)
             eb.position_at_start(self.st.entry)
-            slot = eb.alloca(et, name="dummy")
+            slot = eb.alloca(et, name="sink" if sink else "dummy")
             eb.store(ir.Constant(et, None), slot)
-            self.st.slots[str(et)] = slot
+            self.st.slots[key] = slot
         return slot
 
     def _allocate(self, s: Allocate) -> None:
@@ -391,6 +397,7 @@ class CodeGen(ExprEmitter):
             arr = eb.alloca(ir.ArrayType(et, max(span, 1)), name=c_identifier(buf.name))
             arr.align = 64
             ptr = eb.bitcast(arr, et.as_pointer())
+            self.st.stack_buffers.add(buf)
             self._with_buffer(buf, ptr, s.body)
             return
         size = ir.Constant(I64, nbytes) if nbytes is not None else \
