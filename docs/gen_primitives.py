@@ -134,9 +134,12 @@ PRIMITIVES = [
     ("transform_layout", "Stage", CHAIN,
      "s[T].transform_layout(lambda i, j: [j, i])",
      "s[T].transform_layout(lambda i, j: [i + j, j])",
-     "Stores the stage's output with its axes permuted (TVM's `transform_layout`, for "
-     "permutations); its loops and its readers' loads follow.  A hand-written dense "
-     "(`x[i, k] * w[j, k]`) copies w's panels through a cache stage laid out `[k, j]`."),
+     "Stores the stage's output with its axes permuted or blocked (TVM's "
+     "`transform_layout`, for index maps whose indices are axes, or one axis' `// f` and "
+     "`% f`: `lambda c, o: [o // 16, c, o % 16]`; a block past the axis' end holds zeros); "
+     "its loops and its readers' loads follow.  A hand-written dense (`x[i, k] * w[j, k]`) "
+     "copies w's panels through a cache stage laid out `[k, j]`; the CPU conv2d packs its "
+     "filter in panels `[co // b, ci, kh, kw, co % b]`."),
     ("cache_read", "Schedule", MATMUL,
      'AL = s.cache_read(A, "local", [C])\ns[AL].compute_at(s[C], i)',
      's.cache_read(A, "local", [A])', ""),

@@ -352,23 +352,25 @@ class Stage:
         self._run("compute_root", [], {}, lambda: attach.compute_root(self))
 
     def transform_layout(self, mapping: "Callable[..., Any] | None" = None, *,
-                         axes: "Sequence[int] | str | None" = None) -> None:
-        """Store this stage's output with its axes permuted (TVM's ``transform_layout``,
-        for permutations): ``mapping`` takes the axis variables and returns them in the new
-        order (``lambda i, j: [j, i]``), or ``axes`` gives the order as axis numbers (a
-        trace records it as ``"1,0"``).  The stage's loops and its readers' loads follow
-        (``schedule/layout.py``)."""
+                         axes: "Sequence[Any] | str | None" = None) -> None:
+        """Store this stage's output with its axes permuted or blocked (TVM's
+        ``transform_layout``, for those index maps): ``mapping`` takes the axis variables
+        and returns the new indices, each an axis or one axis' ``// f`` and ``% f``
+        (``lambda i, j: [j, i]``, ``lambda c, o: [o // 16, c, o % 16]``), or ``axes`` gives
+        them as axis numbers and ``"axis/f"``, ``"axis%f"`` (a trace records
+        ``"1/16,0,1%16"``).  A block past the axis' end holds zeros.  The stage's loops and
+        its readers' loads follow (``schedule/layout.py``)."""
         from . import layout
         if (mapping is None) == (axes is None):
             raise ScheduleError("transform_layout", self.name, "give a mapping or axes=, "
                                 "one of them")
         if mapping is not None:
-            perm = layout.permutation_of(self, mapping)
+            dims = layout.dims_of(self, mapping)
         else:
-            perm = layout.parse_axes(self, axes)
-        perm = layout.check(self, perm)
-        self._run("transform_layout", [], {"axes": ",".join(map(str, perm))},
-                  lambda: layout.transform_layout(self, perm))
+            dims = layout.parse_axes(self, axes)
+        dims = layout.check(self, dims)
+        self._run("transform_layout", [], {"axes": ",".join(map(str, dims))},
+                  lambda: layout.transform_layout(self, dims))
 
     def set_scope(self, scope: str) -> None:
         """Set the storage scope of this stage's output ("global", "shared", "local")."""
