@@ -4,7 +4,8 @@ matmul / dense / batch_matmul (with their elementwise epilogue) get 2-level tile
 (``cuda_gemm.py``); fp16/bf16 products with fp32 accumulation the tensor-core microkernel
 on sm_80+ (``cuda_tc.py``), fp16 ones WMMA tiles before; an NCHW conv2d is an
 implicit GEMM with shared-memory tiles (``cuda_conv.py``), on the tensor-core microkernel
-for fp16/bf16 operands with fp32 accumulation on sm_80+ (``cuda_tc_conv.py``).
+for fp16/bf16 operands with fp32 accumulation on sm_80+ (``cuda_tc_conv.py``); so is a
+hand-written one (``cuda_conv_form.py``).
 Elementwise stages run 4 consecutive outputs per thread as a vector loop (float4 where
 aligned).  Other root
 stages' output loops are fused and split into blocks of threads (``blockIdx.x`` x
@@ -24,7 +25,7 @@ from tdsl.target import Target
 from tdsl.tensor import IterVar, thread_axis
 
 from ..tags import OpKind, Pattern
-from . import cuda_conv, cuda_gemm, cuda_reduction, cuda_tc_conv
+from . import cuda_conv, cuda_conv_form, cuda_gemm, cuda_reduction, cuda_tc_conv
 from .cuda_attention import schedule_attention
 from .graph import fusable_anchor, is_inlined, stage_kind, stage_pattern
 
@@ -82,6 +83,12 @@ def apply(s: Schedule, target: Target) -> None:
         if conv is not None and conv[0] not in done:
             got = cuda_tc_conv.schedule_tc_conv(s, *conv, target) or \
                 cuda_conv.schedule_conv(s, *conv)
+            if got:
+                done |= got
+                continue
+        conv = cuda_conv_form.conv_form_anchor(s, st, bodies)   # a hand-written one: the same
+        if conv is not None and conv[0] not in done:
+            got = cuda_conv_form.schedule_conv_form(s, *conv, target)
             if got:
                 done |= got
                 continue

@@ -64,8 +64,11 @@ and four channel groups (``_bind_threads``).
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
+from tdsl.arith import Analyzer
+from tdsl.expr import Const, Expr
 from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
 
@@ -109,8 +112,47 @@ REDUCE_THREADS = 256
 
 
 def _const(e: object) -> Optional[int]:
+    """The integer ``e`` is, folding a constant expression (a hand-written padding's
+    ``16 + 2 * 1`` rows); None when symbolic."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Expr) and not isinstance(e, Const):
+        e = Analyzer().simplify(e)
     v = getattr(e, "value", None)
-    return int(v) if isinstance(v, int) else None
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+@dataclass(frozen=True)
+class ConvOperands:
+    """What the schedule reads of a convolution besides its anchor: ``data``, the stage
+    that pads the input (fetched by the kernel, its zeros computed there) or the input
+    tensor; ``pack``, the weights' stage laid out ``(ci, kh, kw, co)``; the window's
+    ``stride`` and ``dilation``; ``pad_w``, the input columns left of the padded input's
+    first (the row fetch's alignment), None when not known (the rows are then fetched a
+    word at a time); ``kernel_layout``, the weights' as the caller passed them;
+    ``data_pads``: ``data`` is a stage that only pads (the tensor-core gather inlines it).
+    ``ops.conv2d``'s come from its tagged PAD / PACK stages and attributes
+    (``tagged_operands``), a hand-written convolution's from ``recognize.conv_form``
+    (``cuda_conv_form.py``)."""
+
+    data: Any
+    pack: Stage
+    stride: tuple
+    dilation: tuple
+    pad_w: "int | None"
+    kernel_layout: str
+    data_pads: bool
+
+
+def tagged_operands(s: Schedule, anchor: Stage) -> "ConvOperands | None":
+    """``ops.conv2d``'s operands (``_input_stages`` and the anchor's attributes)."""
+    found = _input_stages(s, anchor)
+    if found is None:
+        return None
+    attrs, data = anchor.op.attrs, found[0]
+    return ConvOperands(data, found[1], tuple(attrs["stride"]), tuple(attrs["dilation"]),
+                        attrs["padding"][1], attrs.get("kernel_layout", "OIHW"),
+                        isinstance(data, Stage) and stage_kind(data) is OpKind.PAD)
 
 
 def conv_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage] | None":
@@ -202,10 +244,13 @@ def _fetch(st: Stage, at: Stage, where: object, ty_threads: int) -> None:
     st.double_buffer()
 
 
-def _vector_rows(s: Schedule, data: "Stage | object") -> bool:
+def _vector_rows(s: Schedule, data: "Stage | object", pad_w: "int | None") -> bool:
     """True where the input's rows can be fetched as float4: a width (row pitch) that is a
     multiple of ``VEC``, so every row starts 16-byte aligned (given an aligned array: the
-    vector path tests a user's array once per launch and copies scalars where it is not)."""
+    vector path tests a user's array once per launch and copies scalars where it is not),
+    and the padding's offset along the rows known."""
+    if pad_w is None:
+        return False
     t = data.op.input_tensors[0] if isinstance(data, Stage) else data
     width = _const(t.shape[-1])
     return width is not None and width % VEC == 0
@@ -360,17 +405,19 @@ def split_k(n: Optional[int], co: int, oh: int, ow: int, ci: int, taps: int) -> 
     return best
 
 
-def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
+def schedule_conv(s: Schedule, anchor: Stage, out: Stage,
+                  operands: "ConvOperands | None" = None) -> set:
     """Implicit-GEMM tiles for ``anchor`` computed in ``out``'s kernel (or, where the grid
-    is far too small for the GPU, split-K: two kernels); the stages done."""
-    found = _input_stages(s, anchor)
-    if found is None:
+    is far too small for the GPU, split-K: two kernels); the stages done.  ``operands``:
+    ``tagged_operands``' unless given (a hand-written convolution)."""
+    operands = operands or tagged_operands(s, anchor)
+    if operands is None:
         return set()
     rc_ax, ry_ax, rx_ax = anchor.op.reduce_axis
     ci, kh, kw = (_const(r.dom.extent) for r in (rc_ax, ry_ax, rx_ax))
     slices = split_k(*(_const(ax.dom.extent) for ax in out.op.axis), ci, kh * kw)
     if slices > 1:
-        return _schedule_split_k(s, anchor, out, slices)
+        return _schedule_split_k(s, anchor, out, slices, operands)
     n, co, y, x = out.op.axis
     tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt) = _split_tiles(out, n, co, y, x)
     out.reorder(n, cob, yb, xb, ty, yg, xt, coi, yi)
@@ -378,7 +425,7 @@ def schedule_conv(s: Schedule, anchor: Stage, out: Stage) -> set:
     out.bind(yb, thread_axis("blockIdx.y"))
     out.bind(xb, thread_axis("blockIdx.x"))
     out.unroll(yi)                    # a warp stores rows of consecutive pixels: coalesced
-    return _tile(s, anchor, out, ty, yg, xt, coi, rc_ax, tys, ph)
+    return _tile(s, anchor, out, ty, yg, xt, coi, rc_ax, tys, ph, operands)
 
 
 def _split_tiles(st: Stage, n: object, co: object, y: object, x: object,
@@ -400,7 +447,8 @@ def _split_tiles(st: Stage, n: object, co: object, y: object, x: object,
     return tys, ph, (cob, ty, coi), (yb, yg, yi), (xb, xt)
 
 
-def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> set:
+def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int,
+                      operands: ConvOperands) -> set:
     """Split-K: kernel 1 computes ``slices`` partial sums, each over ``ci / slices`` input
     channels, into a global array (``rfactor``; the slice is a ``blockIdx.z`` dimension,
     the tiles are those of the plain schedule); kernel 2 sums the slices in a fixed order
@@ -433,7 +481,7 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> se
     rf.bind(xb, thread_axis("blockIdx.x"))
     rf.unroll(cvo)
     rf.vectorize(cvi)                 # 4 consecutive channels of the partials: a float4 store
-    done = _tile(s, acc, rf, ty, yg, xt, yi, acc.op.reduce_axis[0], tys, ph)
+    done = _tile(s, acc, rf, ty, yg, xt, yi, acc.op.reduce_axis[0], tys, ph, operands)
     # kernel 2: per output, the slices summed in order, then the epilogue; a thread per
     # pixel and 4 consecutive channels (a float4 of the partials), the pixels across the
     # lanes: blocked partials are read along their rows (NHWC ones two threads per
@@ -461,21 +509,21 @@ def _schedule_split_k(s: Schedule, anchor: Stage, out: Stage, slices: int) -> se
 
 
 def _tile(s: Schedule, anchor: Stage, out: Stage, ty: object, yg: object, xt: object,
-          unrolled: object, rc_ax: object, tys: int, ph: int) -> set:
+          unrolled: object, rc_ax: object, tys: int, ph: int, operands: ConvOperands) -> set:
     """Bind ``out``'s thread loops (``unrolled``: the per-thread loop that is not the vector
     one), compute ``anchor`` (the accumulators) per thread, and fetch its operands into
     shared memory per reduction chunk; the stages done."""
-    data, pack = _input_stages(s, anchor)
-    (sh, sw), (dh, dw) = anchor.op.attrs["stride"], anchor.op.attrs["dilation"]
+    data, pack = operands.data, operands.pack
+    (sh, sw), (dh, dw) = operands.stride, operands.dilation
     _, ry_ax, rx_ax = anchor.op.reduce_axis
     ci, kh, kw = (_const(r.dom.extent) for r in (rc_ax, ry_ax, rx_ax))
     pw = 16 * PIX_THREAD // ph
-    pad = anchor.op.attrs["padding"][1]
+    pad = operands.pad_w or 0
     span = (pw - 1) * sw + (kw - 1) * dw + 1
     co_tile = tys * CO_THREAD
     # the input rows' alignment (0: scalar fetch): a whole sector where the wider rows
     # leave the chunk as deep, else 16 bytes
-    aligns = (HALO_ALIGN, VEC) if _vector_rows(s, data) else (0,)
+    aligns = (HALO_ALIGN, VEC) if _vector_rows(s, data, operands.pad_w) else (0,)
     square = _square_rows(sh, sw)
     plans = [(*_plan_chunk(ci, kh, kw, (ph - 1) * sh, dh,
                            _row_pitch(span, pad, ph, a, square), co_tile), a)

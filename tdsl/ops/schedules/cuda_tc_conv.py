@@ -29,11 +29,10 @@ from typing import Any
 from tdsl.schedule import Schedule, Stage
 from tdsl.tensor import thread_axis
 
-from ..tags import OpKind
-from .cuda_conv import _const, _input_stages
+from .cuda_conv import ConvOperands, _const, tagged_operands
 from .cuda_tc import DTYPES, PRAGMA, sm_of
 from .cuda_tc import _anchor_axes as anchor_axes
-from .graph import is_inlined, stage_kind
+from .graph import is_inlined
 from .tc_config import TcConfig
 
 #: The block tile (64 output channels x 128 pixels, 4 warps of 32 x 64) ...
@@ -46,24 +45,21 @@ FILL_BLOCKS = 128
 GATHER_PRAGMA = "tdsl_tc_gather_b"
 
 
-def _inputs(s: Schedule, anchor: Stage) -> "tuple[Any, Stage] | None":
+def _inputs(operands: ConvOperands) -> "tuple[Any, Stage]":
     """(the data tensor or its padding stage's tensor, the packed weights' stage)."""
-    found = _input_stages(s, anchor)
-    if found is None:
-        return None
-    data, pack = found
-    return (data.op.output(0) if isinstance(data, Stage) else data), pack
+    data = operands.data
+    return (data.op.output(0) if isinstance(data, Stage) else data), operands.pack
 
 
-def eligible(s: Schedule, anchor: Stage, target: Any) -> bool:
+def eligible(s: Schedule, anchor: Stage, target: Any,
+             operands: "ConvOperands | None" = None) -> bool:
     """An OIHW-weight NCHW conv2d (one group, ``cuda_conv.conv_anchor``'s other checks made)
     of two fp16 or two bf16 operands accumulating in fp32, on an sm_80+ target."""
-    attrs = anchor.op.attrs
-    found = _inputs(s, anchor)
-    if sm_of(target) < 80 or found is None or attrs.get("kernel_layout") != "OIHW" or \
+    operands = operands or tagged_operands(s, anchor)
+    if sm_of(target) < 80 or operands is None or operands.kernel_layout != "OIHW" or \
             str(anchor.op.output(0).dtype) != "float32":
         return False
-    data, pack = found
+    data, pack = _inputs(operands)
     w = pack.op.input_tensors[0] if len(pack.op.input_tensors) == 1 else None
     dt = str(data.dtype)
     # the weights must be a buffer (A's tile is copied from memory): a placeholder or a
@@ -101,15 +97,20 @@ def choose(n: "int | None", co: "int | None", oh: "int | None",
     return SMALL if blocks < FILL_BLOCKS else CONFIG
 
 
-def schedule_tc_conv(s: Schedule, anchor: Stage, out: Stage, target: Any) -> set:
+def schedule_tc_conv(s: Schedule, anchor: Stage, out: Stage, target: Any,
+                     operands: "ConvOperands | None" = None) -> set:
     """The module docstring's loop nest for ``anchor`` computed in ``out``'s kernel; the
-    stages done (none where ``eligible`` says no)."""
-    if not eligible(s, anchor, target) or anchor_axes(s, out, anchor) != [0, 2, 3, 1]:
+    stages done (none where ``eligible`` says no).  ``operands``: ``tagged_operands``'
+    unless given (a hand-written convolution)."""
+    operands = operands or tagged_operands(s, anchor)
+    if not eligible(s, anchor, target, operands) or \
+            anchor_axes(s, out, anchor) != [0, 2, 3, 1]:
         return set()      # the epilogue must read the NHWC product at NCHW's (n, y, x, co)
-    data, pack = _inputs(s, anchor)
-    for st in (s[data], pack):     # the padding and the packing: part of the gather / A
-        if stage_kind(st) in (OpKind.PAD, OpKind.PACK) and not is_inlined(st):
+    pad = operands.data if operands.data_pads else None
+    for st in (pad, operands.pack):    # the padding and the packing: part of the gather / A
+        if st is not None and not is_inlined(st):
             st.compute_inline()
+    pack = operands.pack
     n, co, y, x = out.op.axis
     cfg = choose(*(_const(ax.dom.extent) for ax in (n, co, y, x)))
     pix = out.fuse(y, x)

@@ -109,7 +109,9 @@ class ConvForm:
     ``layout`` "NCHW" (``data[n, c, i*sh + ry*dh, j*sw + rx*dw]``, output ``[n, f, i, j]``)
     or "NHWC"; ``kernel_layout`` "OIHW" (``weight[f, c, ry, rx]``) or "HWIO"
     (``weight[ry, rx, c, f]``); ``depthwise``: no channel reduction, channel ``f // m``
-    (``weight[f, 0, ry, rx]``, NCHW / OIHW only)."""
+    (``weight[f, 0, ry, rx]``, NCHW / OIHW only); ``reduce_order``: where the channel,
+    filter-row and filter-column axes are in the reduction's axes (empty for a depthwise
+    one and a 1 x 1 one without taps)."""
 
     data: Tensor
     weight: Tensor
@@ -118,6 +120,7 @@ class ConvForm:
     stride: tuple
     dilation: tuple
     depthwise: bool = False
+    reduce_order: tuple = ()
 
     def attrs(self) -> dict:
         """The attributes ``ops.conv2d`` gives its anchor (depthwise: ``groups`` is the
@@ -266,8 +269,10 @@ def _match_conv(op: Any, red: Reduce, data: TensorLoad, wl: TensorLoad) -> "Opti
     wh, ww = _window(hw[0], i, ry), _window(hw[1], j, rx)
     if wh is None or ww is None:
         return None
+    order = () if depthwise else \
+        tuple(next(k for k, a in enumerate(red.axis) if a is ax) for ax in (rc, ry, rx))
     return ConvForm(data.tensor, wl.tensor, layout, kl, (wh[0], ww[0]), (wh[1], ww[1]),
-                    depthwise=depthwise)
+                    depthwise=depthwise, reduce_order=order)
 
 
 def is_gemm_stage(st: Any) -> bool:
