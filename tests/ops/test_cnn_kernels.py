@@ -14,7 +14,7 @@ import tdsl as td
 from tdsl import ops
 from tdsl.ops.schedules.cpu import vector_tile
 from tdsl.ops.schedules.llvm import cpu_of, default_conv_tiles
-from tdsl.ops.schedules.llvm_conv import GROUPED_ACCUMULATORS, grouped_tile
+from tdsl.ops.schedules.llvm_conv import GROUPED_ACCUMULATORS, conv_register_tile, grouped_tile
 from tdsl.ops.schedules.llvm_matmul import (SKINNY_ACC_BYTES, SKINNY_K_ROWS, skinny_block,
                                             skinny_k_parts)
 from tdsl.target import as_target
@@ -117,8 +117,11 @@ def test_filter_packed_at_root_goes_panel_by_panel():
     f, func = _build(Y, [X, W, Y])
     nest = [n for n in root_nests(func) if stores_to(n, "W_pack")]
     assert len(nest) == 1 and nest[0].kind is ForKind.PARALLEL
-    bco = vector_tile(1024, LANES, default_conv_tiles(CPU).vectors)
+    bco = vector_tile(1024, LANES, conv_register_tile(default_conv_tiles(CPU), 4)[1])
     assert int(nest[0].extent.value) == 1024 // bco
+    # laid out in panels: [co // bco, ci, kh, kw, co % bco]
+    pack = allocations(func)["W_pack"]
+    assert [int(d.value) for d in pack.buffer.shape] == [1024 // bco, 64, 1, 1, bco]
     x, w = randn(8, 64, 7, 7), randn(1024, 64, 1, 1)
     check(f, [x, w], conv2d_nchw(x, w, stride=(2, 2)), rtol=1e-4, atol=1e-3)
 

@@ -14,8 +14,8 @@ from tdsl import ops
 from tdsl.ops.schedules.cpu import vector_tile
 from tdsl.ops.schedules.llvm import cpu_of, default_conv_tiles
 from tdsl.ops.schedules import llvm_conv
-from tdsl.ops.schedules.llvm_conv import (ConvTiles, conv_width, panels_outer, rows_outer,
-                                          unrolls_taps)
+from tdsl.ops.schedules.llvm_conv import (ConvTiles, conv_register_tile, conv_width,
+                                          panels_outer, rows_outer, unrolls_taps)
 from tdsl.stmt import For, ForKind
 from tdsl.target import as_target
 
@@ -35,14 +35,14 @@ def _ref(x, w, b, stride, pad):
     return torch.relu(t).numpy()
 
 
-def _conv(N, C, CO, K, stride, pad, HW, kernel_layout):
+def _conv(N, C, CO, K, stride, pad, HW, kernel_layout, target="llvm"):
     X = td.placeholder((N, C, HW, HW), name="X")
     shape = (CO, C, K, K) if kernel_layout == "OIHW" else (K, K, C, CO)
     W = td.placeholder(shape, name="W")
     b = td.placeholder((CO,), name="b")
     Y = ops.conv2d(X, W, stride=stride, padding=pad, kernel_layout=kernel_layout, bias=b,
                    activation="relu")
-    s = ops.schedule(Y, "llvm")
+    s = ops.schedule(Y, target)
     return s, [X, W, b, Y]
 
 
@@ -153,16 +153,60 @@ def _pack_shape(func, name="W_pack"):
     return [int(d.value) for d in a.buffer.shape]
 
 
-def test_each_task_packs_one_panel_once_at_batch_8():
-    """8 images of 3x3 512 -> 512 at 7x7 (scaled down: 128 -> 256): each filter panel is
-    packed by the task that owns it (one panel's buffer), not the whole filter at root and
-    read with a stride of the full channel count; and the register tile is 7 wide."""
-    s, args = _conv(8, 128, 256, 3, 1, 1, 7, "HWIO")
+@pytest.mark.parametrize("target", ["llvm -mcpu=skylake-avx512", "llvm -mcpu=znver3"])
+def test_each_task_packs_one_panel_once_at_batch_8(target):
+    """8 images of 3x3 512 -> 512 at 7x7 (scaled down: 128 -> 256), lowered for AVX-512:
+    each filter panel (2 vectors of channels) is packed by the task that owns it (one
+    panel's buffer), not the whole filter at root; the register tile is 7 wide.  With 16
+    registers the tile is 7 x 1 vector, a panel smaller than an image's input: the filter
+    is packed once at root, in panels."""
+    s, args = _conv(8, 128, 256, 3, 1, 1, 7, "HWIO", target)
     func = td.lower(s, args)
-    bco = vector_tile(256, LANES, TILES.vectors)
-    assert _pack_shape(func) == [128, 3, 3, bco]
+    cpu = cpu_of(as_target(target))
+    tiles, lanes = default_conv_tiles(cpu), cpu.lanes(td.placeholder((1,), name="f").dtype)
+    width, vectors = conv_register_tile(tiles, 7)
+    bco = vector_tile(256, lanes, vectors)
+    if cpu.vector_bits >= 512:
+        assert _pack_shape(func) == [128, 3, 3, bco] and vectors == 2
+    else:
+        assert _pack_shape(func) == [256 // bco, 128, 3, 3, bco] and vectors == 1
     acc = _pack_shape(func, "T_conv2d_nhwc")
-    assert acc[-2:] == [conv_width(7, TILES.width), bco]
+    assert acc[-2:] == [width, bco] and width == 7
+
+
+def test_the_register_tile_takes_the_most_accumulators():
+    """With 16 registers a 7- or 14-column row gets 7 x 1 vectors (2 vectors would be
+    3 columns wide: 6 accumulators), 28 and 56 columns 4 x 2, a symbolic width 6 x 2; the
+    AVX-512 tiles have no one-vector alternative."""
+    regs16 = llvm_conv.CONV_TILES_16REGS
+    got = {ow: conv_register_tile(regs16, ow) for ow in (7, 14, 28, 56, 112, None)}
+    assert got == {7: (7, 1), 14: (7, 1), 28: (4, 2), 56: (4, 2), 112: (4, 2), None: (6, 2)}
+    for ow in (7, 14, 28, 56, None):
+        assert conv_register_tile(llvm_conv.CONV_TILES, ow) == \
+            (conv_width(ow, llvm_conv.CONV_TILES.width), llvm_conv.CONV_TILES.vectors)
+    for ow in range(1, 80):
+        width, vectors = conv_register_tile(regs16, ow)
+        assert width * vectors + vectors + 1 <= 16      # accumulators, weights, a broadcast
+        assert width * vectors >= conv_width(ow, regs16.width) * regs16.vectors
+
+
+@pytest.mark.parametrize("HW, CO", [(14, 37), (28, 37), (13, 45)])
+def test_a_filter_packed_at_root_is_laid_out_in_panels(HW, CO):
+    """The filter packed once at root (8 images would repack it) is ``[co // bco, ci, kh,
+    kw, co % bco]``: each panel one contiguous run.  Laid out ``[ci, kh, kw, co]``, a panel's
+    taps lay a full channel count apart and the micro-kernel used part of each cache line
+    it loaded (ResNet-18's 3x3 256 -> 256 at 14 x 14, batch 8, AVX2: 62 -> 35 ms).  The
+    channels are no multiple of the panel: the last one's tail is zeros."""
+    N, C = 8, 64
+    s, args = _conv(N, C, CO, 3, 1, 1, HW, "HWIO")
+    func = td.lower(s, args)
+    bco = vector_tile(CO, LANES, conv_register_tile(TILES, HW)[1])
+    assert CO % bco
+    assert _pack_shape(func) == [-(-CO // bco), C, 3, 3, bco]
+    f = td.build(s, args)
+    x, b = randn(N, C, HW, HW), randn(CO)
+    w, wk = _weights(C, CO, 3, "HWIO")
+    check(f, [x, wk, b], _ref(x, w, b, 1, 1), rtol=1e-4, atol=1e-3)
 
 
 def _tap_loops(K):

@@ -29,17 +29,37 @@ class ConvTiles:
     vectors: int = 2
     rows: int = 8
     unroll_taps: int = 7
+    #: Columns of a one-vector tile (0: none), taken instead of the ``vectors``-wide one
+    #: where it holds more accumulators (``conv_register_tile``).
+    narrow_width: int = 0
 
 
 CONV_TILES = ConvTiles()
-#: With 16 vector registers: 4 columns x 2 vectors (8 accumulators); 8 x 2 spills there
-#: (conv2d 3x3 64->64 at 56x56 ran 2.4x slower with it on AVX2).  The taps stay a loop
-#: there: unrolled, their shared broadcasts would compete for the 16 registers (unmeasured).
-CONV_TILES_16REGS = ConvTiles(width=4, vectors=2, rows=8, unroll_taps=0)
+#: With 16 vector registers: up to 6 columns x 2 vectors (12 accumulators, 2 weight vectors
+#: and a broadcast: 15 registers; 8 x 2 spills), or up to 7 x 1 where the output's rows
+#: leave the two-vector tile fewer accumulators (7 and 14 columns: 3 x 2).  The taps
+#: unrolled.  ResNet-18's 3x3 stages at batch 8 (AVX2, one thread, the filter packed in
+#: panels): 14 x 14 256 -> 256 54.5 ms with 4 x 2 and the taps a loop, 28.7 with 7 x 1
+#: unrolled (PyTorch 27.8); 28 x 28 128 -> 128 31.7 -> 26.1 (4 x 2 unrolled; PyTorch 28.9).
+CONV_TILES_16REGS = ConvTiles(width=6, vectors=2, rows=8, unroll_taps=3, narrow_width=7)
 
 
 def default_conv_tiles(cpu: CPU) -> ConvTiles:
     return CONV_TILES if cpu.vector_bits >= 512 else CONV_TILES_16REGS
+
+
+def conv_register_tile(tiles: ConvTiles, ow: "int | None") -> tuple[int, int]:
+    """``(width, vectors)`` of the register tile for output rows of ``ow`` columns: the
+    ``tiles.vectors``-wide tile of ``conv_width`` columns, or the one-vector tile of up to
+    ``tiles.narrow_width`` columns where that holds more accumulators.  An FMA's latency
+    times the two FMA ports is 8 accumulators in flight; with 16 registers a 14-column row
+    fits a 2-vector tile only 3 wide (6 accumulators), a 1-vector one 7 wide."""
+    wide = (conv_width(ow, tiles.width), tiles.vectors)
+    if tiles.narrow_width and tiles.vectors > 1:
+        narrow = (conv_width(ow, tiles.narrow_width), 1)
+        if narrow[0] > wide[0] * wide[1]:
+            return narrow
+    return wide
 
 _ROLES = {"NCHW": (0, 1, 2, 3), "NHWC": (0, 3, 1, 2)}   # positions of (n, c, h, w)
 
@@ -129,6 +149,17 @@ def unrolls_taps(rx: IterVar, tiles: ConvTiles) -> bool:
     return kw is not None and 1 < kw <= tiles.unroll_taps
 
 
+def filter_sizes(pack: Stage) -> "tuple[int | None, ...]":
+    """(input channels, kh, kw, output channels) of a packed filter, laid out ``[ci, kh, kw,
+    co]`` or, once blocked at root, ``[co // b, ci, kh, kw, co % b]`` (the channels then
+    rounded up to whole panels)."""
+    ext = [_ext(iv) for iv in pack.op.axis]
+    if len(ext) == 5:
+        blocks, *mid, lanes = ext
+        return (*mid, None if blocks is None or lanes is None else blocks * lanes)
+    return tuple(ext)
+
+
 def panels_outer(attrs: dict, pack: "Stage | None", oh: "int | None", ow: "int | None",
                  bco: int, threads: int) -> bool:
     """Whether the parallel tasks go over filter panels (output channel tiles of ``bco``),
@@ -142,7 +173,7 @@ def panels_outer(attrs: dict, pack: "Stage | None", oh: "int | None", ow: "int |
     after (PyTorch 15.2-15.8; one thread, AVX-512, CPU time on a busy machine)."""
     if pack is None or oh is None or ow is None:
         return False
-    cig, kh, kw, co = (_ext(iv) for iv in pack.op.axis)
+    cig, kh, kw, co = filter_sizes(pack)
     if None in (cig, kh, kw, co):
         return False
     (sh, sw), (dh, dw) = attrs.get("stride", (1, 1)), attrs.get("dilation", (1, 1))
@@ -159,7 +190,7 @@ ROWS_OUTER_IMAGE_BYTES = 1 << 19
 def _conv_sizes(attrs: dict, pack: Stage, oh: int, ow: int) -> "tuple[int, ...] | None":
     """(input channels, padded input rows and columns read, filter elements, output
     channels) of a constant-size ``groups == 1`` convolution; None when any is symbolic."""
-    cig, kh, kw, co = (_ext(iv) for iv in pack.op.axis)
+    cig, kh, kw, co = filter_sizes(pack)
     if None in (cig, kh, kw, co):
         return None
     (sh, sw), (dh, dw) = attrs.get("stride", (1, 1)), attrs.get("dilation", (1, 1))
@@ -223,8 +254,8 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
     OH, CO = _ext(oh), _ext(co)
     channels_last = w_axes[-1] is co
     if groups == 1 and comp_layout == "NHWC":
-        bco = vector_tile(CO, lanes, tiles.vectors)    # no partial channel tile if it can
-        bw = conv_width(_ext(ow), tiles.width)
+        bw, vectors = conv_register_tile(tiles, _ext(ow))
+        bco = vector_tile(CO, lanes, vectors)    # no partial channel tile if it can
         co_o, co_i = write.split(co, factor=bco)
         ow_o, ow_i = write.split(ow, factor=bw)
         rows = tiles.rows if OH is None or OH > tiles.rows else OH
@@ -263,9 +294,9 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
                 # panel by panel: an OIHW filter's panel is read as ``bco`` runs (rows of
                 # the filter) advancing together; channel by channel, every row's page at
                 # once (8 x 1024 x 14 x 14 -> 2048, 1x1, stride 2: 38 ms, 29 by panels)
-                pa = pack.op.axis
-                po, pi = pack.split(pa[-1], factor=bco)
-                pack.reorder(po, *pa[:-1], pi)
+                # each panel one contiguous run: ``[co // bco, ci, kh, kw, co % bco]``
+                pack.transform_layout(lambda c, y, x, o: [o // bco, c, y, x, o % bco])
+                po, pi = pack.op.axis[0], pack.op.axis[-1]
                 pack.parallel(po)
                 pack.vectorize(pi)
             else:
