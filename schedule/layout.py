@@ -190,8 +190,7 @@ def transform_layout(stage: "Stage", dims: list[Dim]) -> None:
     if vmap:
         body = substitute(body, vmap)
         for g in guards:
-            body = if_then_else(g, body, Const(0, body.dtype) if not body.dtype.is_bool
-                                else Const(False, body.dtype))
+            body = if_then_else(g, body, Const(0, body.dtype))
     new = ComputeOp(old.name, old.tag, dict(old.attrs), axes, [body])
     stage.op = new
     stage.leaf_iter_vars = list(stage.root_iter_vars)

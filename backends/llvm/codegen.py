@@ -102,7 +102,7 @@ class FuncState:
     slots: dict = field(default_factory=dict)
     #: buffers this function allocated on its stack (``alloca``): a widened loop reads and
     #: writes their lanes one at a time, never through a vector of pointers
-    #: (``vectorize.stack_lanes``)
+    #: (``vectorize._stack_lanes_load`` and ``_stack_lanes_store``)
     stack_buffers: set = field(default_factory=set)
     vector_loop: str = ""    # the widened loop being generated (for notes)
     store_name: str = ""     # the buffer whose stored value is being generated (for notes)
