@@ -130,7 +130,8 @@ class ConvOperands:
     ``stride`` and ``dilation``; ``pad_w``, the input columns left of the padded input's
     first (the row fetch's alignment), None when not known (the rows are then fetched a
     word at a time); ``kernel_layout``, the weights' as the caller passed them;
-    ``data_pads``: ``data`` is a stage that only pads (the tensor-core gather inlines it).
+    ``data_pads``: ``data`` is a stage the tensor-core gather computes inline (the PAD
+    stage; a hand-written convolution's elementwise producer that it alone reads).
     ``ops.conv2d``'s come from its tagged PAD / PACK stages and attributes
     (``tagged_operands``), a hand-written convolution's from ``recognize.conv_form``
     (``cuda_conv_form.py``)."""
