@@ -125,11 +125,13 @@ def main() -> None:
     p.add_argument("--gemm", action="store_true",
                    help="also time 1x1 stride-1 convolutions as the batched GEMM")
     p.add_argument("--tiles", default="",
-                   help="width,vectors,rows[,unroll_taps]: override the conv tiles")
+                   help="width,vectors,rows[,unroll_taps[,narrow_width]]: override the "
+                        "conv tiles (both the AVX-512 and the 16-register ones)")
     args = p.parse_args()
     if args.tiles:
         from tdsl.ops.schedules import llvm_conv
-        llvm_conv.CONV_TILES = llvm_conv.ConvTiles(*(int(t) for t in args.tiles.split(",")))
+        tiles = llvm_conv.ConvTiles(*(int(t) for t in args.tiles.split(",")))
+        llvm_conv.CONV_TILES = llvm_conv.CONV_TILES_16REGS = tiles
     torch.set_num_threads(args.threads)
     cases = RESNET18 if args.model == "resnet18" else MOBILENET_V2
     rows = []
