@@ -122,7 +122,7 @@ def check(stage: "Stage", axes: Sequence[Any]) -> list[Dim]:
         kinds = sorted((d.split, d.factor) for d in dims if d.axis == a)
         whole = [("", 1)]
         blocked = len(kinds) == 2 and kinds[0][0] == "%" and kinds[1][0] == "/" \
-            and kinds[0][1] == kinds[1][1] and kinds[0][1] >= 1
+            and kinds[0][1] == kinds[1][1] >= 1
         if kinds != whole and not blocked:
             raise ScheduleError("transform_layout", name, f"axes {[str(d) for d in dims]} "
                                 f"is not a permutation of the stage's {n} axes (axis {a}: "
@@ -168,13 +168,14 @@ def _new_axes(op: ComputeOp, dims: list[Dim]) -> tuple[list[IterVar], dict, list
         e = blocks_of if d.split == "/" else d.factor
         part = "outer" if d.split == "/" else "inner"
         nv = IterVar(Range(0, e), f"{iv.name}.{part}", IterKind.DATA_PAR)
-        blocks.setdefault(d.axis, {})[d.split] = nv
+        blocks.setdefault(d.axis, {"f": d.factor})[d.split] = nv
         new.append(nv)
     vmap, guards = {}, []
     for a, pair in blocks.items():
-        iv, f = op.axis[a], next(d.factor for d in dims if d.axis == a and d.split)
+        iv, f = op.axis[a], pair["f"]
         vmap[iv.var] = pair["/"].var * f + pair["%"].var
-        if _const_int(iv.dom.extent) is None or _const_int(iv.dom.extent) % f:
+        const = _const_int(iv.dom.extent)
+        if const is None or const % f:
             guards.append(vmap[iv.var] < iv.dom.extent)
     return new, vmap, guards
 

@@ -46,6 +46,13 @@ def _conv(N, C, CO, K, stride, pad, HW, kernel_layout, target="llvm"):
     return s, [X, W, b, Y]
 
 
+def _unscheduled(N, C, CO, K, stride, pad, HW):
+    """The schedule the CPU schedule's choices see: its stages as ``ops.conv2d`` made them
+    (the filter's PACK stage ``[ci, kh, kw, co]``, before any packing at root blocks it)."""
+    _, args = _conv(N, C, CO, K, stride, pad, HW, "HWIO")
+    return td.create_schedule(args[-1].op)
+
+
 def _weights(C, CO, K, kernel_layout):
     w = randn(CO, C, K, K)
     return w, (w if kernel_layout == "OIHW" else np.ascontiguousarray(w.transpose(2, 3, 1, 0)))
@@ -65,8 +72,7 @@ def test_conv_width_fits_the_output_row():
 
 def test_panels_outer_where_the_filter_outweighs_an_image():
     def pack_of(C, CO, K, HW):
-        s, _ = _conv(8, C, CO, K, 1, K // 2, HW, "HWIO")
-        return next(st for st in s.stages if st.op.name.endswith("_pack"))
+        return _pack_stage(_unscheduled(8, C, CO, K, 1, K // 2, HW))
     attrs = {"stride": (1, 1), "dilation": (1, 1)}
     # ResNet-18's last stage (3x3 512 -> 512 at 7x7): 16 panels of 32 channels
     assert panels_outer(attrs, pack_of(512, 512, 3, 7), 7, 7, 32, 2)
@@ -247,15 +253,15 @@ def test_rows_outer_where_the_image_outweighs_the_filter():
     small image keep the panel-major order."""
     s2 = {"stride": (2, 2), "dilation": (1, 1)}
     s1 = {"stride": (1, 1), "dilation": (1, 1)}
-    s, _ = _conv(8, 64, 128, 3, 2, 1, 56, "HWIO")
+    s = _unscheduled(8, 64, 128, 3, 2, 1, 56)
     assert rows_outer(s2, _pack_stage(s), 8, 28, 28, 32, 8, 2, 4)
     assert rows_outer(s2, _pack_stage(s), None, 28, 28, 32, 8, 2, 4)    # symbolic batch
     assert not rows_outer(s2, _pack_stage(s), 1, 28, 28, 32, 8, 16, 4)  # too few tasks
-    s, _ = _conv(8, 64, 64, 3, 1, 1, 56, "HWIO")
+    s = _unscheduled(8, 64, 64, 3, 1, 1, 56)
     assert not rows_outer(s1, _pack_stage(s), 8, 56, 56, 32, 8, 2, 4)
-    s, _ = _conv(8, 128, 128, 3, 1, 1, 28, "HWIO")
+    s = _unscheduled(8, 128, 128, 3, 1, 1, 28)
     assert not rows_outer(s1, _pack_stage(s), 8, 28, 28, 32, 8, 2, 4)
-    s, _ = _conv(8, 16, 128, 3, 2, 1, 56, "HWIO")                      # 0.2 MiB image
+    s = _unscheduled(8, 16, 128, 3, 2, 1, 56)                          # 0.2 MiB image
     assert not rows_outer(s2, _pack_stage(s), 8, 28, 28, 32, 8, 2, 4)
     assert not rows_outer(s2, None, 8, 28, 28, 32, 8, 2, 4)
 

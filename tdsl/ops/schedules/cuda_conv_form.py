@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 from tdsl.expr import TensorLoad
-from tdsl.opaque import is_opaque
 from tdsl.schedule import Schedule, Stage
 from tdsl.visitor import post_order_visit
 
@@ -28,7 +27,7 @@ from . import cuda_conv, cuda_tc_conv
 from .cuda_conv import ConvOperands, _const
 from .cuda_tc import _anchor_axes as anchor_axes
 from .graph import fusable_anchor, stage_pattern
-from .recognize import _linear, conv_form, is_conv_stage
+from .recognize import _linear, as_conv2d_stages, conv_form, is_conv_stage, padding_producer
 
 
 def conv_form_anchor(s: Schedule, st: Stage, bodies: dict) -> "tuple[Stage, Stage | None] | None":
@@ -59,13 +58,6 @@ def padding_columns(pad: Stage) -> "int | None":
     return offsets.pop() if len(offsets) == 1 and min(offsets) >= 0 else None
 
 
-def _padding_stage(s: Schedule, src: Stage, conv: Stage) -> bool:
-    """``src`` (the data's producer) is a stage this convolution alone reads, computed
-    elementwise: the kernel fetches it (another reader would find it moved inside)."""
-    return not src.is_placeholder and not src.is_output and not is_opaque(src.op) \
-        and stage_pattern(src) is Pattern.INJECTIVE and s.consumers(src) == [conv]
-
-
 def schedule_conv_form(s: Schedule, st: Stage, out: "Stage | None", target: Any) -> set:
     """``ops.conv2d``'s CUDA kernel for the hand-written convolution ``st`` and its epilogue
     ``out`` (the module docstring); the stages done, none (and nothing changed) where the
@@ -80,18 +72,11 @@ def schedule_conv_form(s: Schedule, st: Stage, out: "Stage | None", target: Any)
         return set()
     if out is not None and (len(out.op.axis) != 4 or anchor_axes(s, out, st) != [0, 1, 2, 3]):
         return set()
-    src = s[form.data]
-    pads = _padding_stage(s, src, st)
-    data = src if pads else form.data
-    pad_w = padding_columns(src) if pads else 0
-    pack = s[s.cache_read(form.weight, "global", [st.op.outputs[0]])]
-    pack.transform_layout(axes=[1, 2, 3, 0] if form.kernel_layout == "OIHW" else [2, 0, 1, 3])
-    anchor = st
-    if out is None:
-        anchor, out = s[s.cache_write(st.op.outputs[0], "local")], st
-    anchor.transform_layout(axes=[0, 2, 3, 1])
-    operands = ConvOperands(data, pack, form.stride, form.dilation, pad_w,
-                            form.kernel_layout, pads)
+    pad = padding_producer(s, form, st)
+    anchor, out, pack = as_conv2d_stages(s, st, out, form)
+    operands = ConvOperands(form.data if pad is None else pad, pack, form.stride,
+                            form.dilation, 0 if pad is None else padding_columns(pad),
+                            form.kernel_layout, pad is not None)
     done = cuda_tc_conv.schedule_tc_conv(s, anchor, out, target, operands) or \
         cuda_conv.schedule_conv(s, anchor, out, operands)
     return done | {st}

@@ -47,7 +47,8 @@ from .llvm_matmul import (MATMUL_TILES, MATMUL_TILES_16REGS, SKINNY_M, SKINNY_M_
                           schedule_skinny_matmul)
 from .llvm_reduce import (PARTS_MIN, SELECT_CHAINS, chunk_width, rfactor_chains,
                           schedule_reduction, schedule_row_group, select_chains)
-from .recognize import conv_form, gemm_form, is_conv_stage, is_gemm_stage
+from .recognize import (as_conv2d_stages, conv_form, gemm_form, is_conv_stage, is_gemm_stage,
+                        padding_producer)
 from .llvm_attention import schedule_attention
 
 __all__ = ["CPU", "cpu_of", "apply", "small_m_condition", "schedule_injective",
@@ -156,21 +157,11 @@ def schedule_conv_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) ->
     form = conv_form(st.op)
     assert form is not None
     attrs = form.attrs()
-    src = s[form.data]
-    # the padding this convolution alone reads (another reader would find it moved into
-    # this convolution's tasks)
-    pad = src if (not src.is_placeholder and not src.is_output and not is_opaque(src.op)
-                  and stage_pattern(src) is Pattern.INJECTIVE
-                  and s.consumers(src) == [st]) else None
+    pad = padding_producer(s, form, st)
     if form.depthwise:
         return schedule_conv2d(s, st, out, cpu, attrs=attrs, pad=pad)
-    pack = s[s.cache_read(form.weight, "global", [st.op.outputs[0]])]
-    pack.transform_layout(axes=[1, 2, 3, 0] if form.kernel_layout == "OIHW" else [2, 0, 1, 3])
-    anchor = st
-    if out is None:
-        anchor, out = s[s.cache_write(st.op.outputs[0], "local")], st
+    anchor, out, pack = as_conv2d_stages(s, st, out, form)
     if form.layout == "NCHW":
-        anchor.transform_layout(axes=[0, 2, 3, 1])
         attrs["compute_layout"] = "NHWC"
     return schedule_conv2d(s, anchor, out, cpu, attrs=attrs, pad=pad, pack=pack) | {st}
 

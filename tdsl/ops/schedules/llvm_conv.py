@@ -149,17 +149,6 @@ def unrolls_taps(rx: IterVar, tiles: ConvTiles) -> bool:
     return kw is not None and 1 < kw <= tiles.unroll_taps
 
 
-def filter_sizes(pack: Stage) -> "tuple[int | None, ...]":
-    """(input channels, kh, kw, output channels) of a packed filter, laid out ``[ci, kh, kw,
-    co]`` or, once blocked at root, ``[co // b, ci, kh, kw, co % b]`` (the channels then
-    rounded up to whole panels)."""
-    ext = [_ext(iv) for iv in pack.op.axis]
-    if len(ext) == 5:
-        blocks, *mid, lanes = ext
-        return (*mid, None if blocks is None or lanes is None else blocks * lanes)
-    return tuple(ext)
-
-
 def panels_outer(attrs: dict, pack: "Stage | None", oh: "int | None", ow: "int | None",
                  bco: int, threads: int) -> bool:
     """Whether the parallel tasks go over filter panels (output channel tiles of ``bco``),
@@ -173,7 +162,7 @@ def panels_outer(attrs: dict, pack: "Stage | None", oh: "int | None", ow: "int |
     after (PyTorch 15.2-15.8; one thread, AVX-512, CPU time on a busy machine)."""
     if pack is None or oh is None or ow is None:
         return False
-    cig, kh, kw, co = filter_sizes(pack)
+    cig, kh, kw, co = (_ext(iv) for iv in pack.op.axis)
     if None in (cig, kh, kw, co):
         return False
     (sh, sw), (dh, dw) = attrs.get("stride", (1, 1)), attrs.get("dilation", (1, 1))
@@ -190,7 +179,7 @@ ROWS_OUTER_IMAGE_BYTES = 1 << 19
 def _conv_sizes(attrs: dict, pack: Stage, oh: int, ow: int) -> "tuple[int, ...] | None":
     """(input channels, padded input rows and columns read, filter elements, output
     channels) of a constant-size ``groups == 1`` convolution; None when any is symbolic."""
-    cig, kh, kw, co = filter_sizes(pack)
+    cig, kh, kw, co = (_ext(iv) for iv in pack.op.axis)
     if None in (cig, kh, kw, co):
         return None
     (sh, sw), (dh, dw) = attrs.get("stride", (1, 1)), attrs.get("dilation", (1, 1))

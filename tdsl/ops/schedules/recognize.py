@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from tdsl.arith.analyzer import Analyzer
 from tdsl.expr import Add, Cast, Const, FloorDiv, Mul, Reduce, Sub, TensorLoad, Var
+from tdsl.opaque import is_opaque
 from tdsl.tensor import ComputeOp, PlaceholderOp, Tensor
 
 from .._util import const_value
@@ -273,6 +274,32 @@ def _match_conv(op: Any, red: Reduce, data: TensorLoad, wl: TensorLoad) -> "Opti
         tuple(next(k for k, a in enumerate(red.axis) if a is ax) for ax in (rc, ry, rx))
     return ConvForm(data.tensor, wl.tensor, layout, kl, (wh[0], ww[0]), (wh[1], ww[1]),
                     depthwise=depthwise, reduce_order=order)
+
+
+def padding_producer(s: Any, form: ConvForm, conv: Any) -> Any:
+    """The stage computing ``form``'s data when it is one ``conv`` alone reads, computed
+    elementwise (the padding: the convolution's schedule computes it, as ``ops.conv2d``'s
+    PAD stage; another reader would find it moved inside); else None."""
+    src = s[form.data]
+    ok = not src.is_placeholder and not src.is_output and not is_opaque(src.op) \
+        and stage_pattern(src) is Pattern.INJECTIVE and s.consumers(src) == [conv]
+    return src if ok else None
+
+
+def as_conv2d_stages(s: Any, st: Any, out: Any, form: ConvForm) -> tuple:
+    """``(anchor, out, pack)`` giving the hand-written convolution ``st`` (not depthwise)
+    ``ops.conv2d``'s stages: the filter copied by a cache stage laid out ``[c, ky, kx, o]``
+    (its PACK stage), and for NCHW the product accumulated with channels innermost
+    (``transform_layout`` of the stage computing it: ``st``, or with no epilogue ``out`` a
+    cache stage writing ``st`` out, which becomes ``out``)."""
+    pack = s[s.cache_read(form.weight, "global", [st.op.outputs[0]])]
+    pack.transform_layout(axes=[1, 2, 3, 0] if form.kernel_layout == "OIHW" else [2, 0, 1, 3])
+    anchor = st
+    if out is None:
+        anchor, out = s[s.cache_write(st.op.outputs[0], "local")], st
+    if form.layout == "NCHW":
+        anchor.transform_layout(axes=[0, 2, 3, 1])
+    return anchor, out, pack
 
 
 def is_gemm_stage(st: Any) -> bool:
