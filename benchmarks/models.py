@@ -279,11 +279,11 @@ def profile_eager(name: str, threads: int, batch: int, size: str, top: int = 8) 
 
 def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
                  top: int = 10, db: Optional[str] = None) -> str:
-    """Where a tdsl-compiled model's time goes: each kernel's (and fallback's) own time, the
-    median over ``calls`` calls (thread CPU time at one thread), the ``top`` ones as markdown lines, and the runtime's overhead (the
-    whole call less the sum of its steps); ``db``: built with those tuning records (the
-    tuned column's build).  Reaches into ``tdsl.graph.runtime`` (an
-    Executable's ``runs``, one per kernel or fallback step); says so when that changed."""
+    """Where a tdsl-compiled model's time goes (``tdsl.compile(...).profile``): each
+    kernel's and fallback's own time, the median over ``calls`` calls (thread CPU time at one
+    thread, else wall time), the ``top`` ones, the time per anchor op, and the runtime's
+    overhead (the whole call less the sum of its steps); ``db``: built with those tuning
+    records (the tuned column's build)."""
     import torch
     torch.set_num_threads(threads)
     fn = tdsl_direct()
@@ -293,66 +293,16 @@ def profile_tdsl(name: str, threads: int, batch: int, size: str, calls: int = 7,
     t0 = time.perf_counter()
     compiled = fn(model, inputs, options={"num_threads": threads, **({"db": db} if db else {})})
     compile_s = time.perf_counter() - t0
-    cg = getattr(getattr(compiled, "compiled", None), "compiled", None)
-    try:
-        from tdsl.graph.runtime import Fallback, Group
-        arrays = cg._inputs([t for t in inputs])
-        exe = cg.plan(cg._bind(arrays))
-        steps = [st for st in cg.steps if isinstance(st, (Group, Fallback))]
-        if len(steps) != len(exe.runs):
-            raise AttributeError("runs do not match the kernel and fallback steps")
-    except (AttributeError, ImportError, TypeError) as e:
-        return f"{name}: no per-kernel timing ({type(e).__name__}: {e})"
-    labels = []
-    for st in steps:
-        if isinstance(st, Group):
-            k = cg.kernels[id(st)]
-            labels.append(f"{k.name} [{' + '.join(k.ops)}] -> {list(k.output.shape)}")
-        else:
-            labels.append(f"fallback {st.node.attrs.get('name', 'op')}")
-    spent: list[list[float]] = [[] for _ in steps]
-    # One thread: CPU time of this thread, which a busy machine's preemptions do not inflate
-    # (a whole call of 100 ms is preempted often, a 1 ms kernel seldom); else wall time.
-    clock = time.thread_time if threads == 1 else time.perf_counter
-
-    def timed(i: int, run: Callable[[], None]) -> Callable[[], None]:
-        def go() -> None:
-            t = clock()
-            run()
-            spent[i].append(clock() - t)
-        return go
-
-    plain = list(exe.runs)
-    wholes = []
+    # one thread: CPU time of this thread, which a busy machine's preemptions do not inflate
     with torch.no_grad():
-        compiled(*inputs)
-        for _ in range(calls):
-            t = clock()
-            compiled(*inputs)
-            wholes.append(clock() - t)
-        exe.runs[:] = [timed(i, r) for i, r in enumerate(plain)]
-        try:
-            for _ in range(calls):
-                compiled(*inputs)
-        finally:
-            exe.runs[:] = plain
-    whole = statistics.median(wholes)   # medians: a shared machine preempts now and then
-    per = [statistics.median(x) for x in spent]
-    total = sum(per) or 1e-12
-    what = "CPU" if threads == 1 else "wall"
-    lines = [f"{name} thr={threads} batch={batch}{' tuned' if db else ''}: tdsl {whole * 1e3:.2f} ms {what} per call "
-             f"(compile {compile_s:.1f} s), {len(steps)} steps, kernels+fallbacks "
-             f"{total * 1e3:.2f} ms, runtime overhead {(whole - total) * 1e6 / len(steps):.1f}"
-             f" us per step"]
-    for i in sorted(range(len(steps)), key=lambda i: -per[i])[:top]:
-        lines.append(f"  {per[i] * 1e3:8.3f} ms {100 * per[i] / total:5.1f} %  {labels[i]}")
-    by_op: dict[str, float] = {}
-    for lab, x in zip(labels, per):
-        op = lab.split("_", 1)[1].split(" ")[0] if not lab.startswith("fallback") else lab
-        by_op[op] = by_op.get(op, 0.0) + x
-    lines.append("  by anchor op: " + ", ".join(
-        f"{op} {100 * x / total:.0f} %" for op, x in sorted(by_op.items(), key=lambda kv: -kv[1])))
-    return "\n".join(lines)
+        prof = compiled.profile(*inputs, repeat=calls, clock="cpu" if threads == 1 else "wall")
+    n = len(prof.steps)
+    head = (f"{name} thr={threads} batch={batch}{' tuned' if db else ''}: tdsl "
+            f"{prof.call_s * 1e3:.2f} ms per call (compile {compile_s:.1f} s), {n} steps, "
+            f"runtime overhead {(prof.call_s - prof.total_s) * 1e6 / max(n, 1):.1f} us per step")
+    total = prof.total_s or 1e-12
+    by_op = ", ".join(f"{op} {100 * x / total:.0f} %" for op, x in prof.by_op().items())
+    return f"{head}\n{prof.table(top)}\nby anchor op: {by_op}"
 
 
 # ---- the table ----------------------------------------------------------------------------------

@@ -97,15 +97,28 @@ class ExportedModel:
         return self.compiled.report
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+        flat = torch.utils._pytree.tree_leaves(self.compiled(*self._fx_args(args, kwargs)))
+        return torch.utils._pytree.tree_unflatten(flat, self._out_spec)
+
+    def profile(self, *args: Any, repeat: int = 10, warmup: int = 2,
+                clock: str = "wall") -> Any:
+        """Where a call on ``args`` (the model's positional inputs) spends its time: each
+        kernel and PyTorch fallback timed on its own, medians of ``repeat`` calls after
+        ``warmup`` (``print`` it: a table, slowest first).  ``clock``: "wall", or "cpu" for
+        the calling thread's CPU time (``num_threads=1`` on a shared machine)."""
+        return self.compiled.profile(*self._fx_args(args, {}), repeat=repeat, warmup=warmup,
+                                     clock=clock)
+
+    def _fx_args(self, args: tuple, kwargs: dict) -> list:
+        """The exported program's arguments (parameters left None) of a call's inputs."""
+        leaves, _ = torch.utils._pytree.tree_flatten((args, kwargs))
         if len(leaves) != len(self._user_pos):
             raise FrontendError(f"compiled model: expected {len(self._user_pos)} inputs, "
                                 f"got {len(leaves)}")
         fx_args: list = [None] * self._n
         for pos, t in zip(self._user_pos, leaves):
             fx_args[pos] = t
-        flat = torch.utils._pytree.tree_leaves(self.compiled(*fx_args))
-        return torch.utils._pytree.tree_unflatten(flat, self._out_spec)
+        return fx_args
 
 
 class _FunctionModule(torch.nn.Module):

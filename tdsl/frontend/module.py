@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, ShapeError, TDSLError
 from .importer import Imported, ImportReport
 
 
@@ -83,14 +83,28 @@ class CompiledModel:
         return getattr(self.compiled, "graph", self.imported.graph)
 
     def __call__(self, *args: Any) -> Any:
+        tensors, arrays = self._arrays(args)
+        outs = self.compiled(*arrays)
+        return self._outputs(outs, tensors, arrays)
+
+    def profile(self, *args: Any, repeat: int = 10, warmup: int = 2,
+                clock: str = "wall") -> Any:
+        """Per-kernel times of a call on ``args`` (``tdsl.graph.profile.GraphProfile``:
+        ``print`` it for a table, slowest first); see ``CompiledGraph.profile``."""
+        if not hasattr(self.compiled, "profile"):
+            raise TDSLError("compiled model: this build has no kernel graph to profile")
+        return self.compiled.profile(*self._arrays(args)[1], repeat=repeat, warmup=warmup,
+                                     clock=clock)
+
+    def _arrays(self, args: Sequence[Any]) -> tuple[list, list]:
+        """The graph's input tensors of a call's arguments, and their checked arrays."""
         if len(args) != self._n_fx:
             raise ShapeError(f"compiled model: expected {self._n_fx} arguments, "
                              f"got {len(args)}")
         tensors = [args[pos] for pos, _ in self._take]
         arrays = [self._array(k, t) for k, t in enumerate(tensors)]
         self._check(arrays)
-        outs = self.compiled(*arrays)
-        return self._outputs(outs, tensors, arrays)
+        return tensors, arrays
 
     def _array(self, k: int, t: Any) -> np.ndarray:
         if not isinstance(t, torch.Tensor):

@@ -37,6 +37,7 @@ from .passes.layout import DEFAULT_LAYOUT
 from .passes.fusion import fuse
 from .passes.rewrite import map_pytree
 from .plan import MemoryPlan, Root, make_plan
+from .profile import GraphProfile, StepLabel, summarize
 
 
 @dataclass
@@ -150,6 +151,7 @@ class Executable:
         from tdsl.backends.llvm.cabi import raise_status
         self.plan = plan
         self.runs: list[Callable[[], None]] = []
+        self.labels: list[StepLabel] = []          # what each of ``runs`` is (profiles)
         self.patches: list[tuple[list, int, str, int]] = []  # (args, pos, "input"/"output", i)
         g = cg.optimized
         self.out_shapes = [plan.shapes[id(v)] for v in g.outputs]
@@ -162,9 +164,15 @@ class Executable:
         generic = False
         for s in cg.steps:
             if isinstance(s, Group):
-                generic |= self._kernel(cg.kernels[id(s)], cg.num_threads, raise_status)
+                k = cg.kernels[id(s)]
+                generic |= self._kernel(k, cg.num_threads, raise_status)
+                self.labels.append(StepLabel(k.name, "kernel", tuple(k.ops),
+                                             tuple(plan.shapes[id(k.output)])))
             elif isinstance(s, Fallback):
                 self._fallback(s, cg.rest_pool)
+                name = s.node.attrs.get("name", "op")
+                self.labels.append(StepLabel(f"torch.{name}", "torch", (name,), tuple(
+                    plan.shapes[id(s.node.outputs[0])]) if s.node.outputs else ()))
         # the per-call arrays by root: for fallbacks, generic launches and copied outputs
         self.needs_arrays = generic or bool(self.copy_out) or any(
             isinstance(s, Fallback) for s in cg.steps)
@@ -250,7 +258,24 @@ class Executable:
         with self._lock:    # the argument lists are patched in place: one call at a time
             return self._run(inputs)
 
-    def _run(self, inputs: list) -> list:
+    def profile(self, inputs: list, repeat: int, warmup: int,
+                clock: Callable[[], float]) -> tuple[list, list]:
+        """Per-step seconds of ``repeat`` calls (``samples[i]``: step i's), and the seconds
+        of as many whole calls, interleaved, after ``warmup`` untimed calls."""
+        samples: list = [[] for _ in self.runs]
+        calls: list = []
+        with self._lock:
+            for _ in range(warmup):
+                self._run(inputs)
+            for _ in range(repeat):
+                self._run(inputs, samples, clock)
+                t0 = clock()
+                self._run(inputs)
+                calls.append(clock() - t0)
+        return samples, calls
+
+    def _run(self, inputs: list, samples: "list | None" = None,
+             clock: Callable[[], float] = time.perf_counter) -> list:
         arrays = self.arrays
         outs = [np.empty(s, d) for s, d in zip(self.out_shapes, self.out_dtypes)]
         ptr_in = [_address(a) for a in inputs]
@@ -263,8 +288,14 @@ class Executable:
         for args, pos, kind, idx in self.patches:
             args[pos] = ptr_in[idx] if kind == "input" else ptr_out[idx]
         try:
-            for run in self.runs:
-                run()
+            if samples is None:
+                for run in self.runs:
+                    run()
+            else:
+                for run, times in zip(self.runs, samples):
+                    t0 = clock()
+                    run()
+                    times.append(clock() - t0)
             for j, v in self.copy_out:
                 np.copyto(outs[j], self._dynamic(v).reshape(outs[j].shape))
         finally:
@@ -423,6 +454,25 @@ class CompiledGraph:
             ex = self.plan(self._bind(arrays))     # the full check, then the fast path
             self._by_shape[key] = ex
         return ex(arrays)
+
+    def profile(self, *inputs: Any, repeat: int = 10, warmup: int = 2,
+                clock: str = "wall") -> GraphProfile:
+        """Time each kernel and PyTorch fallback of a call on ``inputs``: medians of
+        ``repeat`` calls (``print`` it: a table, slowest first).  ``clock``: "wall"
+        (``time.perf_counter``, right for kernels on several threads) or "cpu" (the calling
+        thread's CPU time: with ``num_threads=1`` on a shared machine)."""
+        clocks = {"wall": time.perf_counter, "cpu": time.thread_time}
+        if clock not in clocks:
+            raise TDSLError(f"CompiledGraph.profile: clock must be 'wall' or 'cpu', "
+                            f"got {clock!r}")
+        if not isinstance(repeat, int) or repeat < 1 or not isinstance(warmup, int) \
+                or warmup < 0:
+            raise TDSLError(f"CompiledGraph.profile: repeat must be a positive int and "
+                            f"warmup a non-negative one, got {repeat!r} and {warmup!r}")
+        arrays = self._inputs(inputs)
+        ex = self.plan(self._bind(arrays))
+        samples, calls = ex.profile(arrays, repeat, warmup, clocks[clock])
+        return summarize(ex.labels, samples, calls, clock)
 
     def tasks(self) -> list:
         """``[(kernel name, [placeholders..., output], weight)]``: the distinct kernels (by
