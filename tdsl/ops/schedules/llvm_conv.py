@@ -142,6 +142,55 @@ def conv_width(ow: "int | None", width: int) -> int:
     return best[1]
 
 
+#: Bytes of input channels an NHWC convolution's micro-kernel reads per filter tap before
+#: moving to the next tap (``conv_reduction``): one cache line.
+CHANNEL_BLOCK_BYTES = 64
+#: The channels are blocked only where one pixel's channels span at least this many bytes:
+#: below it the tile's input columns lie close enough not to evict each other.  64 channels
+#: (256 bytes) ran slower blocked (3x3 stride 2 at 56 x 56: 2.03 -> 2.42 ms), 128 channels
+#: the same or faster (28 x 28 stride 2: 2.39 -> 2.25), 256 and 512 faster (see
+#: ``conv_reduction``).
+BLOCKED_PIXEL_BYTES = 512
+
+
+def channel_block(cig: "int | None", bits: int) -> int:
+    """Input channels per block of ``conv_reduction``: the largest power of two of at most
+    ``CHANNEL_BLOCK_BYTES`` that divides ``cig`` (a reduction split that does not divide
+    costs a guard in the micro-kernel), at least 4; 0 (no blocks) when ``cig`` is symbolic or
+    its pixel's channels span fewer than ``BLOCKED_PIXEL_BYTES``."""
+    if cig is None or cig * bits < BLOCKED_PIXEL_BYTES * 8:
+        return 0
+    b = CHANNEL_BLOCK_BYTES * 8 // bits
+    while b >= 4 and cig % b:
+        b //= 2
+    return b if b >= 4 and cig >= 2 * b else 0
+
+
+def conv_reduction(comp: Stage, red: list, attrs: dict, bits: int) -> list:
+    """The reduction loops of the ``groups == 1`` micro-kernel, outermost first, the taps
+    (the filter's columns) last.  ``attrs["reduce_order"]``: where the channel, filter-row
+    and tap axes are in ``red`` (a hand-written convolution's; ``ops.conv2d`` declares them
+    in that order).  NCHW data: channels, filter rows, taps.
+
+    NHWC data with a filter larger than 1 x 1: the channels in blocks of a cache line
+    (``channel_block``), a block's channels before each filter row's taps.  Channel by
+    channel over the whole reduction, each of the tile's ``width + kw - 1`` input columns
+    (``C`` floats apart: 1 KiB at 256 channels, so a row's columns share a few L1 sets)
+    was a cache line touched once per channel and filter row, and evicted before the next
+    channel.  Batch 1, one thread, AVX2 (``benchmarks/metaschedule_peer.py``'s shapes):
+    3x3 256 -> 256 at 14 x 14 4.33 -> 3.90 ms, 512 -> 512 at 7 x 7 10.9 -> 5.9 (PyTorch
+    3.81, 5.87); fewer channels: ``BLOCKED_PIXEL_BYTES``."""
+    if len(red) != 3:
+        return list(red)
+    rc, ry, rx = (red[i] for i in (attrs.get("reduce_order") or (0, 1, 2)))
+    taps = (_ext(ry) or 2) * (_ext(rx) or 2)
+    block = channel_block(_ext(rc), bits) if attrs.get("layout") == "NHWC" and taps > 1 else 0
+    if not block:
+        return [rc, ry, rx]
+    rc_o, rc_i = comp.split(rc, factor=block)
+    return [rc_o, ry, rc_i, rx]
+
+
 def unrolls_taps(rx: IterVar, tiles: ConvTiles) -> bool:
     """Whether the tap loop ``rx`` (the filter's width) is unrolled: a constant extent of
     2 up to ``tiles.unroll_taps``."""
@@ -270,9 +319,10 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
         comp.compute_at(write, ow_o)
         cco_o, cco_i = comp.split(cco, factor=bco)
         cow_o, cow_i = comp.split(cow, factor=bw)
-        comp.reorder(cn, coh, cow_o, cco_o, *red, cow_i, cco_i)
-        if unrolls_taps(red[-1], tiles):
-            comp.unroll(red[-1])
+        loops = conv_reduction(comp, red, attrs, dt.bits)
+        comp.reorder(cn, coh, cow_o, cco_o, *loops, cow_i, cco_i)
+        if unrolls_taps(loops[-1], tiles):
+            comp.unroll(loops[-1])
         comp.unroll(cow_i)
         comp.vectorize(cco_i)
         if pack is not None:
