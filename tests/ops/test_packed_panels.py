@@ -104,14 +104,23 @@ def test_an_oihw_filter_panel_is_copied_along_the_filters_rows():
     st = s.stage_by_name("w_pack")
     loops = _panel_loops(s, "w_pack")
     assert not any(vec for _, vec in loops), loops
-    # innermost: one loop over a block of input channels and the taps (a run of w's row)
-    last = st.leaf_iter_vars[-1]
-    assert last.var.name.startswith("c.inner.y.fused.x.fused"), st.leaf_iter_vars
+    # innermost: a block of input channels, then the taps unrolled (a run of w's row)
+    names = [iv.var.name for iv in st.leaf_iter_vars]
+    assert names[-3:] == ["c.inner", "y", "x"], names
+    attrs = st.iter_var_attrs
+    assert all(iv in attrs and attrs[iv].iter_type == IterVar.Unrolled
+               for iv in st.leaf_iter_vars[-2:])
+    # no division or remainder in the copy's indices (the fused loop of (c, y, x) took
+    # two of each per element: the copy cost more than the convolution)
+    out = s.outputs[0].output(0)
+    copies = [ln for ln in str(td.lower(s, [d, w, out])).splitlines()
+              if "w_pack[" in ln and "= w[" in ln]
+    assert copies and not any("//" in ln or "%" in ln for ln in copies), copies
 
 
 @pytest.mark.parametrize("n,c,size,co,k,stride,groups", [
     (1, 20, 9, 24, 3, 1, 1), (2, 100, 8, 40, 1, 2, 1), (1, 64, 7, 70, 3, 1, 1),
-    (1, 48, 10, 32, 3, 1, 2)])
+    (1, 48, 10, 32, 3, 1, 2), (1, 6, 15, 20, 7, 2, 1), (1, 40, 9, 36, 5, 1, 1)])
 def test_conv2d_with_a_blocked_filter_panel_matches_numpy(n, c, size, co, k, stride, groups):
     d = td.placeholder((n, c, size, size), name="d")
     w = td.placeholder((co, c // groups, k, k), name="w")

@@ -84,13 +84,21 @@ PACK_ROOT_BYTES = 1 << 20
 PACK_ROW_FLOATS = 128
 
 
+#: Taps of a filter (``kh * kw``) up to which an OIHW panel's copy unrolls them.
+PACK_UNROLL_TAPS = 49
+
+
 def _pack_along_filter_rows(pack: Stage, po: IterVar, pi: IterVar) -> None:
     """An OIHW filter's panel ``pack[c, y, x, o]`` copied a block of input channels at a
-    time, each output channel's row of the filter read along (c, y, x), one loop of at least
-    ``PACK_ROW_FLOATS``, rather than output channels innermost: that gathered from rows a
-    whole filter row apart, which at 512 x 3 x 3 floats (4.5 x 4 KiB) fall in 2 sets of L1 and
-    missed on every load (batch 1, one thread: 512 x 7^2 3x3 4.47 -> 3.24 ms; 1024 x 14^2 ->
-    2048 1x1 stride 2 5.39 -> 2.84; 256 x 14^2 -> 512 stride 2 1.78 -> 1.62)."""
+    time, each output channel's row of the filter read along (c, y, x), at least
+    ``PACK_ROW_FLOATS`` in a row, rather than output channels innermost: that gathered from
+    rows a whole filter row apart, which at 512 x 3 x 3 floats (4.5 x 4 KiB) fall in 2 sets
+    of L1 and missed on every load (batch 1, one thread, AVX-512: 512 x 7^2 3x3 4.47 -> 3.24
+    ms; 1024 x 14^2 -> 2048 1x1 stride 2 5.39 -> 2.84; 256 x 14^2 -> 512 stride 2 1.78 ->
+    1.62).  The channel, row and tap loops stay nested, the taps unrolled: fused into one
+    loop, each element's indices took a division and a remainder by 9 and by 3, and the copy
+    cost more than the convolution (batch 1, one thread, AVX2: 512 -> 512 at 7 x 7 13.0 ->
+    4.7 ms, 256 -> 512 at 14 x 14 stride 2 6.9 -> 3.0; PyTorch 6.1 and 3.1)."""
     c, y, x = pack.op.axis[:3]
     taps = (_ext(y) or 1) * (_ext(x) or 1)
     block = 1
@@ -98,7 +106,9 @@ def _pack_along_filter_rows(pack: Stage, po: IterVar, pi: IterVar) -> None:
         block *= 2
     co, ci = pack.split(c, factor=block)
     pack.reorder(co, po, pi, ci, y, x)
-    pack.fuse(ci, y, x)
+    if 1 < taps <= PACK_UNROLL_TAPS and _ext(y) is not None and _ext(x) is not None:
+        pack.unroll(y)
+        pack.unroll(x)
 
 
 def pack_at_root(pack: Stage, repacks: "int | None") -> bool:
