@@ -6,7 +6,6 @@ divide the block, strides, dilation and a symbolic batch.  (Speed: ``benchmarks/
 metaschedule_peer.py``'s NHWC shapes.)"""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
