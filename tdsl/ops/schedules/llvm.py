@@ -156,7 +156,7 @@ def schedule_conv_form(s: Schedule, st: Stage, out: "Stage | None", cpu: CPU) ->
     schedule, filters read in place."""
     form = conv_form(st.op)
     assert form is not None
-    attrs = {**form.attrs(), "reduce_order": form.reduce_order}
+    attrs = form.attrs()
     pad = padding_producer(s, form, st)
     if form.depthwise:
         return schedule_conv2d(s, st, out, cpu, attrs=attrs, pad=pad)

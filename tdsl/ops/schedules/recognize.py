@@ -125,10 +125,11 @@ class ConvForm:
 
     def attrs(self) -> dict:
         """The attributes ``ops.conv2d`` gives its anchor (depthwise: ``groups`` is the
-        channels, None when symbolic)."""
+        channels, None when symbolic), and ``reduce_order`` (``ops.conv2d``'s is (0, 1, 2))."""
         groups = const_value(self.data.shape[1]) if self.depthwise else 1
         return {"layout": self.layout, "kernel_layout": self.kernel_layout,
-                "stride": self.stride, "dilation": self.dilation, "groups": groups}
+                "stride": self.stride, "dilation": self.dilation, "groups": groups,
+                "reduce_order": self.reduce_order}
 
 
 def _linear(e: Any) -> "Optional[dict]":
