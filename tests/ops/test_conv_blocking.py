@@ -15,7 +15,8 @@ from tdsl.ops.schedules.cpu import vector_tile
 from tdsl.ops.schedules.llvm import cpu_of, default_conv_tiles
 from tdsl.ops.schedules import llvm_conv
 from tdsl.ops.schedules.llvm_conv import (ConvTiles, conv_register_tile, conv_width,
-                                          panels_outer, rows_outer, unrolls_taps)
+                                          panels_outer, rows_in_cache, rows_outer,
+                                          unrolls_taps)
 from tdsl.stmt import For, ForKind
 from tdsl.target import as_target
 
@@ -268,10 +269,30 @@ def test_rows_outer_where_the_image_outweighs_the_filter():
 
 def test_rows_outer_pads_each_chunk_in_its_task():
     """At the ResNet-18 size (batch 1): the padded input is allocated per task, the rows of
-    one chunk (8 output rows at stride 2: 17 input rows), not the whole padded image."""
+    one chunk (5 output rows at stride 2, ``rows_in_cache``: 11 input rows), not the whole
+    padded image."""
     s, args = _conv(1, 64, 128, 3, 2, 1, 56, "HWIO")
     shape = _pack_shape(td.lower(s, args), "X_pad")
-    assert shape[:2] == [1, 64] and shape[2] == 17
+    assert shape[:2] == [1, 64] and shape[2] == 11
+    x, (w, w_hwio) = randn(1, 64, 56, 56), _weights(64, 128, 3, "HWIO")
+    b = randn(128)
+    f = td.build(s, args, target="llvm")          # 28 rows in chunks of 5: a partial last
+    check(f, [x, w_hwio, b], _ref(x, w, b, 2, 1), rtol=1e-4, atol=1e-3)
+
+
+def test_rows_in_cache():
+    """Chunks of rows shrink until the chunk's padded input and the packed filter fit
+    ``ROWS_CHUNK_BYTES``: 64 -> 128 3x3 stride 2 at 56 x 56 (a 288 KiB filter): 8 output
+    rows (17 x 57 x 64 floats, 248 KiB) do not, 5 (11 input rows, 157 KiB) do; in steps of
+    a register tile's rows; a small filter keeps 8; never below one step."""
+    s2 = {"stride": (2, 2), "dilation": (1, 1)}
+    pack = _pack_stage(_unscheduled(1, 64, 128, 3, 2, 1, 56))
+    assert rows_in_cache(s2, pack, 28, 28, 8, 1, 4) == 5
+    assert rows_in_cache(s2, pack, 28, 28, 8, 2, 4) == 4
+    assert rows_in_cache(s2, _pack_stage(_unscheduled(1, 16, 32, 3, 2, 1, 56)),
+                         28, 28, 8, 1, 4) == 8
+    big = _pack_stage(_unscheduled(1, 512, 512, 3, 2, 1, 56))        # a 9 MiB filter
+    assert rows_in_cache(s2, big, 28, 28, 8, 2, 4) == 2
 
 
 @pytest.fixture
