@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -166,4 +165,3 @@ def test_forced_rows_any_height(rows, hw, co, stride, nhwc):
         want = torch.nn.functional.conv2d(torch.from_numpy(xa), torch.from_numpy(wa),
                                           stride=stride, padding=1).numpy()
     check(f, [xa, wa], want, rtol=1e-4, atol=1e-3)
-    assert np.isfinite(want).all()
