@@ -47,6 +47,29 @@ def check(f: Any, arrays: Sequence[np.ndarray], expected: Any, rtol: float = 1e-
             np.testing.assert_allclose(g, e, rtol=rtol, atol=atol)
 
 
+def nhwc_conv(n: Any, c: int, co: int, hw: int, k: int = 3, stride: int = 1, pad: int = 1,
+              dilation: int = 1, bias: bool = False, act: "str | None" = None) -> list:
+    """``[X, W, (B,) Y]``: an ``ops.conv2d`` with NHWC data and an HWIO filter."""
+    X = td.placeholder((n, hw, hw, c), name="X")
+    W = td.placeholder((k, k, c, co), name="W")
+    B = td.placeholder((co,), name="B") if bias else None
+    Y = ops.conv2d(X, W, stride=stride, padding=pad, dilation=dilation, layout="NHWC",
+                   kernel_layout="HWIO", bias=B, activation=act)
+    return [t for t in (X, W, B, Y) if t is not None]
+
+
+def torch_conv_nhwc(xa: np.ndarray, wa: np.ndarray, stride: int, pad: int, dilation: int = 1,
+                    ba: "np.ndarray | None" = None, act: "str | None" = None) -> np.ndarray:
+    """PyTorch's conv2d (+ ReLU) of NHWC data and an HWIO filter, as NHWC."""
+    y = torch.nn.functional.conv2d(torch.from_numpy(xa).permute(0, 3, 1, 2),
+                                   torch.from_numpy(wa).permute(3, 2, 0, 1),
+                                   None if ba is None else torch.from_numpy(ba),
+                                   stride=stride, padding=pad, dilation=dilation)
+    if act == "relu":
+        y = torch.relu(y)
+    return y.permute(0, 2, 3, 1).contiguous().numpy()
+
+
 def randn(*shape: int, dtype: str = "float32") -> np.ndarray:
     return RNG.standard_normal(shape).astype(dtype)
 

@@ -13,7 +13,7 @@ import tdsl as td
 from tdsl import ops
 from tdsl.ops.schedules.llvm_conv import channel_block
 
-from .helpers import check, randn
+from .helpers import check, nhwc_conv, randn, torch_conv_nhwc
 
 torch = pytest.importorskip("torch")
 
@@ -30,14 +30,6 @@ def test_channel_block(cig, bits, block):
     assert channel_block(cig, bits) == block
 
 
-def _nhwc_conv(n, c, co, hw, k=3, stride=1, pad=1, dilation=1):
-    X = td.placeholder((n, hw, hw, c), name="X")
-    W = td.placeholder((k, k, c, co), name="W")
-    Y = ops.conv2d(X, W, stride=stride, padding=pad, dilation=dilation, layout="NHWC",
-                   kernel_layout="HWIO")
-    return X, W, Y
-
-
 def _local_loops(s):
     """Names of the loops of the stage that accumulates, outermost first."""
     (st_,) = [x for x in s.stages if getattr(x.op, "reduce_axis", None)]
@@ -49,7 +41,7 @@ def _reduction_order(names):
 
 
 def test_nhwc_default_blocks_the_channels_between_filter_row_and_taps():
-    _, _, Y = _nhwc_conv(1, 256, 256, 14)
+    _, _, Y = nhwc_conv(1, 256, 256, 14)
     names = _local_loops(ops.schedule(Y, TARGET))
     assert _reduction_order(names) == ["rc.outer", "ry", "rc.inner", "rx"]
 
@@ -57,21 +49,14 @@ def test_nhwc_default_blocks_the_channels_between_filter_row_and_taps():
 @pytest.mark.parametrize("case", ["64 channels", "1x1", "nchw"])
 def test_left_alone(case):
     if case == "64 channels":
-        _, _, Y = _nhwc_conv(1, 64, 64, 28)
+        _, _, Y = nhwc_conv(1, 64, 64, 28)
     elif case == "1x1":
-        _, _, Y = _nhwc_conv(1, 256, 128, 14, k=1, pad=0)
+        _, _, Y = nhwc_conv(1, 256, 128, 14, k=1, pad=0)
     else:
         X = td.placeholder((1, 256, 14, 14), name="X")
         W = td.placeholder((3, 3, 256, 256), name="W")
         Y = ops.conv2d(X, W, padding=1, kernel_layout="HWIO")
     assert _reduction_order(_local_loops(ops.schedule(Y, TARGET))) == ["rc", "ry", "rx"]
-
-
-def _torch_nhwc(xa, wa, stride, pad, dilation):
-    y = torch.nn.functional.conv2d(torch.from_numpy(xa).permute(0, 3, 1, 2),
-                                   torch.from_numpy(wa).permute(3, 2, 0, 1), stride=stride,
-                                   padding=pad, dilation=dilation)
-    return y.permute(0, 2, 3, 1).contiguous().numpy()
 
 
 @pytest.mark.parametrize("n, c, co, hw, k, stride, pad, dilation", [
@@ -81,22 +66,22 @@ def _torch_nhwc(xa, wa, stride, pad, dilation):
     (1, 128, 32, 11, 5, 1, 2, 1),      # 5 x 5 taps
 ])
 def test_blocked_nhwc_matches_pytorch(n, c, co, hw, k, stride, pad, dilation):
-    X, W, Y = _nhwc_conv(n, c, co, hw, k, stride, pad, dilation)
+    X, W, Y = nhwc_conv(n, c, co, hw, k, stride, pad, dilation)
     s = ops.schedule(Y, TARGET)
     assert "rc.inner" in _local_loops(s)
     f = td.build(s, [X, W, Y], target=TARGET)
     xa, wa = randn(n, hw, hw, c), randn(k, k, c, co)
-    check(f, [xa, wa], _torch_nhwc(xa, wa, stride, pad, dilation), rtol=1e-4, atol=1e-3)
+    check(f, [xa, wa], torch_conv_nhwc(xa, wa, stride, pad, dilation), rtol=1e-4, atol=1e-3)
 
 
 def test_symbolic_batch():
     n = td.var("n")
-    X, W, Y = _nhwc_conv(n, 128, 24, 10)
+    X, W, Y = nhwc_conv(n, 128, 24, 10)
     f = td.build(ops.schedule(Y, TARGET), [X, W, Y], target=TARGET)
     wa = randn(3, 3, 128, 24)
     for batch in (1, 2, 3):
         xa = randn(batch, 10, 10, 128)
-        check(f, [xa, wa], _torch_nhwc(xa, wa, 1, 1, 1), rtol=1e-4, atol=1e-3)
+        check(f, [xa, wa], torch_conv_nhwc(xa, wa, 1, 1, 1), rtol=1e-4, atol=1e-3)
 
 
 def test_hand_written_with_taps_listed_first():
@@ -113,14 +98,14 @@ def test_hand_written_with_taps_listed_first():
     assert _reduction_order(_local_loops(s)) == ["rc.outer", "ry", "rc.inner", "rx"]
     f = td.build(s, [x, w, y], target=TARGET)
     xa, wa = randn(1, hw, hw, c), randn(3, 3, c, co)
-    check(f, [xa, wa], _torch_nhwc(xa, wa, 1, 0, 1), rtol=1e-4, atol=1e-3)
+    check(f, [xa, wa], torch_conv_nhwc(xa, wa, 1, 0, 1), rtol=1e-4, atol=1e-3)
 
 
 @settings(max_examples=6, deadline=None)
 @given(c=st.sampled_from([128, 144, 160, 192]), co=st.integers(1, 40), hw=st.integers(3, 12),
        stride=st.integers(1, 2))
 def test_blocked_nhwc_any_size(c, co, hw, stride):
-    X, W, Y = _nhwc_conv(1, c, co, hw, stride=stride)
+    X, W, Y = nhwc_conv(1, c, co, hw, stride=stride)
     f = td.build(ops.schedule(Y, TARGET), [X, W, Y], target=TARGET)
     xa, wa = randn(1, hw, hw, c), randn(3, 3, c, co)
-    check(f, [xa, wa], _torch_nhwc(xa, wa, stride, 1, 1), rtol=1e-4, atol=1e-3)
+    check(f, [xa, wa], torch_conv_nhwc(xa, wa, stride, 1, 1), rtol=1e-4, atol=1e-3)

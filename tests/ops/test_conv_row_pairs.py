@@ -18,7 +18,7 @@ from tdsl import ops
 from tdsl.ops.schedules import llvm_conv
 from tdsl.ops.schedules.llvm_conv import CONV_TILES, CONV_TILES_16REGS, conv_tile
 
-from .helpers import check, randn
+from .helpers import check, nhwc_conv, randn, torch_conv_nhwc
 
 torch = pytest.importorskip("torch")
 
@@ -49,15 +49,6 @@ def test_rule_explicit_rows():
     assert conv_tile(forced, 28, 28, 8, False)[2] == 3
 
 
-def _nhwc_conv(n, c, co, hw, k=3, stride=1, pad=1, bias=False, act=None):
-    X = td.placeholder((n, hw, hw, c), name="X")
-    W = td.placeholder((k, k, c, co), name="W")
-    B = td.placeholder((co,), name="B") if bias else None
-    Y = ops.conv2d(X, W, stride=stride, padding=pad, layout="NHWC", kernel_layout="HWIO",
-                   bias=B, activation=act)
-    return [t for t in (X, W, B, Y) if t is not None]
-
-
 def _micro_kernel(s):
     """Names of the accumulating stage's loops inside its reduction loops."""
     (st_,) = [x for x in s.stages if getattr(x.op, "reduce_axis", None)]
@@ -67,7 +58,7 @@ def _micro_kernel(s):
 
 
 def test_default_pairs_rows_at_14_columns():
-    ts = _nhwc_conv(1, 256, 256, 14)
+    ts = nhwc_conv(1, 256, 256, 14)
     s = ops.schedule(ts[-1], TARGET)
     inner = _micro_kernel(s)
     assert len(inner) == 3 and inner[0].startswith("y")       # rows, columns, channels
@@ -81,23 +72,13 @@ def test_default_pairs_rows_at_14_columns():
 def test_no_pair_where_the_wide_tile_fits_or_the_data_is_nchw(shape):
     n, c, co, hw = shape
     if hw == 28:
-        *_, Y = _nhwc_conv(n, c, co, hw)
+        *_, Y = nhwc_conv(n, c, co, hw)
     else:
         X = td.placeholder((n, c, hw, hw), name="X")
         W = td.placeholder((co, c, 3, 3), name="W")
         Y = ops.conv2d(X, W, padding=1)
     inner = _micro_kernel(ops.schedule(Y, TARGET))
     assert len(inner) == 2 and not inner[0].startswith("y")
-
-
-def _torch_nhwc(xa, wa, stride, pad, ba=None, act=None):
-    y = torch.nn.functional.conv2d(torch.from_numpy(xa).permute(0, 3, 1, 2),
-                                   torch.from_numpy(wa).permute(3, 2, 0, 1),
-                                   None if ba is None else torch.from_numpy(ba),
-                                   stride=stride, padding=pad)
-    if act == "relu":
-        y = torch.relu(y)
-    return y.permute(0, 2, 3, 1).contiguous().numpy()
 
 
 @pytest.mark.parametrize("n, c, co, hw, k, stride, pad, bias", [
@@ -107,27 +88,27 @@ def _torch_nhwc(xa, wa, stride, pad, ba=None, act=None):
     (1, 32, 20, 14, 3, 1, 1, True),        # channels out no multiple of 16
 ])
 def test_paired_rows_match_pytorch(n, c, co, hw, k, stride, pad, bias):
-    ts = _nhwc_conv(n, c, co, hw, k, stride, pad, bias, "relu" if bias else None)
+    ts = nhwc_conv(n, c, co, hw, k, stride, pad, bias=bias, act="relu" if bias else None)
     s = ops.schedule(ts[-1], TARGET)
     assert _micro_kernel(s)[0].startswith("y")
     f = td.build(s, ts, target=TARGET)
     xa, wa = randn(n, hw, hw, c), randn(k, k, c, co)
     ba = randn(co) if bias else None
     ins = [xa, wa] + ([ba] if bias else [])
-    check(f, ins, _torch_nhwc(xa, wa, stride, pad, ba, "relu" if bias else None),
+    check(f, ins, torch_conv_nhwc(xa, wa, stride, pad, ba=ba, act="relu" if bias else None),
           rtol=1e-4, atol=1e-3)
 
 
 def test_symbolic_batch():
     n = td.var("n")
-    X, W, Y = _nhwc_conv(n, 64, 32, 14)
+    X, W, Y = nhwc_conv(n, 64, 32, 14)
     s = ops.schedule(Y, TARGET)
     assert _micro_kernel(s)[0].startswith("y")
     f = td.build(s, [X, W, Y], target=TARGET)
     wa = randn(3, 3, 64, 32)
     for batch in (1, 2, 3):
         xa = randn(batch, 14, 14, 64)
-        check(f, [xa, wa], _torch_nhwc(xa, wa, 1, 1), rtol=1e-4, atol=1e-3)
+        check(f, [xa, wa], torch_conv_nhwc(xa, wa, 1, 1), rtol=1e-4, atol=1e-3)
 
 
 @contextlib.contextmanager
@@ -150,7 +131,7 @@ def test_forced_rows_any_height(rows, hw, co, stride, nhwc):
     tiles = dataclasses.replace(CONV_TILES_16REGS, row_tile=rows)
     with _conv_tiles(tiles):
         if nhwc:
-            X, W, Y = _nhwc_conv(1, 24, co, hw, stride=stride)
+            X, W, Y = nhwc_conv(1, 24, co, hw, stride=stride)
         else:
             X = td.placeholder((1, 24, hw, hw), name="X")
             W = td.placeholder((co, 24, 3, 3), name="W")
@@ -159,7 +140,7 @@ def test_forced_rows_any_height(rows, hw, co, stride, nhwc):
         f = td.build(s, [X, W, Y], target=TARGET)
     if nhwc:
         xa, wa = randn(1, hw, hw, 24), randn(3, 3, 24, co)
-        want = _torch_nhwc(xa, wa, stride, 1)
+        want = torch_conv_nhwc(xa, wa, stride, 1)
     else:
         xa, wa = randn(1, 24, hw, hw), randn(co, 24, 3, 3)
         want = torch.nn.functional.conv2d(torch.from_numpy(xa), torch.from_numpy(wa),

@@ -313,8 +313,8 @@ def rows_in_cache(attrs: dict, pack: Stage, oh: int, ow: int, rows: int, step: i
     ``ROWS_CHUNK_BYTES``.  Every filter panel sweeps the chunk, so what does not fit is
     re-read from L3 once per panel.  3x3 stride 2, 64 -> 128 at 56 x 56, batch 1, one
     thread (AVX2, 512 KiB L2): chunks of 8 rows (17 input rows, 248 KiB, and a 288 KiB
-    filter) 2.08 ms, of 5 1.64-1.74 (PyTorch 1.78-1.84); NCHW data 2.90 -> 1.90-2.04
-    (PyTorch 2.06-2.17)."""
+    filter) 2.08 ms, of 5 1.65-1.71 (PyTorch 1.76); NCHW data 2.90 -> 1.77-1.81 (PyTorch
+    1.62-1.89)."""
     sizes = _conv_sizes(attrs, pack, oh, ow)
     if sizes is None:
         return rows
@@ -375,11 +375,11 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
         co_o, co_i = write.split(co, factor=bco)
         ow_o, ow_i = write.split(ow, factor=bw)
         oh_o, oh_i = write.split(oh, factor=rows)
+        tile_rows = []
         if rt > 1:
             oh_i, oh_t = write.split(oh_i, factor=rt)
-        inner = [ow_i, co_i] if channels_last else [co_i, ow_i]
-        if rt > 1:
-            inner = [oh_t] + inner
+            tile_rows = [oh_t]
+        inner = tile_rows + ([ow_i, co_i] if channels_last else [co_i, ow_i])
         if outer:
             # one task per filter panel, packed once and reused by every image and row
             write.reorder(co_o, n, oh_o, oh_i, ow_o, *inner)
