@@ -180,6 +180,23 @@ def test_filter_is_packed_at_root_when_repacking_costs():
     assert not pack_at_root(small_pack, 2)
     assert pack_at_root(small_pack, None)
     assert 8 * 3 * 3 * 16 * 4 < PACK_ROOT_BYTES
+    # ResNet-18's first stage: 147 KiB repacked by 6 more row chunks
+    stage1 = td.placeholder((64, 3, 3, 64), name="wp")
+    assert pack_at_root(ops.schedule(ops.identity(stage1)).stages[-1], 7)
+
+
+def test_first_stage_filter_is_packed_once_at_root():
+    """64 -> 64 3x3 at 56 x 56 (batch 1): seven row chunks read the 147 KiB filter; it is
+    packed once, panel by panel (``[co // bco, ci, kh, kw, co % bco]``), not per task."""
+    X = td.placeholder((1, 64, 56, 56), name="X")
+    W = td.placeholder((64, 64, 3, 3), name="W")
+    Y = ops.conv2d(X, W, padding=1)
+    s, func = _lower(Y, [X, W, Y])
+    assert len(_alloc_shape(func, "W_pack")) == 5
+    f = td.build(s, [X, W, Y])
+    x, w = randn(1, 64, 56, 56), randn(64, 64, 3, 3)
+    check(f, [x, w], conv2d_nchw(x, w, padding=(1, 1, 1, 1)).astype("float32"),
+          rtol=1e-4, atol=1e-4 * 64 * 9)
 
 
 # ---- global average pooling and column reductions -----------------------------------------
