@@ -56,7 +56,10 @@ def test_left_alone(case):
         X = td.placeholder((1, 256, 14, 14), name="X")
         W = td.placeholder((3, 3, 256, 256), name="W")
         Y = ops.conv2d(X, W, padding=1, kernel_layout="HWIO")
-    assert _reduction_order(_local_loops(ops.schedule(Y, TARGET))) == ["rc", "ry", "rx"]
+    order = _reduction_order(_local_loops(ops.schedule(Y, TARGET)))
+    # NCHW data: its panel's channel blocks (``panel_block``) outside the filter rows
+    assert order == (["rc.outer", "rc.inner", "ry", "rx"] if case == "nchw" else
+                     ["rc", "ry", "rx"])
 
 
 @pytest.mark.parametrize("n, c, co, hw, k, stride, pad, dilation", [
