@@ -108,8 +108,8 @@ def _anchor_perm(s: Schedule, anchor: Stage, out: Stage) -> list[int]:
 #: the filter is packed once at root instead (a nest of its own, a full-size buffer, each
 #: panel one contiguous run).  Repacking costs a scalar transposing copy per task for what
 #: a root pack does once, vectorized: at 1 MiB, ResNet-18's first 3x3 stage (64 -> 64 at
-#: 56 x 56, 147 KiB filter, 7 row chunks) repacked per task, 3.74-4.11 ms, 3.53-3.57 packed
-#: at root (PyTorch 3.41-3.51), and the 7 x 7 stride-2 stem 4.18-5.28 -> 3.78-4.04
+#: 56 x 56, 147 KiB filter, 7 row chunks) repacked per task, 3.74-4.11 ms, 3.50-3.67 packed
+#: at root (PyTorch 3.41-3.63), and the 7 x 7 stride-2 stem 4.18-5.28 -> 3.78-4.04
 #: (PyTorch 3.37-3.40); NHWC 64 -> 64 at 56 x 56 3.29-3.39 -> 3.11-3.19 (batch 1, one
 #: thread, AVX2).  Below this, a filter of a few KiB, a nest of its own is not worth it.
 PACK_ROOT_BYTES = 64 << 10
