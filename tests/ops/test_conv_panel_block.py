@@ -2,10 +2,12 @@
 where the micro-kernel's filter panel outgrows L1, each block of channels sweeps every
 register tile of a chunk's rows, the accumulators kept in a local buffer between blocks.
 The rule, the loop nest of the default schedule, the cases it leaves alone, and results
-against PyTorch over partial chunks, columns and channel tiles, strides, dilation, a fused
-epilogue and a symbolic batch.  (Speed: the figures in ``panel_block``'s docstring.)"""
+over partial chunks, columns and channel tiles, strides, dilation, a fused
+epilogue and a symbolic batch, against ``tdsl.testing.reference``'s convolution.  (Speed:
+the figures in ``panel_block``'s docstring.)"""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -13,9 +15,7 @@ import tdsl as td
 from tdsl import ops
 from tdsl.ops.schedules.llvm_conv import PANEL_BLOCK_BYTES, panel_block
 
-from .helpers import check, nhwc_conv, randn
-
-torch = pytest.importorskip("torch")
+from .helpers import check, conv2d_nchw, nhwc_conv, randn
 
 TARGET = "llvm -mcpu=znver3"      # AVX2: the 16-register tiles the rule was measured with
 
@@ -63,10 +63,8 @@ def _nchw(n, c, co, hw, k=3, stride=1, pad=1, dilation=1, bias=False):
 
 
 def _reference(xa, wa, stride, pad, dilation=1, ba=None):
-    y = torch.nn.functional.conv2d(torch.from_numpy(xa), torch.from_numpy(wa),
-                                   None if ba is None else torch.from_numpy(ba),
-                                   stride=stride, padding=pad, dilation=dilation)
-    return (torch.relu(y) if ba is not None else y).numpy()
+    y = conv2d_nchw(xa, wa, (stride, stride), (pad,) * 4, (dilation, dilation))
+    return y if ba is None else np.maximum(y + ba[:, None, None], 0)
 
 
 def test_default_blocks_the_first_stage():
@@ -94,7 +92,7 @@ def test_nhwc_and_1x1_keep_the_tile_local():
     (1, 32, 16, 23, 3, 1, 2, 2, False),     # dilation 2
     (1, 64, 24, 15, 5, 1, 2, 1, True),      # 5x5
 ])
-def test_blocked_matches_pytorch(n, c, co, hw, k, stride, pad, dilation, bias):
+def test_blocked_matches_the_reference(n, c, co, hw, k, stride, pad, dilation, bias):
     ts = _nchw(n, c, co, hw, k, stride, pad, dilation, bias)
     s = ops.schedule(ts[-1], TARGET)
     assert "rc.outer" in str(td.lower(s, ts))
@@ -120,9 +118,9 @@ def test_symbolic_batch():
 @settings(max_examples=8, deadline=None)
 @given(c=st.sampled_from([32, 48, 64]), hw=st.integers(5, 24), co=st.integers(1, 40),
        stride=st.integers(1, 2))
-def test_any_size_matches_pytorch(c, hw, co, stride):
+def test_any_size_matches_the_reference(c, hw, co, stride):
     """Blocked or not (48 channels: blocks of 16 or 8, whichever the rule picks), any
-    height, width and channel count: the same answer as PyTorch."""
+    height, width and channel count: the same answer as the reference."""
     ts = _nchw(1, c, co, hw, stride=stride)
     f = td.build(ops.schedule(ts[-1], TARGET), ts, target=TARGET)
     xa, wa = randn(1, c, hw, hw), randn(co, c, 3, 3)

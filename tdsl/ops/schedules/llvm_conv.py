@@ -369,10 +369,10 @@ def panel_block(attrs: dict, pack: "Stage | None", bco: int, rows: int, ow: "int
     per_channel = kh * kw * bco * bits // 8
     if cig * per_channel <= PANEL_BLOCK_BYTES:
         return 0
-    b = 4
-    while cig % (2 * b) == 0 and 2 * b <= cig // 2 and 2 * b * per_channel <= PANEL_BLOCK_BYTES:
-        b *= 2
-    return b if cig % b == 0 and b <= cig // 2 and b * per_channel <= PANEL_BLOCK_BYTES else 0
+    block, b = 0, 4
+    while b <= cig // 2 and b * per_channel <= PANEL_BLOCK_BYTES and cig % b == 0:
+        block, b = b, 2 * b
+    return block
 
 
 def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
@@ -425,23 +425,24 @@ def schedule_conv2d(s: Schedule, anchor: Stage, out: "Stage | None", cpu: CPU,
             oh_i, oh_t = write.split(oh_i, factor=rt)
             tile_rows = [oh_t]
         inner = tile_rows + ([ow_i, co_i] if channels_last else [co_i, ow_i])
+        # par: the parallel loop; chunk: the loop around one panel over one chunk of rows
         if outer:
             # one task per filter panel, packed once and reused by every image and row
             write.reorder(co_o, n, oh_o, oh_i, ow_o, *inner)
-            par = co_o
+            par, chunk = co_o, oh_o
         elif by_rows:
             # one task per chunk of rows, its input padded in cache, every panel swept
             write.reorder(n, oh_o, co_o, oh_i, ow_o, *inner)
             par = write.fuse(n, oh_o)
+            chunk = co_o
         else:
             write.reorder(n, co_o, oh_o, oh_i, ow_o, *inner)
-            par = write.fuse(n, co_o, oh_o)
+            par = chunk = write.fuse(n, co_o, oh_o)
         write.vectorize(inner[-1])
         write.parallel(par)
         kc = 0 if rt > 1 else panel_block(attrs, pack, bco, rows, _ext(ow), dt.bits)
-        # blocked: one panel's tile of a chunk's rows accumulated block by block in memory
-        comp.compute_at(write, ow_o if not kc else co_o if by_rows else oh_o if outer
-                        else par)
+        # blocked: one panel's tiles of a chunk of rows accumulated block by block in memory
+        comp.compute_at(write, chunk if kc else ow_o)
         cco_o, cco_i = comp.split(cco, factor=bco)
         cow_o, cow_i = comp.split(cow, factor=bw)
         loops = conv_reduction(comp, red, attrs, dt.bits)
